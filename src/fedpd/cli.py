@@ -43,7 +43,8 @@ def _cmd_list(args) -> int:
     from fedpd import registry
 
     for title, table in (("algorithms", registry.ALGORITHMS), ("problems", registry.PROBLEMS),
-                         ("solvers", registry.SOLVERS), ("samplers", registry.SAMPLERS)):
+                         ("solvers", registry.SOLVERS), ("samplers", registry.SAMPLERS),
+                         ("attacks", getattr(registry, "ATTACKS", {}))):
         print(f"{title}:")
         width = max(len(k) for k in table)
         for name, entry in table.items():

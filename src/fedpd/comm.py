@@ -3,6 +3,10 @@
 The engine sends every message through one :class:`CommCounter`: floats down (server →
 clients) and up (clients → server), and the rounds in which anything was sent at all — so
 FedPD's skipped rounds and SCAFFOLD's control variates show up in the metrics.
+
+One exception: keys starting with ``metric_`` carry per-client diagnostic scalars (the local
+residual a client reports with its upload, for the metrics only; see algorithms/base.py). They
+are not part of any algorithm's protocol and are not counted.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from torch import Tensor
 
 
 def floats(message: dict[str, Tensor]) -> int:
-    return sum(t.numel() for t in message.values())
+    return sum(t.numel() for k, t in message.items() if not k.startswith("metric_"))
 
 
 class CommCounter:
@@ -19,6 +23,7 @@ class CommCounter:
         self.uplink_floats = 0
         self.downlink_floats = 0
         self.comm_rounds = 0
+        self.rejected_uploads = 0  # uploads the engine refused (NaN/Inf, wrong shape): see fedpd.attacks
         self._active = False
 
     def down(self, message: dict[str, Tensor], recipients: int) -> None:
@@ -38,7 +43,9 @@ class CommCounter:
         self._active = False
 
     def state_dict(self) -> dict:
-        return {"uplink_floats": self.uplink_floats, "downlink_floats": self.downlink_floats, "comm_rounds": self.comm_rounds}
+        return {"uplink_floats": self.uplink_floats, "downlink_floats": self.downlink_floats, "comm_rounds": self.comm_rounds,
+                "rejected_uploads": self.rejected_uploads}
 
     def load_state_dict(self, sd: dict) -> None:
         self.uplink_floats, self.downlink_floats, self.comm_rounds = sd["uplink_floats"], sd["downlink_floats"], sd["comm_rounds"]
+        self.rejected_uploads = sd.get("rejected_uploads", 0)

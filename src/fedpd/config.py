@@ -1,6 +1,7 @@
 """Configs: TOML in, every value validated before anything runs.
 
-Sections ``[problem] [model] [algorithm] [solver] [sampler] [run]``. ``problem.name``,
+Sections ``[problem] [model] [algorithm] [solver] [sampler] [run]`` and the optional
+``[attack]`` (faults and attacks, :mod:`fedpd.attacks`; default none). ``problem.name``,
 ``algorithm.name``, ``solver.name`` and ``sampler.name`` pick an entry of the registries in
 :mod:`fedpd.registry`; the remaining keys of the section are that entry's options, checked by
 its own pydantic model. Every problem raises :class:`ConfigError` with one line naming the key
@@ -23,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run")
+SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 
 
 class Options(BaseModel):
@@ -40,6 +41,9 @@ class RunOptions(Options):
     dtype: Literal["auto", "float32", "float64"] = "auto"
     client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
+    personal_eval: Literal["auto", "always", "never"] = Field(
+        "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
+        "algorithm has personal models; always = also the server model per client")
 
 
 class GDOptions(Options):
@@ -49,6 +53,7 @@ class GDOptions(Options):
     weight_decay: float = Field(0.0, ge=0)
     lr_decay: float = Field(1.0, gt=0, le=1)
     straggler_fraction: float = Field(0.0, ge=0, le=1)
+    sam_radius: float = Field(0.0, ge=0, description="SAM perturbation radius r; 0: plain gradients")
 
 
 class SGDOptions(GDOptions):

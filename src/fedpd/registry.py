@@ -10,9 +10,14 @@ from pydantic import Field
 
 from fedpd.algorithms.fedavg import FedAvg, FedProx
 from fedpd.algorithms.primal_dual import AFedPD, FedADMM, FedDyn, FedPD, PrimalDual
+from fedpd.algorithms.fedcm import FedCM
+from fedpd.algorithms.fedpd_vr import FedPDVR
+from fedpd.algorithms.sam import AFedPDSAM, FedSAM, FedSpeed
 from fedpd.algorithms.scaffold import Scaffold
+from fedpd.algorithms.xu import ParallelADMM, ParallelSAGA, StochasticADMM, StochasticSAGA
 from fedpd.config import ExactOptions, GDOptions, Options, SamplerAll, SamplerBernoulli, SamplerUniform, SGDOptions
 from fedpd.problems import synthetic
+from fedpd import registry_fedplus as _fedplus
 from fedpd.sampling import Bernoulli, Everyone, UniformK
 from fedpd.solvers import ExactSolver, GradientSolver
 
@@ -45,6 +50,7 @@ class SyntheticOptions(Options):
     classes: int = Field(10, ge=2)
     test_fraction: float = Field(0.2, ge=0, lt=1)
     iid: bool = False
+    max_client_samples: int = Field(1000, ge=1)
     seed: int = Field(0, ge=0)
 
 
@@ -74,7 +80,7 @@ class NoOptions(Options):
     pass
 
 
-class FedProxOptions(Options):
+class FedProxOptions(_fedplus.AggregatorOptions):
     mu: float = Field(0.1, ge=0)
 
 
@@ -102,12 +108,45 @@ class PrimalDualOptions(Options):
     skip: Literal["random", "periodic"] = "random"
 
 
+class FedSAMOptions(Options):
+    sam_radius: float = Field(0.05, ge=0, description="SAM radius r (replaces solver.sam_radius)")
+
+
+class PenaltySAMOptions(PenaltyOptions):
+    sam_radius: float = Field(0.1, ge=0, description="SAM radius r (replaces solver.sam_radius)")
+
+
+class FedCMOptions(Options):
+    alpha: float = Field(0.1, gt=0, le=1, description="weight of the local gradient in the direction")
+    server_lr: float = Field(1.0, gt=0)
+
+
+class FedPDVROptions(FedPDOptions):
+    refresh_every: int = Field(20, ge=1, description="I: full local gradient every I rounds")
+
+
+class StepOptions(Options):
+    eta: float = Field(0.01, gt=0, description="step size")
+
+
+class StochasticStepOptions(StepOptions):
+    batch_size: int = Field(1, ge=1)
+
+
+class ADMMOptions(Options):
+    eta: float = Field(0.1, gt=0, description="step size")
+
+
+class StochasticADMMOptions(ADMMOptions):
+    batch_size: int = Field(1, ge=1)
+
+
 def _algo(cls, options):
     return Entry(cls, options, cls.description)
 
 
 ALGORITHMS = {
-    "fedavg": _algo(FedAvg, NoOptions),
+    "fedavg": _algo(FedAvg, _fedplus.FedAvgOptions),
     "fedprox": _algo(FedProx, FedProxOptions),
     "scaffold": _algo(Scaffold, ScaffoldOptions),
     "fedpd": _algo(FedPD, FedPDOptions),
@@ -115,13 +154,22 @@ ALGORITHMS = {
     "fedadmm": _algo(FedADMM, PenaltyOptions),
     "afedpd": _algo(AFedPD, PenaltyOptions),
     "primal_dual": _algo(PrimalDual, PrimalDualOptions),
+    "fedsam": _algo(FedSAM, FedSAMOptions),
+    "afedpdsam": _algo(AFedPDSAM, PenaltySAMOptions),
+    "fedspeed": _algo(FedSpeed, PenaltySAMOptions),
+    "fedcm": _algo(FedCM, FedCMOptions),
+    "fedpd_vr": _algo(FedPDVR, FedPDVROptions),
+    "parallel_saga": _algo(ParallelSAGA, StepOptions),
+    "stochastic_saga": _algo(StochasticSAGA, StochasticStepOptions),
+    "parallel_admm": _algo(ParallelADMM, ADMMOptions),
+    "stochastic_admm": _algo(StochasticADMM, StochasticADMMOptions),
 }
 
 
 # --- solvers -------------------------------------------------------------------------------
 SOLVERS = {
     "gd": Entry(GradientSolver, GDOptions, "full-batch gradient descent, local_steps steps per round"),
-    "sgd": Entry(GradientSolver, SGDOptions, "minibatch SGD (momentum, weight decay, per-round lr decay)"),
+    "sgd": Entry(GradientSolver, SGDOptions, "minibatch SGD (momentum, weight decay, per-round lr decay, SAM)"),
     "exact": Entry(lambda: ExactSolver(), ExactOptions, "exact minimiser of the local objective (quadratic problems)"),
 }
 
@@ -132,5 +180,10 @@ SAMPLERS = {
     "bernoulli": Entry(Bernoulli, SamplerBernoulli, Bernoulli.description),
 }
 
-TABLES = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "solver": SOLVERS, "sampler": SAMPLERS}
-DEFAULT_NAMES = {"solver": "gd", "sampler": "all"}
+# Fed+, personalised baselines, Fed+'s problems, faults and attacks (fedpd.registry_fedplus)
+PROBLEMS.update({k: Entry(*v) for k, v in _fedplus.PROBLEMS.items()})
+ALGORITHMS.update({k: Entry(*v) for k, v in _fedplus.ALGORITHMS.items()})
+ATTACKS = {k: Entry(*v) for k, v in _fedplus.ATTACKS.items()}
+
+TABLES = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "solver": SOLVERS, "sampler": SAMPLERS, "attack": ATTACKS}
+DEFAULT_NAMES = {"solver": "gd", "sampler": "all", "attack": "none"}

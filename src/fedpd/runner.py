@@ -24,7 +24,7 @@ from fedpd.comm import CommCounter
 from fedpd.config import Config, load_config
 from fedpd.engine import InProcessEngine
 from fedpd.errors import ConfigError
-from fedpd.evaluation import evaluate
+from fedpd.evaluation import evaluate, evaluate_personal
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl
 from fedpd.problems.base import Problem
 from fedpd.progress import Progress
@@ -33,22 +33,33 @@ from fedpd.store import ClientStore, State
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 CONFIG = "config.toml"
-STREAMS = ("sampler", "algorithm", "solver")
+STREAMS = ("sampler", "algorithm", "solver", "attack")  # append only: earlier streams keep their seeds
 
 
 def build_problem(cfg: Config) -> Problem:
     entry = registry.PROBLEMS[cfg.names["problem"]]
     problem = entry.build(**cfg.options["problem"].model_dump())
+    problem = build_attack(cfg).apply_data(problem)  # outliers by data (a no-op for other attacks)
     dtype = {"auto": torch.float64, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
     if cfg.model and cfg.model.get("name", "auto") != "auto":
         raise ConfigError(f"model.name: problem '{cfg.names['problem']}' has a fixed model (allowed: auto)")
     return problem.to(dtype)
 
 
-def build(cfg: Config, num_clients: int):
+def build_attack(cfg: Config):
+    """The run's fault / attack (``[attack]``, default none), not yet bound to a run."""
+    return registry.ATTACKS[cfg.names["attack"]].build(**cfg.options["attack"].model_dump())
+
+
+def build(cfg: Config, problem: Problem):
+    num_clients = problem.num_clients
+    if cfg.names["solver"] == "exact" and problem.quadratic is None:
+        raise ConfigError(f"solver.name: 'exact' needs a quadratic problem (least_squares); "
+                          f"'{cfg.names['problem']}' is not (allowed: gd, sgd)")
     algo_entry = registry.ALGORITHMS[cfg.names["algorithm"]]
     algorithm = algo_entry.build(**cfg.options["algorithm"].model_dump())
     solver = registry.SOLVERS[cfg.names["solver"]].build(**cfg.options["solver"].model_dump())
+    algorithm.setup(problem, solver)  # e.g. SAM presets need a gradient solver: fail before anything runs
     sampler_opts = cfg.options["sampler"].model_dump()
     if sampler_opts.get("clients_per_round", 0) > num_clients:
         raise ConfigError(f"sampler.clients_per_round: {sampler_opts['clients_per_round']} exceeds the problem's "
@@ -74,10 +85,11 @@ class Simulation:
             torch.set_num_threads(cfg.run.threads)
         self.problem = build_problem(cfg)
         self.num_clients = self.problem.num_clients
-        self.algorithm, self.solver, self.sampler = build(cfg, self.num_clients)
+        self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
         self.algorithm: Algorithm
-        self.engine = InProcessEngine(cfg.run.client_chunk or None)
         self.gens = _generators(cfg.run.seed)
+        self.attack = build_attack(cfg).bind(self.num_clients, self.gens["attack"])
+        self.engine = InProcessEngine(cfg.run.client_chunk or None, attack=self.attack if self.attack.active else None)
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
         self.store = ClientStore(self.algorithm.init_client(x0), self.num_clients)
@@ -104,6 +116,12 @@ class Simulation:
         record = {"round": self.round, **self.comm.state_dict()}
         record.update(evaluate(self.problem, self.model()))
         record.update(self.algorithm.diagnostics(self.server, self.store))
+        if self.cfg.run.personal_eval != "never":
+            personal = self.algorithm.personal_models(self.server, self.store, self.problem)
+            if personal is None and self.cfg.run.personal_eval == "always":
+                personal = self.model()
+            if personal is not None:
+                record.update(evaluate_personal(self.problem, personal.detach()))
         self.elapsed += time.perf_counter() - t0
         record["wall_s"] = round(self.elapsed, 4)
         return record
@@ -165,10 +183,10 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if config is None:
             raise ConfigError("no config given")
         cfg = load_config(config, overrides)
-        if out is not None:
-            out = Path(out)
-            _prepare_out(out, overwrite)
-    sim = Simulation(cfg)
+    sim = Simulation(cfg)  # every check that needs the problem passes before anything is written
+    if out is not None and resume is None:
+        out = Path(out)
+        _prepare_out(out, overwrite)
     history: list[dict] = []
     if out is not None:
         out = Path(out)

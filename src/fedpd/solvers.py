@@ -5,7 +5,7 @@ An algorithm contributes the extra terms of its local objective,
     minimise_x  f_i(x) + ⟨v_i, x⟩ + (μ/2)‖x − c_i‖²        (:class:`LocalObjective`),
 
 and a solver minimises it for K clients at once (leading client axis [K, d]): a few steps of
-full-batch GD, minibatch SGD (momentum, weight decay, per-round lr decay), or — for quadratic
+full-batch GD, minibatch SGD (momentum, weight decay, per-round lr decay, SAM), or — for quadratic
 f_i — exactly. FedProx is (v = 0, μ, c = x0); SCAFFOLD (v = c − c_i, μ = 0); FedPD / FedDyn
 (v = λ_i, μ = 1/η, c = x0).
 """
@@ -45,6 +45,9 @@ class LocalResult:
     steps: Tensor  # [K] local steps each client took (1 for the exact solver)
     lr: float  # the step size used this round
     sample_grads: int  # per-sample gradient evaluations spent (for computation accounting)
+    #: [K] ‖∇(local objective)‖² at the start point, on the first step's batch: how far from
+    #: stationary each local problem starts (the primal-dual family reports it as ``dual_drift``)
+    start_grad_sq: Tensor | None = None
 
 
 def client_gradients(problem: Problem):
@@ -64,13 +67,20 @@ class GradientSolver:
     follow ``torch.optim.SGD`` (momentum buffer reset every round). The step size of round t is
     ``lr · lr_decay^t``. Stragglers: each participant is, with probability
     ``straggler_fraction``, a straggler that takes a uniform number of steps in [1, Q].
+
+    SAM (Foret et al., ICLR 2021; FedSAM, FedSpeed, A-FedPDSAM): with ``sam_radius`` r > 0 the
+    gradient of f_i is taken at the ascent point x + r·g/‖g‖, g = ∇f_i(x) on the same batch,
+    per client. Only f_i is perturbed; the algorithm's linear and proximal terms are not. Each
+    step then costs two gradient evaluations.
     """
 
     def __init__(self, lr: float, local_steps: int, batch_size: int | None = None, momentum: float = 0.0,
-                 weight_decay: float = 0.0, lr_decay: float = 1.0, straggler_fraction: float = 0.0):
+                 weight_decay: float = 0.0, lr_decay: float = 1.0, straggler_fraction: float = 0.0,
+                 sam_radius: float = 0.0):
         self.lr, self.local_steps, self.batch_size = lr, local_steps, batch_size
         self.momentum, self.weight_decay, self.lr_decay = momentum, weight_decay, lr_decay
         self.straggler_fraction = straggler_fraction
+        self.sam_radius = sam_radius
 
     def step_counts(self, k: int, generator: torch.Generator) -> Tensor:
         steps = torch.full((k,), self.local_steps, dtype=torch.int64)
@@ -87,10 +97,17 @@ class GradientSolver:
         lr = self.lr * self.lr_decay**round
         full = problem.train.padded(ids) if self.batch_size is None else None
         per_step = problem.train.sizes[ids] if full is not None else torch.full_like(steps, self.batch_size)
-        x, buf = x.clone(), None
+        x, buf, start_gap = x.clone(), None, None
         for q in range(int(steps.max()) if steps.numel() else 0):
             X, Y, W = full if full is not None else problem.train.minibatch(ids, self.batch_size, generator)
-            g = grad_f(x, X, Y, W) + objective.grad(x)
+            g_f = grad_f(x, X, Y, W)
+            if q == 0:
+                g0 = g_f + objective.grad(x) + (self.weight_decay * x if self.weight_decay else 0.0)
+                start_gap = (g0 * g0).sum(1)
+            if self.sam_radius:
+                norm = g_f.norm(dim=1, keepdim=True).clamp_min(1e-12)
+                g_f = grad_f(x + self.sam_radius * g_f / norm, X, Y, W)
+            g = g_f + objective.grad(x)
             if self.weight_decay:
                 g = g + self.weight_decay * x
             if self.momentum:
@@ -100,7 +117,8 @@ class GradientSolver:
                 x = x - lr * g
             else:  # stragglers that are done keep their iterate
                 x = torch.where((steps > q)[:, None], x - lr * g, x)
-        return LocalResult(x, steps, lr, int((steps * per_step).sum()))
+        evals = int((steps * per_step).sum()) * (2 if self.sam_radius else 1)
+        return LocalResult(x, steps, lr, evals, start_gap)
 
 
 class ExactSolver:
@@ -113,6 +131,7 @@ class ExactSolver:
             raise ConfigError(f"solver.name: 'exact' needs a quadratic problem (least_squares); problem '{problem.name}' is not")
         H, g = problem.quadratic(problem.train, ids)
         H, g = H.to(x.dtype), g.to(x.dtype)
+        g0 = (H @ x.unsqueeze(-1)).squeeze(-1) - g + objective.grad(x)
         rhs = g
         if objective.linear is not None:
             rhs = rhs - objective.linear
@@ -121,4 +140,4 @@ class ExactSolver:
             rhs = rhs + objective.mu * objective.center
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
         steps = torch.ones(ids.numel(), dtype=torch.int64)
-        return LocalResult(sol, steps, 1.0, int(problem.train.sizes[ids].sum()))
+        return LocalResult(sol, steps, 1.0, int(problem.train.sizes[ids].sum()), (g0 * g0).sum(1))

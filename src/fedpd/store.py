@@ -60,6 +60,14 @@ class ClientStore:
         total = self.data[key][:n].sum(0) + (self.num_clients - n) * self.init[key]
         return total / self.num_clients
 
+    def full(self, key: str) -> Tensor:
+        """``key`` of all N clients, [N, ...] (untouched clients hold the initial state). A copy;
+        materialises no row (personalised evaluation reads every client's model this way)."""
+        out = self.init[key].expand(self.num_clients, *self.init[key].shape).clone()
+        if self.row_of:
+            out[torch.tensor(list(self.row_of), dtype=torch.int64)] = self.data[key][: len(self.row_of)]
+        return out
+
     def state_dict(self) -> dict:
         n = len(self.row_of)
         return {"init": self.init, "num_clients": self.num_clients, "ids": list(self.row_of),

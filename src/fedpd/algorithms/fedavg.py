@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand
+import torch
+
+from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
+from fedpd.algorithms.robust import ServerAggregator
 from fedpd.solvers import LocalObjective
 from fedpd.store import State
 
@@ -14,10 +17,19 @@ class FedAvg(Algorithm):
     (Q steps of GD — Option 2, eq. (9) — or SGD — Option 1, eq. (8)); the server averages:
     x0 ← mean_{i∈P} x_i (unweighted, as in the FedPD paper's baseline).
     Per round: d floats down and d up per participant.
+
+    ``aggregator`` replaces the mean by a robust aggregator of :mod:`fedpd.aggregators`
+    (geometric_median: RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al.
+    2018; krum: Blanchard et al. 2017); ``weights = "samples"`` weighs clients by data size.
     """
 
     name = "fedavg"
     description = "FedAvg: local GD/SGD from the server model, server averages the local models"
+    robust: ServerAggregator | None = None  # None: the plain mean
+
+    def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
+        robust = ServerAggregator(aggregator, aggregator_options, weights)
+        self.robust = None if robust.is_mean else robust
 
     def objective(self, message: State, clients: State, k: int) -> LocalObjective:
         return LocalObjective()
@@ -29,7 +41,19 @@ class FedAvg(Algorithm):
         return {"x": res.x}, clients
 
     def aggregate(self, server, uploads, ctx):
-        return {"x0": uploads["x"].mean(0)}, {}
+        new = {"primal_residual": mean_sq_dist(uploads["x"], server["x0"])}
+        if self.robust is None:
+            new["x0"] = uploads["x"].mean(0)
+        else:
+            new["x0"], info = self.robust(uploads["x"], ctx.problem, ctx.ids)
+            new["agg_iterations"] = torch.tensor(info["iterations"])
+        return new, {}
+
+    def diagnostics(self, server, store):
+        out = super().diagnostics(server, store)
+        if "agg_iterations" in server:
+            out["agg_iterations"] = int(server["agg_iterations"])
+        return out
 
 
 class FedProx(FedAvg):
@@ -39,7 +63,9 @@ class FedProx(FedAvg):
     name = "fedprox"
     description = "FedProx: FedAvg with the proximal term (mu/2)||x - x0||^2 in the local objective"
 
-    def __init__(self, mu: float = 0.1):
+    def __init__(self, mu: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
+                 weights: str = "uniform"):
+        super().__init__(aggregator, aggregator_options, weights)
         self.mu = mu
 
     def objective(self, message, clients, k):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand
+from fedpd.algorithms.base import Algorithm, RoundContext, expand, with_metrics
 from fedpd.errors import ConfigError
 from fedpd.solvers import LocalObjective
 
@@ -106,20 +106,28 @@ class PrimalDual(Algorithm):
         if self.virtual_dual:  # catch up on the virtual updates missed while absent
             lam = lam + (message["D"] - clients["D_last"])
         start = clients["x"] if self.start == "warm" else anchor
-        res = ctx.solver.solve(ctx.problem, ctx.ids, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor),
-                               ctx.round, ctx.generator)
-        x = res.x
+        x, extra, gap = self.local_solve(ctx, clients, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor))
+        metrics = {"metric_primal_residual": ((x - anchor) ** 2).sum(1)}
+        if gap is not None:
+            metrics["metric_dual_drift"] = gap
         lam = lam + (x - anchor) / self.eta
-        new = dict(clients, lam=lam)
+        new = dict(clients, lam=lam, **extra)
         if self.start == "warm":
             new["x"] = x
         z = x + self.eta * lam  # FedPD's x0_i⁺, computed with the NEW λ_i
         if self.own_anchor:
             new["x0"] = z  # kept if this round does not communicate
         upload = {"z": z} if self.dual_mean == "participants" else {"x": x}
-        return upload, new
+        return {**upload, **metrics}, new
+
+    def local_solve(self, ctx: RoundContext, clients, start, objective: LocalObjective):
+        """Minimise L_i from ``start``: (x [K, d], extra client-state entries, ‖∇L_i(start)‖² [K]
+        or None). FedPD-VR replaces this with its SARAH oracle."""
+        res = ctx.solver.solve(ctx.problem, ctx.ids, start, objective, ctx.round, ctx.generator)
+        return res.x, {}, res.start_grad_sq
 
     def aggregate(self, server, uploads, ctx: RoundContext):
+        server = with_metrics(server, uploads)
         if self.dual_mean == "participants":
             x0 = uploads["z"].mean(0)
             new = dict(server, x0=x0)

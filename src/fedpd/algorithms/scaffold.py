@@ -42,4 +42,5 @@ class Scaffold(Algorithm):
         return {
             "x0": server["x0"] + self.server_lr * uploads["dx"].mean(0),
             "c": server["c"] + (k / ctx.num_clients) * uploads["dc"].mean(0),
+            "primal_residual": (uploads["dx"] ** 2).sum(1).mean(),
         }, {}

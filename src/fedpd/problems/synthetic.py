@@ -71,19 +71,22 @@ def fedprox_synthetic(
     classes: int = 10,
     test_fraction: float = 0.2,
     iid: bool = False,
+    max_client_samples: int = 1000,
     seed: int = 0,
 ) -> Problem:
     """FedProx's Synthetic(α, β) (Li et al., MLSys 2020, §5.1) with a multinomial logistic model.
 
     Client k: u_k ~ N(0, α), W_k ~ N(u_k, 1)^{C×d}, b_k ~ N(u_k, 1)^C; B_k ~ N(0, β),
     v_k ~ N(B_k, 1)^d; x ~ N(v_k, Σ) with Σ_jj = j^−1.2; y = argmax(W_k x + b_k). Client sizes
-    follow a power law (lognormal(4, 2) + 50, as in the FedProx generator). ``iid`` draws one
+    follow a power law (lognormal(4, 2) + 50, as in the FedProx generator), capped at
+    ``max_client_samples`` (the generator has no cap; its heavy tail only slows a simulation
+    down). ``iid`` draws one
     (W, b) and v ~ N(0, I) for everybody.
     """
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
     sizes = (torch.distributions.LogNormal(4.0, 2.0).icdf(torch.rand(clients, generator=g, dtype=f64).clamp(1e-6, 1 - 1e-6))).long() + 50
-    sizes = sizes.clamp(max=5000)
+    sizes = sizes.clamp(max=max_client_samples)
     std = torch.arange(1, dim + 1, dtype=f64).pow(-1.2).sqrt()
     W0, b0 = torch.randn(classes, dim, generator=g, dtype=f64), torch.randn(classes, generator=g, dtype=f64)
     xs, ys, n_train = [], [], []

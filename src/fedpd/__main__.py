@@ -1,0 +1,5 @@
+import sys
+
+from fedpd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,353 @@
+"""Fed+ (Kundu, Yu, Wynter, Lim — "Robustness and personalization in federated learning: a
+unified approach via regularization", seed 002) as one rule parametrised by Ψ, σ, δ, λ and the
+aggregation 𝒜, with every row of the paper's Table 1 as a preset.
+
+Alg. 1, for each participating party k (all tensors [K, d]):
+
+    θ_k  = prox_Ψ^{1/σ}(w_k − w̃)                                  line 17, eq. (11)
+    w_k ← (1 − λ) w_k + λ w̃                                        line 18
+    E_k times:  w_k ← κ(w_k − η∇f_k(w_k)) + (1 − κ)(w̃ + θ_k),     eq. (14), κ = 1/(1 + ησ)
+
+and the server sets w̃ = 𝒜(W) over all N parties' latest models (absent parties keep their last
+upload, which the server holds: an [N, d] table, as Alg. 1 lines 10–13 say) or over the
+participants only. 𝒜 is eq. (7), computed by the fixed-point iteration of eq. (25) (``tol`` /
+``max_iter``; the iterations used are in the metrics), or any named robust aggregator.
+
+The local step is an implicit proximal step: κ(w − ηg) + (1 − κ)c = argmin_u ‖u − (w − ηg)‖²/(2η)
++ σ/2‖u − c‖², i.e. gradient descent on f_k + σ/2‖· − c‖² (Prop. 1, eq. (12)) with the
+penalty taken implicitly. ``local_step = "explicit"`` takes it as a gradient, w − η(∇f_k(w) +
+σ(w − c)), which is FedProx's local SGD. With the exact solver each party solves eq. (12) exactly.
+
+Table 1 (presets; Ψ's prox is in :mod:`fedpd.prox`, σ cancels so only δ appears):
+
+    preset            Ψ                 𝒜                       λ   σ
+    fedplus_local     0                 none (no communication) 0   0
+    fedplus_fedavg    —                 mean                    1   0
+    fedplus_rfa       —                 geometric median        1   0
+    fedplus_comed     —                 coordinate-wise median  1   0
+    fedplus_fedprox   indicator of {0}  mean                    1   > 0
+    fedavg_plus       σδ/2‖·‖²          mean (eq. (25))         0   > 0
+    fedgeomed_plus    σδ‖·‖₂            δ-geometric median      0   > 0
+    fedcomed_plus     σδ‖·‖₁            δ-coordinate median     0   > 0
+
+Hybrid (Alg. 1, "layer-specific Ψ"): ``groups`` gives parameter-name patterns (fnmatch, e.g.
+``"fc2.*"``) their own Ψ and δ; each group is one block (one ℓ2 norm per party and group) and the
+remaining coordinates form one block with the default Ψ, δ. The same blocks are used in θ_k and
+in eq. (25).
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+
+import torch
+from torch import Tensor
+
+from fedpd.aggregators import fedplus_aggregate
+from fedpd.algorithms.base import Algorithm, RoundContext, expand
+from fedpd.algorithms.local_loop import LocalLoop, is_plain_gradient_solver
+from fedpd.algorithms.robust import WEIGHTS, ServerAggregator
+from fedpd.errors import ConfigError
+from fedpd.prox import PROX_KINDS, prox, prox_grouped
+from fedpd.solvers import LocalObjective
+
+AGGREGATORS = ("fedplus", "mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum")
+
+
+class FedPlus(Algorithm):
+    """Fed+ (seed 002, Alg. 1): see the module docstring.
+
+    Args:
+        psi: Ψ — "zero", "sq_l2" (FedAvg+), "l2" (FedGeoMed+), "l1" (FedCoMed+), "indicator" (FedProx).
+        sigma: σ >= 0, the penalty of eq. (3); κ = 1/(1 + ησ). σ = 0 with λ = 0 is local training only
+            (nothing is communicated).
+        delta: δ >= 0, the smoothing of Ψ (Ψ = σδ/2‖·‖², σδ‖·‖₂, σδ‖·‖₁).
+        lam: λ ∈ [0, 1], the local initialisation mix of line 18 (0: keep the own model).
+        groups: hybrid Ψ, a list of {"pattern": ..., "psi": ..., "delta": ...} (first match wins).
+        aggregator: "fedplus" (eq. (25) with Ψ) or a robust aggregator of :mod:`fedpd.aggregators`.
+        aggregator_options: options of that aggregator (not for "fedplus": use tol/max_iter/init).
+        aggregate_over: "all" (Alg. 1: every party's latest model) or "participants".
+        weights: "uniform" (the paper's 1/N) or "samples" (by local data size).
+        party_steps: E_k per party (length N); empty: the solver's local_steps (and stragglers).
+        local_step: "implicit" (eq. (14)) or "explicit" (a gradient step on the σ-term).
+        tol, max_iter, init: eq. (25)'s tolerance, iteration cap and start ("mean" as the paper,
+            "median", or "previous": last round's w̃).
+    """
+
+    name = "fedplus"
+    description = "Fed+: personalised w_k pulled to w~ + prox(w_k - w~); robust aggregation (choose psi yourself)"
+
+    def __init__(self, psi: str = "l2", sigma: float = 1.0, delta: float = 0.1, lam: float = 0.0,
+                 groups: list | tuple = (), aggregator: str = "fedplus", aggregator_options: dict | None = None,
+                 aggregate_over: str = "all", weights: str = "uniform", party_steps: list | tuple = (),
+                 local_step: str = "implicit", tol: float = 1e-7, max_iter: int = 1000, init: str = "mean"):
+        if psi not in PROX_KINDS:
+            raise ConfigError(f"algorithm.psi: {psi!r} (allowed: {', '.join(PROX_KINDS)})")
+        if aggregator not in AGGREGATORS:
+            raise ConfigError(f"algorithm.aggregator: {aggregator!r} (allowed: {', '.join(AGGREGATORS)})")
+        if aggregate_over not in ("all", "participants"):
+            raise ConfigError(f"algorithm.aggregate_over: {aggregate_over!r} (allowed: all, participants)")
+        if local_step not in ("implicit", "explicit"):
+            raise ConfigError(f"algorithm.local_step: {local_step!r} (allowed: implicit, explicit)")
+        if init not in ("mean", "median", "previous"):
+            raise ConfigError(f"algorithm.init: {init!r} (allowed: mean, median, previous)")
+        if weights not in WEIGHTS:
+            raise ConfigError(f"algorithm.weights: {weights!r} (allowed: {', '.join(WEIGHTS)})")
+        if not 0 <= lam <= 1:
+            raise ConfigError(f"algorithm.lam: must lie in [0, 1] (got {lam!r})")
+        if sigma < 0 or delta < 0:
+            raise ConfigError(f"algorithm.sigma / delta: must be >= 0 (got {sigma!r}, {delta!r})")
+        self.psi, self.sigma, self.delta, self.lam = psi, float(sigma), float(delta), float(lam)
+        self.groups = [self._group(i, g) for i, g in enumerate(groups)]
+        self.aggregate_over, self.weights, self.local_step = aggregate_over, weights, local_step
+        self.party_steps = torch.tensor(list(party_steps), dtype=torch.int64)
+        if self.party_steps.numel() and int(self.party_steps.min()) < 0:
+            raise ConfigError("algorithm.party_steps: every E_k must be >= 0")
+        self.tol, self.max_iter, self.init = tol, max_iter, init
+        self.aggregator_name = aggregator
+        if aggregator == "fedplus":
+            if aggregator_options:
+                raise ConfigError("algorithm.aggregator_options: not used by aggregator 'fedplus' "
+                                  "(its options are algorithm.tol, max_iter, init)")
+            self.robust = None
+        else:
+            self.robust = ServerAggregator(aggregator, aggregator_options, weights)
+        # σ = λ = 0: w~ never reaches a party, so nothing is sent (Table 1, "local SGD without FL")
+        self.federated = self.sigma > 0 or self.lam > 0
+        self._plan_cache: dict = {}
+
+    @staticmethod
+    def _group(i: int, g) -> tuple[str, str, float]:
+        if not isinstance(g, dict) or set(g) - {"pattern", "psi", "delta"} or "pattern" not in g:
+            raise ConfigError(f"algorithm.groups[{i}]: expected a table with pattern, psi, delta (got {g!r})")
+        kind = g.get("psi", "l2")
+        if kind not in PROX_KINDS:
+            raise ConfigError(f"algorithm.groups[{i}].psi: {kind!r} (allowed: {', '.join(PROX_KINDS)})")
+        delta = g.get("delta", 0.1)
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or delta < 0:
+            raise ConfigError(f"algorithm.groups[{i}].delta: must be a number >= 0 (got {delta!r})")
+        return str(g["pattern"]), kind, float(delta)
+
+    # --- hybrid Ψ: parameter-name patterns -> blocks of the flat vector ---------------------
+    def plan(self, problem) -> list[tuple[Tensor, str, float]] | None:
+        """``[(coordinates, Ψ, δ), ...]`` for the hybrid, or None without groups."""
+        if not self.groups:
+            return None
+        key = id(problem.model)
+        if key not in self._plan_cache:
+            slices = problem.model.slices()
+            owned: dict[int, list[slice]] = {}
+            for name, sl in slices.items():
+                for gi, (pattern, _, _) in enumerate(self.groups):
+                    if fnmatch(name, pattern):
+                        owned.setdefault(gi, []).append(sl)
+                        break
+            plan = []
+            for gi, (pattern, kind, delta) in enumerate(self.groups):
+                if gi not in owned:
+                    raise ConfigError(f"algorithm.groups[{gi}].pattern: {pattern!r} matches no parameter "
+                                      f"(parameters: {', '.join(slices)})")
+                plan.append((torch.cat([torch.arange(s.start, s.stop) for s in owned[gi]]), kind, delta))
+            self._plan_cache[key] = plan
+        return self._plan_cache[key]
+
+    def theta(self, v: Tensor, problem) -> Tensor:
+        """θ = prox_Ψ^{1/σ}(v), row-wise (eq. (11))."""
+        plan = self.plan(problem)
+        if plan is None:
+            return prox(self.psi, v, self.delta)
+        return prox_grouped(v, plan, default=(self.psi, self.delta))
+
+    def setup(self, problem, solver):
+        self.plan(problem)  # unmatched group patterns fail here, before anything runs
+        plain = is_plain_gradient_solver(solver)
+        if self.party_steps.numel():
+            if self.party_steps.numel() != problem.num_clients:
+                raise ConfigError(f"algorithm.party_steps: needs one E_k per party ({problem.num_clients}), "
+                                  f"got {self.party_steps.numel()}")
+            if not plain:
+                raise ConfigError("algorithm.party_steps: needs solver gd or sgd (allowed: [] otherwise)")
+        if plain and solver.momentum:
+            raise ConfigError(f"solver.momentum: {self.name}'s local step (eq. (14)) has no momentum (allowed: 0)")
+
+    # --- state ----------------------------------------------------------------------------
+    def init_server(self, x0):
+        server = {"x0": x0.clone(), "agg_iterations": torch.zeros((), dtype=torch.int64),
+                  "agg_unconverged": torch.zeros((), dtype=torch.int64)}
+        if self.aggregate_over == "all":
+            server["W"] = x0.new_empty((0, *x0.shape))  # the [N, d] table, filled at the first aggregation
+        return server
+
+    def init_client(self, x0):
+        return {"w": x0.clone()}  # Alg. 1 line 2: w_k⁰ = w̃⁰
+
+    # --- one round ------------------------------------------------------------------------
+    def communicates(self, server, round, generator):
+        return self.federated
+
+    def broadcast(self, server):
+        return {"x0": server["x0"]} if self.federated else {}
+
+    def local(self, message, clients, ctx: RoundContext):
+        k = ctx.ids.numel()
+        w = clients["w"]
+        center = None
+        if self.federated:
+            wt = expand(message["x0"], k)
+            if self.sigma > 0:
+                center = wt + self.theta(w - wt, ctx.problem)  # w̃ + θ_k, fixed for the round
+            if self.lam == 1:
+                w = wt.clone()
+            elif self.lam > 0:
+                w = (1 - self.lam) * w + self.lam * wt
+        w = self._local_solve(ctx, w, center)
+        return {"w": w}, {"w": w}
+
+    def _steps(self, ctx: RoundContext) -> Tensor | None:
+        if not self.party_steps.numel():
+            return None
+        if self.party_steps.numel() != ctx.num_clients:
+            raise ConfigError(f"algorithm.party_steps: needs one E_k per party ({ctx.num_clients}), "
+                              f"got {self.party_steps.numel()}")
+        return self.party_steps[ctx.ids]
+
+    def _local_solve(self, ctx: RoundContext, w: Tensor, center: Tensor | None) -> Tensor:
+        if not is_plain_gradient_solver(ctx.solver):
+            # exact (eq. (12) solved exactly) or another solver: hand it Prop. 1's sub-problem
+            if self.party_steps.numel():
+                raise ConfigError("algorithm.party_steps: needs solver gd or sgd (allowed: [] otherwise)")
+            objective = LocalObjective(mu=self.sigma, center=center) if center is not None else LocalObjective()
+            return ctx.solver.solve(ctx.problem, ctx.ids, w, objective, ctx.round, ctx.generator).x
+        loop = LocalLoop.of(ctx, self.name, self._steps(ctx))
+        eta, sigma = loop.lr, self.sigma
+        kappa = 1.0 / (1.0 + eta * sigma)
+        for q in range(loop.rounds):
+            g = loop.grad(w, loop.batch())
+            if center is None:
+                w_new = w - eta * g
+            elif self.local_step == "implicit":
+                w_new = kappa * (w - eta * g) + (1 - kappa) * center  # eq. (14)
+            else:
+                w_new = w - eta * (g + sigma * (w - center))
+            w = loop.advance(q, w, w_new)
+        return w
+
+    def aggregate(self, server, uploads, ctx: RoundContext):
+        rows, ids, new = uploads["w"], ctx.ids, dict(server)
+        if self.aggregate_over == "all":
+            table = server["W"]
+            if table.shape[0] != ctx.num_clients:  # first aggregation: every party still holds w̃⁰
+                table = expand(server["x0"], ctx.num_clients)
+            table = table.clone()
+            table[ids] = rows
+            new["W"], rows, ids = table, table, torch.arange(ctx.num_clients)
+        if self.robust is not None:
+            x0, info = self.robust(rows, ctx.problem, ids)
+        else:
+            weights = ctx.problem.train.sizes[ids].to(rows.dtype) if self.weights == "samples" else None
+            plan = self.plan(ctx.problem)
+            init = server["x0"] if self.init == "previous" else self.init
+            x0, info = fedplus_aggregate(rows, self.psi, self.delta, tol=self.tol, max_iter=self.max_iter,
+                                         groups=plan, weights=weights, init=init)
+        new["x0"] = x0
+        new["agg_iterations"] = torch.tensor(info["iterations"], dtype=torch.int64)
+        new["agg_unconverged"] = server["agg_unconverged"] + int(not info["converged"])
+        return new, {}
+
+    # --- evaluation -----------------------------------------------------------------------
+    def model(self, server, store):
+        return server["x0"] if self.federated else store.mean("w")
+
+    def personal_models(self, server, store, problem=None):
+        return store.full("w")
+
+    def diagnostics(self, server, store):
+        if not self.federated:
+            return {}
+        return {"agg_iterations": int(server["agg_iterations"]), "agg_unconverged_rounds": int(server["agg_unconverged"])}
+
+
+# --- Table 1 presets ---------------------------------------------------------------------------
+class FedAvgPlus(FedPlus):
+    """FedAvg+ (seed 002 §4.4.1): Ψ = σδ/2‖·‖², θ_k = (w_k − w̃)/(1 + δ), 𝒜 = mean."""
+
+    name = "fedavg_plus"
+    description = "FedAvg+: Fed+ with psi = sigma*delta/2 ||.||^2 (mean aggregation, personalised)"
+
+    def __init__(self, **options):
+        super().__init__(psi="sq_l2", **options)
+
+
+class FedGeoMedPlus(FedPlus):
+    """FedGeoMed+ (seed 002 §4.4.1, eq. (16)): Ψ = σδ‖·‖₂, θ_k = block soft-threshold of
+    w_k − w̃, 𝒜 = δ-approximate geometric median."""
+
+    name = "fedgeomed_plus"
+    description = "FedGeoMed+: Fed+ with psi = sigma*delta ||.||_2 (delta-geometric median, personalised)"
+
+    def __init__(self, **options):
+        super().__init__(psi="l2", **options)
+
+
+class FedCoMedPlus(FedPlus):
+    """FedCoMed+ (seed 002 §4.4.1, eqs. (19), (22)): Ψ = σδ‖·‖₁, θ_k = soft-threshold of
+    w_k − w̃, 𝒜 = δ-approximate coordinate-wise median."""
+
+    name = "fedcomed_plus"
+    description = "FedCoMed+: Fed+ with psi = sigma*delta ||.||_1 (delta-coordinate-wise median, personalised)"
+
+    def __init__(self, **options):
+        super().__init__(psi="l1", **options)
+
+
+class FedPlusLocal(FedPlus):
+    """Table 1, "Local SGD without FL": Ψ ≡ 0, σ = 0, λ = 0 — every party trains alone and
+    nothing is communicated."""
+
+    name = "fedplus_local"
+    description = "Fed+ preset, Table 1 row 1: local training without federation (sigma = lam = 0)"
+
+    def __init__(self, **options):
+        super().__init__(psi="zero", sigma=0.0, lam=0.0, **options)
+
+
+class FedPlusFedAvg(FedPlus):
+    """Table 1, FedAvg: λ = 1, σ = 0, 𝒜 = mean over the participants (or ``aggregator``: RFA's
+    geometric median, the coordinate-wise median, ...)."""
+
+    name = "fedplus_fedavg"
+    description = "Fed+ preset, Table 1: FedAvg (lam = 1, sigma = 0, mean)"
+    default_aggregator = "mean"
+
+    def __init__(self, **options):
+        options.setdefault("aggregator", self.default_aggregator)
+        options.setdefault("aggregate_over", "participants")
+        super().__init__(psi="zero", sigma=0.0, lam=1.0, **options)
+
+
+class FedPlusRFA(FedPlusFedAvg):
+    """Table 1, RFA (Pillutla et al. 2022): λ = 1, σ = 0, 𝒜 = geometric median (smoothed Weiszfeld)."""
+
+    name = "fedplus_rfa"
+    description = "Fed+ preset, Table 1: RFA (lam = 1, sigma = 0, geometric median)"
+    default_aggregator = "geometric_median"
+
+
+class FedPlusCoMed(FedPlusFedAvg):
+    """Table 1, coordinate-wise median (Yin et al. 2018): λ = 1, σ = 0, 𝒜 = coordinate-wise median."""
+
+    name = "fedplus_comed"
+    description = "Fed+ preset, Table 1: coordinate-wise median (lam = 1, sigma = 0)"
+    default_aggregator = "coordinate_median"
+
+
+class FedPlusFedProx(FedPlus):
+    """Table 1, FedProx: Ψ = indicator of {0} (θ_k = 0), λ = 1, σ = μ > 0, 𝒜 = mean over the
+    participants. Fed+'s step is implicit; ``local_step = "explicit"`` gives FedProx's own."""
+
+    name = "fedplus_fedprox"
+    description = "Fed+ preset, Table 1: FedProx (theta = 0, lam = 1, sigma = mu)"
+
+    def __init__(self, **options):
+        options.setdefault("aggregate_over", "participants")
+        super().__init__(psi="indicator", lam=1.0, **options)

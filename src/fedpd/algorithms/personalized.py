@@ -1,0 +1,239 @@
+"""Personalised baselines of Fed+'s Table 2 (seed 002 §5.1): Ditto, APFL, pFedMe, Per-FedAvg (FO),
+and local training without federation (Table 1's first row, standalone).
+
+Each keeps a personal model per client (client state) besides the server model, and exposes it
+through :meth:`personal_models`, so the run reports ``personal_*`` metrics (each client's own
+model on its own test split) next to the server model's. All but Ditto and local training take
+steps the shared solver has no form for and run their own loop on the run's gradient solver
+(:mod:`fedpd.algorithms.local_loop`: its η, step counts, batches, weight decay).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
+from fedpd.algorithms.fedavg import FedAvg
+from fedpd.algorithms.local_loop import LocalLoop
+from fedpd.errors import ConfigError
+from fedpd.solvers import GradientSolver, LocalObjective, client_gradients
+
+
+def _needs_gradient_solver(name: str, solver) -> None:
+    if not isinstance(solver, GradientSolver):
+        raise ConfigError(f"solver.name: algorithm '{name}' runs its own local steps (allowed: gd, sgd)")
+    if solver.momentum:
+        raise ConfigError(f"solver.momentum: algorithm '{name}' runs its own local steps, which have no momentum "
+                          f"(allowed: 0)")
+
+
+class LocalOnly(Algorithm):
+    """Local training without federation (Fed+ Table 1, row 1): each client runs the local solver
+    on f_i from its own last model, every round; nothing is communicated. The server model
+    reported is the mean of the personal models."""
+
+    name = "local"
+    description = "local training only: every client trains its own model, nothing is communicated"
+
+    def init_client(self, x0):
+        return {"x": x0.clone()}
+
+    def communicates(self, server, round, generator):
+        return False
+
+    def broadcast(self, server):
+        return {}
+
+    def local(self, message, clients, ctx: RoundContext):
+        res = ctx.solver.solve(ctx.problem, ctx.ids, clients["x"], LocalObjective(), ctx.round, ctx.generator)
+        return {}, {"x": res.x}
+
+    def aggregate(self, server, uploads, ctx):
+        return server, {}
+
+    def model(self, server, store):
+        return store.mean("x")
+
+    def personal_models(self, server, store, problem=None):
+        return store.full("x")
+
+
+class Ditto(FedAvg):
+    """Ditto (Li, Hu, Beirami, Smith, ICML 2021, Alg. 1).
+
+    Global model: FedAvg — each participant runs the local solver on F_k from w^t, the server
+    aggregates (mean, or any robust ``aggregator``). Personal model v_k: the local solver on
+    h_k(v; w^t) = F_k(v) + λ/2‖v − w^t‖² (eq. (2)) from the client's last v_k, i.e. with GD the
+    steps v_k ← v_k − η(∇F_k(v_k) + λ(v_k − w^t)) of Alg. 1. v_k⁰ = w⁰. Per round: d floats
+    down, d up per participant (v_k never leaves the client).
+    """
+
+    name = "ditto"
+    description = "Ditto: FedAvg global model + personal models regularised towards it (lam/2 ||v - w||^2)"
+
+    def __init__(self, lam: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
+                 weights: str = "uniform"):
+        super().__init__(aggregator, aggregator_options, weights)
+        self.lam = lam
+
+    def init_client(self, x0):
+        return {"v": x0.clone()}
+
+    def local(self, message, clients, ctx: RoundContext):
+        k = ctx.ids.numel()
+        w_t = expand(message["x0"], k)
+        solve = ctx.solver.solve
+        w = solve(ctx.problem, ctx.ids, w_t, LocalObjective(), ctx.round, ctx.generator).x
+        v = solve(ctx.problem, ctx.ids, clients["v"], LocalObjective(mu=self.lam, center=w_t), ctx.round, ctx.generator).x
+        return {"x": w}, {"v": v}
+
+    def personal_models(self, server, store, problem=None):
+        return store.full("v")
+
+
+class APFL(Algorithm):
+    """APFL (Deng, Kamani, Mahdavi, "Adaptive Personalized Federated Learning", 2020, Alg. 1).
+
+    Each participant keeps v_i and a mixing weight α_i. From the server model w it takes, on the
+    same batch ξ per step (eqs. (8)–(10)):
+
+        v̄ = α_i v_i + (1 − α_i) w
+        w   ← w − η∇f_i(w; ξ)
+        v_i ← v_i − η α_i ∇f_i(v̄; ξ)                      (∇_v f_i(v̄) = α_i ∇f_i(v̄))
+        α_i ← clip[0,1](α_i − η_α ⟨v_i − w, ∇f_i(v̄; ξ)⟩)   (only with ``adaptive``)
+
+    (all right-hand sides at the old iterates); the server averages the w's. The personal model
+    is v̄_i = α_i v_i + (1 − α_i) w̄ with w̄ the current server model. v_i⁰ = w⁰, α_i⁰ = ``alpha``.
+    """
+
+    name = "apfl"
+    description = "APFL: personal model alpha*v + (1 - alpha)*w, v trained on the mixture, alpha adapted"
+
+    def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0):
+        if not 0 <= alpha <= 1:
+            raise ConfigError(f"algorithm.alpha: must lie in [0, 1] (got {alpha!r})")
+        self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
+
+    def setup(self, problem, solver):
+        _needs_gradient_solver(self.name, solver)
+
+    def init_client(self, x0):
+        return {"v": x0.clone(), "alpha": torch.full((1,), self.alpha, dtype=x0.dtype)}
+
+    def local(self, message, clients, ctx: RoundContext):
+        loop = LocalLoop.of(ctx, self.name)
+        eta = loop.lr
+        eta_a = self.alpha_lr or eta
+        w, v, a = expand(message["x0"], ctx.ids.numel()).clone(), clients["v"], clients["alpha"]
+        for q in range(loop.rounds):
+            batch = loop.batch()
+            v_bar = a * v + (1 - a) * w
+            g_w, g_bar = loop.grad(w, batch), loop.grad(v_bar, batch)
+            v_new = v - eta * a * g_bar
+            a_new = (a - eta_a * ((v - w) * g_bar).sum(1, keepdim=True)).clamp(0, 1) if self.adaptive else a
+            w_new = w - eta * g_w
+            v, a, w = loop.advance(q, v, v_new), loop.advance(q, a, a_new), loop.advance(q, w, w_new)
+        return {"x": w}, {"v": v, "alpha": a}
+
+    def aggregate(self, server, uploads, ctx):
+        return {"x0": uploads["x"].mean(0), "primal_residual": mean_sq_dist(uploads["x"], server["x0"])}, {}
+
+    def personal_models(self, server, store, problem=None):
+        a = store.full("alpha")
+        return a * store.full("v") + (1 - a) * server["x0"]
+
+
+class PFedMe(Algorithm):
+    """pFedMe (T. Dinh, Tran, Nguyen, NeurIPS 2020, Alg. 1).
+
+    Each participant starts its local model w from the server's w^t and, for each of R local
+    steps (the solver's local_steps; one batch D per step), approximately solves the Moreau
+    envelope's inner problem (eq. (7)) by K GD steps of size ``personal_lr``
+
+        θ ← θ − personal_lr (∇f_i(θ; D) + λ(θ − w)),
+
+    warm-started from the previous θ (θ = w^t at the round's start, as the authors' code), then
+    takes the outer step w ← w − ηλ(w − θ) (eq. (8)). The server: w^{t+1} = (1 − β)w^t + β·mean w
+    (eq. (10)). The personal model is the client's last θ.
+    """
+
+    name = "pfedme"
+    description = "pFedMe: Moreau-envelope personalisation (inner solve for theta, outer step on w, server beta)"
+
+    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0):
+        self.lam, self.inner_steps, self.personal_lr, self.beta = lam, inner_steps, personal_lr, beta
+
+    def setup(self, problem, solver):
+        _needs_gradient_solver(self.name, solver)
+
+    def init_client(self, x0):
+        return {"theta": x0.clone()}
+
+    def local(self, message, clients, ctx: RoundContext):
+        loop = LocalLoop.of(ctx, self.name)
+        eta, lam, plr = loop.lr, self.lam, self.personal_lr
+        w = expand(message["x0"], ctx.ids.numel()).clone()
+        theta = w.clone()
+        for q in range(loop.rounds):
+            batch = loop.batch()
+            th = theta
+            for _ in range(self.inner_steps):
+                th = th - plr * (loop.grad(th, batch) + lam * (th - w))
+            w_new = w - eta * lam * (w - th)
+            theta = loop.advance(q, theta, th)
+            w = loop.advance(q, w, w_new)
+        return {"x": w}, {"theta": theta}
+
+    def aggregate(self, server, uploads, ctx):
+        x = uploads["x"]
+        x0 = x.mean(0) if self.beta == 1 else (1 - self.beta) * server["x0"] + self.beta * x.mean(0)
+        return {"x0": x0, "primal_residual": mean_sq_dist(x, server["x0"])}, {}
+
+    def personal_models(self, server, store, problem=None):
+        return store.full("theta")
+
+
+class PerFedAvg(FedAvg):
+    """Per-FedAvg, first-order version (Fallah, Mokhtari, Ozdaglar, NeurIPS 2020, Alg. 1 with the
+    FO approximation of §5): from the server model, each local step draws two independent batches
+    D, D' and takes
+
+        w̃ = w − α∇f_i(w; D),   w ← w − β∇f_i(w̃; D')
+
+    (β = the solver's η; the Hessian term of the MAML gradient dropped); the server averages (or
+    any robust ``aggregator``). The personal model is one step of adaptation from the server
+    model on the client's own training data: x0 − α∇f_i(x0) (full local batch).
+    """
+
+    name = "perfedavg"
+    description = "Per-FedAvg (first-order MAML): personal model = one local gradient step from the server model"
+
+    def __init__(self, alpha: float = 0.01, aggregator: str = "mean", aggregator_options: dict | None = None,
+                 weights: str = "uniform"):
+        super().__init__(aggregator, aggregator_options, weights)
+        self.alpha = alpha
+
+    def setup(self, problem, solver):
+        _needs_gradient_solver(self.name, solver)
+
+    def local(self, message, clients, ctx: RoundContext):
+        loop = LocalLoop.of(ctx, self.name)
+        w = expand(message["x0"], ctx.ids.numel()).clone()
+        for q in range(loop.rounds):
+            inner, outer = loop.batch(), loop.batch()
+            w_tilde = w - self.alpha * loop.grad(w, inner)
+            w = loop.advance(q, w, w - loop.lr * loop.grad(w_tilde, outer))
+        return {"x": w}, clients
+
+    def personal_models(self, server, store, problem=None):
+        if problem is None:
+            return None
+        x0, n = server["x0"], problem.num_clients
+        grad_f = client_gradients(problem)
+        out = torch.empty((n, *x0.shape), dtype=x0.dtype)
+        step = max(1, 4096 // max(1, int(problem.train.sizes.max())))
+        for start in range(0, n, step):
+            ids = torch.arange(start, min(start + step, n))
+            out[ids] = x0 - self.alpha * grad_f(expand(x0, ids.numel()), *problem.train.padded(ids))
+        return out

@@ -1,0 +1,175 @@
+"""Seed 003 (J. Xu, "Possible algorithms for federated learning", 2020): Parallel SAGA and
+Parallel ADMM, each with its stochastic (minibatch) version.
+
+None of them runs a local solver: a client evaluates one (full or minibatch) gradient per round,
+so the ``[solver]`` section is not used. Their step size is ``algorithm.eta``, as in the text.
+
+The text minimises f = Σ_i f_i with f_i a *sum* over the client's samples; fedpd's f_i is the
+client's *mean* loss (plus the regulariser), as everywhere in the package. Both methods are
+written for that f_i; what changes is only the scale of η (η_text = η / n_i for equal sizes).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
+from fedpd.solvers import client_gradients
+
+
+class ParallelSAGA(Algorithm):
+    """Parallel "SAGA" (seed 003, Alg. 1), adapted from Push-Pull / SAGA.
+
+    The server keeps w (= x0) and y, an estimate of Σ_i ∇f_i(w) — the gradient of the *sum*
+    f = Σ_i f_i, not of fedpd's mean objective (1/N)Σ_i f_i: the server step is on the sum, so
+    η here is N times smaller than a GD step on the mean. Each client j keeps y_j, its last
+    gradient. A participant returns Δg_j = ∇f_j(w) − y_j and sets y_j = ∇f_j(w); the server
+    sets y ← y + Σ_P Δg_j, then w ← w − η·y. The invariant y = Σ_j y_j holds every round, so
+    with every client participating every round this is exactly gradient descent on Σ_i f_i.
+
+    Initialisation: the text sets y_j⁰ = ∇f_j(w⁰) for all N clients, a pass over every client
+    before round 0. fedpd starts from y_j⁰ = 0, y⁰ = 0 (the invariant holds) so that per-round
+    work and memory stay O(|P|·d): a client's y_j is materialised when it first takes part.
+    With full participation the two coincide from round 1 on. Per participant: d floats down
+    (w), d up (Δg_j); client state y_j (d); server state w, y (2d).
+    """
+
+    name = "parallel_saga"
+    description = "Parallel SAGA (seed 003, Alg. 1): server steps on a table of the clients' last full gradients"
+
+    def __init__(self, eta: float = 0.01):
+        self.eta = eta
+
+    def init_server(self, x0):
+        return {"x0": x0.clone(), "y": torch.zeros_like(x0)}
+
+    def init_client(self, x0):
+        return {"y": torch.zeros_like(x0)}
+
+    def fresh_gradients(self, message, clients, ctx: RoundContext):
+        """(Δg [K, d], new client state)."""
+        g = client_gradients(ctx.problem)(expand(message["x0"], ctx.ids.numel()), *ctx.problem.train.padded(ctx.ids))
+        return g - clients["y"], {"y": g}
+
+    def local(self, message, clients, ctx: RoundContext):
+        dg, new = self.fresh_gradients(message, clients, ctx)
+        return {"dg": dg}, new
+
+    def aggregate(self, server, uploads, ctx):
+        y = server["y"] + uploads["dg"].sum(0)
+        return {"x0": server["x0"] - self.eta * y, "y": y}, {}
+
+
+class StochasticSAGA(ParallelSAGA):
+    """Stochastic / batch Parallel "SAGA" (seed 003, Alg. 2).
+
+    Each client keeps a table of per-sample gradients y_{i,j}, one row per local sample, of
+    ∇(l_j + r)(w)/n_i so that Σ_j y_{i,j} estimates ∇f_i (fedpd's f_i is the mean loss plus
+    the regulariser r). A participant draws B of its samples uniformly *without* replacement
+    (all of them if B ≥ n_i; with replacement a repeated sample would be counted twice but
+    refreshed once, breaking y = Σ_{i,j} y_{i,j}), returns Σ_{j∈B}(∇l_j(w)/n_i − y_{i,j}) and
+    refreshes those rows. The server step is Parallel SAGA's. With B ≥ n_i for every client and
+    full participation it is again exactly gradient descent on Σ_i f_i.
+
+    Memory: each client that has taken part holds an [n_max, d] table (n_max = the largest
+    client), i.e. n_max·d floats per materialised client — fine for small problems, the price
+    of a per-sample SAGA table. Tables start at 0 (see :class:`ParallelSAGA`).
+    """
+
+    name = "stochastic_saga"
+    description = "Stochastic Parallel SAGA (seed 003, Alg. 2): per-sample gradient tables on the clients"
+
+    def __init__(self, eta: float = 0.01, batch_size: int = 1):
+        super().__init__(eta)
+        self.batch_size = batch_size
+        self.table_rows = 0
+
+    def setup(self, problem, solver):
+        self.table_rows = int(problem.train.sizes.max())  # a static fact of the data, not state
+
+    def init_client(self, x0):
+        return {"table": x0.new_zeros((self.table_rows, *x0.shape))}
+
+    def fresh_gradients(self, message, clients, ctx: RoundContext):
+        split, ids, table = ctx.problem.train, ctx.ids, clients["table"]
+        k, rows, d = table.shape
+        sizes = split.sizes[ids]
+        b = min(self.batch_size, rows)
+        # B distinct samples per client: rank uniform keys, padding rows sorted last
+        keys = torch.rand(k, rows, generator=ctx.generator, dtype=torch.float64)
+        keys = torch.where(torch.arange(rows)[None, :] < sizes[:, None], keys, 2.0)
+        pick = keys.argsort(1)[:, :b]  # [K, b] local sample indices
+        valid = torch.arange(b)[None, :] < sizes[:, None]  # only min(B, n_i) of them are real
+        rows_global = split.offsets[ids][:, None] + torch.where(valid, pick, 0)
+        X, Y = split.x[rows_global], split.y[rows_global]  # [K, b, ...]
+        one = torch.ones(k * b, 1, dtype=table.dtype)
+        per_sample = client_gradients(ctx.problem)(
+            expand(message["x0"], k).repeat_interleave(b, 0), X.reshape(k * b, 1, *X.shape[2:]),
+            Y.reshape(k * b, 1), one).view(k, b, d)
+        new_rows = per_sample / sizes[:, None, None].to(table.dtype) * valid[..., None]
+        index = pick[..., None].expand(k, b, d)
+        old_rows = table.gather(1, index) * valid[..., None]
+        return (new_rows - old_rows).sum(1), {"table": table.scatter(1, index, new_rows)}
+
+
+class ParallelADMM(Algorithm):
+    """Parallel "ADMM" (seed 003, Alg. 3; ID-FBBS of Xu et al. 2018 with W = 11ᵀ/K).
+
+    Every client, every round. The server averages w_av = mean_i w_i (= x0); each client keeps
+    w_i and y_i (y_i⁰ = 0) and updates
+
+        w_i ← w_av − η∇f_i(w_i) − y_i,        y_i ← y_i + w_i − w_av⁺,
+
+    where w_av⁺ is the *new* average, as in the stochastic version (Alg. 4). Alg. 3 writes the
+    old average w_av in the dual step; with it the iteration keeps w_av + η·mean_i ∇f_i(w_i)
+    constant from round 1 on and stops at the proximal point w_av = w⁰ − η·mean_i ∇f_i(w_av),
+    not at a stationary point (for one client: w ← w − η∇f(w) − y with y = −η∇f(w_prev)
+    makes no progress once the gradients settle). With the new average Σ_i y_i = 0 is kept and
+    every fixed point has w_i = w_av and Σ_i ∇f_i(w_av) = 0.
+
+    The dual step needs w_av⁺, which the client receives at the start of the next round, so it
+    is applied then (y_i ← y_i + w_i − w_av before the primal step): the same iterates with no
+    extra message. Per client: d floats down (w_av), d up (w_i); client state w_i, y_i (2d).
+    """
+
+    name = "parallel_admm"
+    description = "Parallel ADMM (seed 003, Alg. 3): consensus ADMM with one gradient step per round, all clients"
+    participation = "all"
+
+    def __init__(self, eta: float = 0.1):
+        self.eta = eta
+
+    def init_client(self, x0):
+        return {"w": x0.clone(), "y": torch.zeros_like(x0)}
+
+    def gradients(self, w, ctx: RoundContext):
+        return client_gradients(ctx.problem)(w, *ctx.problem.train.padded(ctx.ids))
+
+    def local(self, message, clients, ctx: RoundContext):
+        w_av = expand(message["x0"], ctx.ids.numel())
+        w = clients["w"]
+        y = clients["y"] + w - w_av  # the dual step of the previous round, with its new average
+        w_new = w_av - self.eta * self.gradients(w, ctx) - y
+        return {"w": w_new}, {"w": w_new, "y": y}
+
+    def aggregate(self, server, uploads, ctx):
+        w = uploads["w"]
+        return {"x0": w.mean(0), "primal_residual": mean_sq_dist(w, server["x0"])}, {}
+
+
+class StochasticADMM(ParallelADMM):
+    """Stochastic / batch Parallel "ADMM" (seed 003, Alg. 4): Parallel ADMM with ∇f_i(w_i)
+    replaced by the mean gradient over B samples drawn uniformly with replacement (the text's
+    Σ_{j∈B} is a sum; the mean keeps it an unbiased estimate of fedpd's mean-loss ∇f_i). The
+    dual step uses the new average w_av⁺, as Alg. 4 writes it."""
+
+    name = "stochastic_admm"
+    description = "Stochastic Parallel ADMM (seed 003, Alg. 4): minibatch gradient, new average in the dual step"
+
+    def __init__(self, eta: float = 0.1, batch_size: int = 1):
+        super().__init__(eta)
+        self.batch_size = batch_size
+
+    def gradients(self, w, ctx: RoundContext):
+        batch = ctx.problem.train.minibatch(ctx.ids, self.batch_size, ctx.generator)
+        return client_gradients(ctx.problem)(w, *batch)

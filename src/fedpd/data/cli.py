@@ -1,0 +1,139 @@
+"""The ``fedpd data`` sub-command: ``list`` what is in the data directory, ``download`` a dataset,
+``split`` one into clients and show (or plot) the label distribution.
+
+``add_data_parser(subparsers)`` registers it on the main CLI's argparse sub-parsers; every leaf parser sets
+``func=(args) -> int``. Errors are raised as FedpdError subclasses for the main CLI to print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import numpy as np
+
+from fedpd.data.loaders import DATASETS, canonical_name, dataset_options, dataset_status, load_dataset, resolve_data_dir
+from fedpd.data.partition import PARTITIONS, format_label_matrix, label_matrix, partition
+from fedpd.errors import ConfigError
+
+
+def add_data_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``data {list,download,split}`` to ``subparsers`` (from ``ArgumentParser.add_subparsers()``)."""
+    p = subparsers.add_parser("data", help="list, download and split datasets",
+                              description="Datasets: list what is present, download, split into clients.")
+    sub = p.add_subparsers(dest="data_command", metavar="{list,download,split}")
+    sub.required = True
+
+    def data_dir(q):
+        q.add_argument("--data-dir", metavar="D", help="data directory (default: $FEDPD_DATA, else ~/.cache/fedpd/data)")
+
+    q = sub.add_parser("list", help="show each known dataset: present, missing or corrupt, and where")
+    data_dir(q)
+    q.add_argument("--verify", action="store_true", help="also hash canonical files (default: sizes only)")
+    q.set_defaults(func=cmd_list)
+
+    q = sub.add_parser("download", help="fetch a dataset's canonical archives (mnist, fashion-mnist, cifar10, cifar100)")
+    q.add_argument("name", metavar="NAME")
+    data_dir(q)
+    q.add_argument("--base-url", metavar="URL", help="fetch from URL/<file> instead of the public mirrors")
+    q.add_argument("--no-progress", action="store_true", help="print nothing while downloading")
+    q.set_defaults(func=cmd_download)
+
+    q = sub.add_parser("split", help="partition a dataset's training set into clients and show the label matrix")
+    q.add_argument("name", metavar="NAME")
+    q.add_argument("--partition", choices=PARTITIONS, default="iid")
+    q.add_argument("--clients", type=int, metavar="N", help="number of clients (not used by natural)")
+    q.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet concentration (default 0.5)")
+    q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards per client (default 2)")
+    q.add_argument("--min-size", type=int, default=1, metavar="M", help="minimum samples per client (default 1)")
+    q.add_argument("--exponent", type=float, default=1.5, help="power_law Pareto exponent (default 1.5)")
+    q.add_argument("--seed", type=int, default=0, metavar="S")
+    data_dir(q)
+    q.add_argument("--path", metavar="P", help="image-folder only: folder or .tar.gz (absolute or under the data dir)")
+    q.add_argument("--no-verify", action="store_true", help="skip the canonical size/hash check of dataset files")
+    q.add_argument("--plot", metavar="FILE.png", help="also draw the label matrix as a heatmap (needs matplotlib)")
+    q.set_defaults(func=cmd_split)
+    return p
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root)) or "."
+    except ValueError:
+        return str(path)
+
+
+def cmd_list(args) -> int:
+    root = resolve_data_dir(args.data_dir)
+    origin = "--data-dir" if args.data_dir else "$FEDPD_DATA" if os.environ.get("FEDPD_DATA") else "default cache dir"
+    print(f"data dir: {root} ({origin})")
+    rows = []
+    for name in DATASETS:
+        st = dataset_status(name, root, verify=args.verify)
+        if st.state == "missing":
+            where = "looked in " + ", ".join(_rel(p, root) for p in st.looked)
+        elif st.state == "corrupt":
+            where = st.detail
+        elif st.state == "n/a":
+            where = "give a path: fedpd data split image-folder --path P"
+        else:
+            where = _rel(Path(st.where), root)
+        rows.append((name, st.state, where))
+    w = max(len(r[0]) for r in rows)
+    print(f"{'dataset':<{w}}  {'state':<8} where")
+    for name, state, where in rows:
+        print(f"{name:<{w}}  {state:<8} {where}")
+    return 0
+
+
+def cmd_download(args) -> int:
+    from fedpd.data.download import download
+
+    folder = download(args.name, args.data_dir, base_url=args.base_url, progress=not args.no_progress)
+    print(f"{canonical_name(args.name)}: files in {folder}")
+    return 0
+
+
+def _plot(matrix: np.ndarray, path: str, title: str) -> None:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib, which is not installed: pip install matplotlib (or 'fedpd[plot]')") from None
+    k, c = matrix.shape
+    fig = Figure(figsize=(min(14.0, 3.0 + 0.35 * c), min(12.0, 2.5 + 0.25 * k)))
+    ax = fig.add_subplot()
+    im = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis")
+    fig.colorbar(im, ax=ax, label="samples")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_title(title)
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--plot {path}: cannot write the figure ({e})") from None
+
+
+def cmd_split(args) -> int:
+    key = canonical_name(args.name)
+    options = {}
+    if "verify" in dataset_options(key):
+        options["verify"] = not args.no_verify
+    if key == "image-folder":
+        options["path"] = args.path
+    ds = load_dataset(key, args.data_dir, **options)
+    labels = ds.y_train.numpy()
+    parts = partition(args.partition, labels, args.clients, args.seed, alpha=args.alpha,
+                      classes_per_client=args.classes_per_client, min_size=args.min_size, exponent=args.exponent,
+                      user_ids=None if ds.train_users is None else ds.train_users.numpy())
+    if args.partition == "natural" and args.clients is not None and args.clients != len(parts):
+        print(f"note: natural partition has one client per user ({len(parts)}); --clients {args.clients} ignored")
+    matrix = label_matrix(labels, parts, ds.num_classes)
+    print(f"{ds.name}: {args.partition} partition of {len(labels)} training samples (seed {args.seed})")
+    print(format_label_matrix(matrix))
+    if ds.classes and len(ds.classes) <= 20:
+        print("classes: " + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))
+    if args.plot:
+        _plot(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients")
+        print(f"plot: {args.plot}")
+    return 0
