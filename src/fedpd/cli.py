@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("fedpd: interrupted (the last checkpoint is intact; continue with fedpd run --resume DIR)", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `fedpd list | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
