@@ -36,9 +36,10 @@ def best(records: list[dict], key: str):
     return min(values) if any(s in key for s in LOWER_IS_BETTER) else max(values)
 
 
-def compare_rows(paths) -> tuple[list[str], list[list[str]]]:
+def compare_rows(paths, metrics=("train_loss", "grad_norm_sq", "test_loss", "test_acc")) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the final and best value of each of ``metrics`` that the runs report."""
     runs = [load_run(p) for p in paths]
-    metrics = [k for k in ("train_loss", "grad_norm_sq", "test_loss", "test_acc") if any(k in r[2][-1] for r in runs)]
+    metrics = [k for k in metrics if any(k in r[2][-1] for r in runs)]
     header = ["run", "algorithm", "rounds", "comm_rounds", "uplink_floats"]
     for m in metrics:
         header += [f"{m} (final)", f"{m} (best)"]
