@@ -89,6 +89,31 @@ def test_afedpdsam_is_afedpd_with_a_sam_solver():
     assert a.solver.sam_radius == 0  # the preset used a copy; the configured solver is unchanged
 
 
+def test_afedpdsam_rounds_by_hand():
+    """2 of 4 clients per round: SAM steps on L_i from x0, participants' dual step, the virtual
+    step (x̄ − x0)/η for the absent ones (eagerly here), x0 = x̄ + η·mean_N λ_i."""
+    r, lr, q, eta = 0.2, 0.1, 3, 2.0
+    sim = simulation({"name": "afedpdsam", "eta": eta, "sam_radius": r}, solver={"name": "gd", "lr": lr, "local_steps": q},
+                     sampler={"name": "uniform", "clients_per_round": 2})
+    x0, lam = torch.zeros(D, dtype=F64), torch.zeros(N, D, dtype=F64)
+    for _ in range(3):
+        ids = peek_ids(sim).tolist()
+        xs = []
+        for i in ids:
+            x = x0.clone()
+            for _ in range(q):
+                x = x - lr * (sam_grad(sim, i, x, r) + lam[i] + (x - x0) / eta)
+            xs.append(x)
+        xs = torch.stack(xs)
+        absent = [i for i in range(N) if i not in ids]
+        lam[absent] += (xs.mean(0) - x0) / eta
+        lam[ids] += (xs - x0) / eta
+        x0 = xs.mean(0) + eta * lam.mean(0)
+        sim.step()
+        torch.testing.assert_close(sim.server["x0"], x0, rtol=0, atol=1e-12)
+    assert x0.norm() > 0.05
+
+
 def test_sam_counts_two_gradients_per_step():
     from fedpd.solvers import GradientSolver, LocalObjective
 

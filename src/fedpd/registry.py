@@ -17,6 +17,7 @@ from fedpd.algorithms.scaffold import Scaffold
 from fedpd.algorithms.xu import ParallelADMM, ParallelSAGA, StochasticADMM, StochasticSAGA
 from fedpd.config import ExactOptions, GDOptions, Options, SamplerAll, SamplerBernoulli, SamplerUniform, SGDOptions
 from fedpd.problems import synthetic
+from fedpd.problems.dataset import dataset_problem
 from fedpd import registry_fedplus as _fedplus
 from fedpd.sampling import Bernoulli, Everyone, UniformK
 from fedpd.solvers import ExactSolver, GradientSolver
@@ -65,7 +66,29 @@ class LeastSquaresOptions(Options):
     seed: int = Field(0, ge=0)
 
 
+class DatasetOptions(Options):
+    dataset: str = Field(description="dataset name (fedpd data list)")
+    data_dir: str | None = Field(None, description="default: $FEDPD_DATA, else ~/.cache/fedpd/data")
+    clients: int = Field(100, ge=1, description="ignored by the natural partition (one client per user)")
+    partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = "iid"
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
+    classes_per_client: int = Field(2, ge=1, description="shards: labels per client")
+    min_size: int = Field(1, ge=0, description="dirichlet / power_law: fewest samples per client")
+    exponent: float = Field(1.5, gt=0, description="power_law exponent")
+    test: Literal["pooled", "per_client"] = "pooled"
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="per_client: share of each client's samples")
+    max_samples: int | None = Field(None, ge=1, description="random training subsample (quick runs)")
+    max_test_samples: int | None = Field(None, ge=1, description="random test subsample")
+    normalize: bool = Field(True, description="standardise image channels with training statistics")
+    augment: bool = Field(False, description="random crop + flip on SGD minibatches (images)")
+    seed: int = Field(0, ge=0, description="partition, subsample and model initialisation")
+    verify: bool = Field(True, description="check canonical file sizes and SHA-256 (mnist, fashion-mnist, cifar)")
+    path: str | None = Field(None, description="image-folder: folder or .tar.gz (absolute or under data_dir)")
+
+
 PROBLEMS = {
+    "dataset": Entry(dataset_problem, DatasetOptions,
+                     "a real dataset (fedpd data list) partitioned over clients; model from [model]"),
     "fedpd_logreg": Entry(synthetic.fedpd_logreg, FedPDLogregOptions,
                           "FedPD §5: non-convex penalised logistic regression, 100 agents x 400 samples, d = 20"),
     "synthetic": Entry(synthetic.fedprox_synthetic, SyntheticOptions,

@@ -9,6 +9,7 @@ the same random streams, so a run killed at any point and resumed writes the sam
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from dataclasses import dataclass, field
@@ -38,10 +39,14 @@ STREAMS = ("sampler", "algorithm", "solver", "attack")  # append only: earlier s
 
 def build_problem(cfg: Config) -> Problem:
     entry = registry.PROBLEMS[cfg.names["problem"]]
-    problem = entry.build(**cfg.options["problem"].model_dump())
+    takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem
+    extra = {"model": dict(cfg.model)} if takes_model else {}
+    problem = entry.build(**cfg.options["problem"].model_dump(), **extra)
     problem = build_attack(cfg).apply_data(problem)  # outliers by data (a no-op for other attacks)
-    dtype = {"auto": torch.float64, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
-    if cfg.model and cfg.model.get("name", "auto") != "auto":
+    # auto: float64 for the built-in problems, the problem's own choice (float32 for datasets)
+    auto = problem.info.get("dtype", torch.float64)
+    dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
+    if cfg.model and cfg.model.get("name", "auto") != "auto" and not takes_model:
         raise ConfigError(f"model.name: problem '{cfg.names['problem']}' has a fixed model (allowed: auto)")
     return problem.to(dtype)
 

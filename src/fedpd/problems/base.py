@@ -11,7 +11,7 @@ uniform over clients (FedPD, FedDyn and the primal-dual family minimise this f).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -107,7 +107,7 @@ class Problem:
         def cast(split: ClientSplit) -> ClientSplit:
             x = split.x.to(dtype) if split.x.is_floating_point() else split.x
             y = split.y.to(dtype) if split.y.is_floating_point() else split.y
-            return ClientSplit(x, y, split.offsets)
+            return replace(split, x=x, y=y)  # keeps subclasses (e.g. augmented minibatches)
 
         self.train, self.test = cast(self.train), cast(self.test)
         self.x_init = self.x_init.to(dtype)

@@ -1,0 +1,160 @@
+"""A real dataset as a federated problem: load it (:mod:`fedpd.data`), partition the training set
+over clients, pick the test data, and build the model from the config's ``[model]`` section.
+
+Partitions (``fedpd.data.partition``): iid, dirichlet (label skew, Hsu et al. 2019, concentration
+``alpha``), shards (``classes_per_client`` labels each, McMahan et al. 2017), power_law (size skew)
+and natural (one client per LEAF user). Test data: ``pooled`` uses the dataset's own test set (for
+natural partitions each user's own test samples; otherwise dealt IID over the clients so that
+per-client metrics stay defined — pooled metrics do not depend on the deal); ``per_client`` splits
+every client's training samples into train / test with ``test_fraction``.
+
+Images are standardised per channel with the training set's mean and std. ``augment`` applies
+random crop (4-pixel zero padding) + horizontal flip to every SGD minibatch (the A-FedPD / FedSpeed
+CIFAR recipe); full-batch GD and evaluation see the plain images.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedpd.data import load_dataset, partition as make_partition, random_crop_flip, train_test_split_per_client
+from fedpd.data.loaders import canonical_name
+from fedpd.errors import ConfigError
+from fedpd.flat import FlatModel
+from fedpd.models import MODELS, build_model
+from fedpd.problems import losses
+from fedpd.problems.base import ClientSplit, Problem
+
+#: the model a dataset gets when ``[model]`` names none
+DEFAULT_MODELS = {
+    "mnist": "logistic", "fashion-mnist": "logistic", "cifar10": "lenet", "cifar100": "lenet",
+    "femnist": "femnist_cnn", "shakespeare": "char_lstm", "sent140": "sentiment_lstm", "image-folder": "logistic",
+}
+
+#: datasets whose canonical files have known sizes and SHA-256 sums (``verify`` applies)
+VERIFIED = ("mnist", "fashion-mnist", "cifar10", "cifar100")
+
+
+@dataclass
+class AugmentedSplit(ClientSplit):
+    """A training split whose minibatches are randomly cropped and flipped (images [n, C, H, W])."""
+
+    def minibatch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        X, Y, W = super().minibatch(ids, batch_size, generator)
+        return random_crop_flip(X, generator), Y, W
+
+
+def _split(x: Tensor, y: Tensor, parts: list[np.ndarray], cls: type[ClientSplit] = ClientSplit) -> ClientSplit:
+    index = torch.from_numpy(np.concatenate(parts).astype(np.int64)) if parts else torch.zeros(0, dtype=torch.int64)
+    sizes = torch.tensor([len(p) for p in parts], dtype=torch.int64)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
+    return cls(x[index], y[index], offsets)
+
+
+def _subsample(x: Tensor, y: Tensor, users: Tensor | None, limit: int | None, rng: np.random.Generator):
+    if limit is None or limit >= len(y):
+        return x, y, users
+    keep = torch.from_numpy(np.sort(rng.choice(len(y), limit, replace=False)))
+    return x[keep], y[keep], (users[keep] if users is not None else None)
+
+
+def dataset_problem(
+    *,
+    dataset: str,
+    data_dir: str | None = None,
+    clients: int = 100,
+    partition: str = "iid",
+    alpha: float = 0.5,
+    classes_per_client: int = 2,
+    min_size: int = 1,
+    exponent: float = 1.5,
+    test: str = "pooled",
+    test_fraction: float = 0.2,
+    max_samples: int | None = None,
+    max_test_samples: int | None = None,
+    normalize: bool = True,
+    augment: bool = False,
+    seed: int = 0,
+    verify: bool = True,
+    path: str | None = None,
+    model: dict | None = None,
+) -> Problem:
+    """``dataset`` (see ``fedpd data list``) split over ``clients`` by ``partition``, with the model
+    ``model`` = {"name": ..., **options for fedpd.models.build_model} (name "auto" or absent: the
+    dataset's default, :data:`DEFAULT_MODELS`). Data are float32; x_init is the model's seeded init."""
+    try:
+        key = canonical_name(dataset)
+    except ConfigError as err:  # name the config key, keep the list of datasets
+        raise ConfigError(f"problem.dataset: {err}") from None
+    options = {} if verify or key not in VERIFIED else {"verify": False}
+    if key == "image-folder":  # the user's own train/<class>/ + test/<class>/ tree
+        if not path:
+            raise ConfigError("problem.path: missing; image-folder needs path = <folder or .tar.gz> "
+                              "(absolute or under the data dir)")
+        options["path"] = path
+    ds = load_dataset(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
+    rng = np.random.default_rng(seed)
+    images = ds.x_train.is_floating_point() and ds.x_train.dim() == 4
+    if augment and not images:
+        raise ConfigError(f"problem.augment: needs image data; {key} has samples of shape "
+                          f"{tuple(ds.x_train.shape[1:])} (allowed: false)")
+    if partition == "natural" and ds.train_users is None:
+        raise ConfigError(f"problem.partition: 'natural' needs a LEAF dataset with users; {key} has none "
+                          f"(allowed: iid, dirichlet, shards, power_law)")
+
+    x_tr, y_tr, u_tr = _subsample(ds.x_train, ds.y_train, ds.train_users, max_samples, rng)
+    x_te, y_te, u_te = _subsample(ds.x_test, ds.y_test, ds.test_users, max_test_samples, rng)
+    if normalize and images:  # per-channel standardisation with training statistics
+        mean = x_tr.mean(dim=(0, 2, 3), keepdim=True)
+        std = x_tr.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+        x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+
+    labels = y_tr.numpy()
+    if partition != "natural" and clients > len(labels):
+        raise ConfigError(f"problem.clients: {clients} clients for {len(labels)} training samples "
+                          f"(allowed: 1..{len(labels)})")
+    try:
+        parts = make_partition(partition, labels, clients, seed, alpha=alpha, classes_per_client=classes_per_client,
+                               min_size=min_size, exponent=exponent,
+                               user_ids=u_tr.numpy() if u_tr is not None else None)
+    except ConfigError as err:  # e.g. clients x min_size > samples: say which section it comes from
+        raise ConfigError(f"problem.partition: {err}") from None
+    train_cls = AugmentedSplit if augment else ClientSplit
+    if test == "per_client":
+        tr_parts, te_parts = train_test_split_per_client(parts, test_fraction, seed)
+        train, test_split = _split(x_tr, y_tr, tr_parts, train_cls), _split(x_tr, y_tr, te_parts)
+    else:
+        if partition == "natural":  # each user's own test samples (LEAF keeps the user ids)
+            users = np.unique(u_tr.numpy())
+            owner = u_te.numpy()
+            te_parts = [np.flatnonzero(owner == u) for u in users]
+        else:
+            te_parts = make_partition("iid", y_te.numpy(), len(parts), seed) if len(y_te) >= len(parts) else \
+                [np.arange(len(y_te)) if i == 0 else np.zeros(0, np.int64) for i in range(len(parts))]
+        train, test_split = _split(x_tr, y_tr, parts, train_cls), _split(x_te, y_te, te_parts)
+
+    spec = dict(model or {})
+    name = spec.pop("name", "auto")
+    name = DEFAULT_MODELS.get(key, "logistic") if name == "auto" else name
+    if not isinstance(name, str) or name not in MODELS:
+        raise ConfigError(f"model.name: unknown model {name!r} (allowed: auto, {', '.join(sorted(MODELS))})")
+    with torch.random.fork_rng(devices=[]):  # seeded init without touching the global stream
+        torch.manual_seed(seed)
+        module = build_model(name, input_shape=tuple(ds.x_train.shape[1:]), num_classes=ds.num_classes, **spec)
+    flat = FlatModel(module)
+    return Problem(
+        name=f"dataset:{key}",
+        train=train,
+        test=test_split,
+        model=flat,
+        loss=losses.cross_entropy,
+        x_init=flat.initial(torch.float32),
+        classifies=True,
+        predict=losses.argmax_predict,
+        info={"dataset": key, "model": name, "partition": partition, "num_classes": ds.num_classes,
+              "dtype": torch.float32},
+    )

@@ -1,0 +1,102 @@
+"""Every example config runs (2 rounds, metrics at every round), and the floats-per-round column
+of docs/algorithms.md is what the communication counter counts."""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import fedpd
+from fedpd.errors import ConfigError
+from fedpd.registry import ALGORITHMS
+from helpers import simulation
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
+REQUIRED = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "train_loss", "grad_norm_sq", "wall_s")
+#: algorithms whose clients train a local model, and the primal-dual family (docs/algorithms.md)
+PRIMAL_RESIDUAL = {"fedavg", "fedprox", "scaffold", "fedsam", "fedcm", "parallel_admm", "stochastic_admm"}
+DUAL_DRIFT = {"fedpd", "feddyn", "fedadmm", "afedpd", "primal_dual", "afedpdsam", "fedspeed", "fedpd_vr"}
+#: problems that read a real dataset, and the dataset they read by default
+DATA_PROBLEMS = {"dataset": None, "fedplus_mnist": "mnist"}
+
+
+def missing_data(problem: dict) -> str | None:
+    """Why this problem cannot run here (its dataset is not in the data directory), or None."""
+    if problem.get("name") not in DATA_PROBLEMS:
+        return None
+    from fedpd.data.loaders import dataset_status
+
+    name = problem.get("dataset", DATA_PROBLEMS[problem["name"]])
+    status = dataset_status(name, problem.get("data_dir") or None)
+    return None if status.state == "present" else f"dataset {name!r} is {status.state} in the data directory"
+
+
+def test_there_is_an_example_per_issue3_algorithm():
+    names = {tomllib.loads(p.read_text())["algorithm"]["name"] for p in EXAMPLES}
+    assert DUAL_DRIFT | PRIMAL_RESIDUAL | {"parallel_saga", "stochastic_saga"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs_two_rounds(path, tmp_path):
+    raw = tomllib.loads(path.read_text())
+    reason = missing_data(raw["problem"])
+    if reason:
+        pytest.skip(f"{path.name}: {reason}")
+    result = fedpd.run(path, out=tmp_path / "run", overrides=["run.rounds=2", "run.eval_every=1"])
+    assert [m["round"] for m in result.history] == [0, 1, 2]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+    last = result.history[-1]
+    algo = raw["algorithm"]["name"]
+    keys = REQUIRED + (("primal_residual",) if algo in PRIMAL_RESIDUAL | DUAL_DRIFT else ()) \
+        + (("dual_drift",) if algo in DUAL_DRIFT else ())
+    for key in keys:
+        assert key in last, (path.name, key)
+    for m in result.history:
+        for key, value in m.items():
+            if isinstance(value, float):
+                assert math.isfinite(value), (path.name, m["round"], key, value)
+    assert last["uplink_floats"] > 0 and last["downlink_floats"] > 0
+    assert last["train_loss"] < result.history[0]["train_loss"] + 1.0  # not blown up in 2 rounds
+
+
+# --- docs/algorithms.md: floats per round -------------------------------------------------------
+def documented_floats() -> dict[str, tuple[int, int]]:
+    """{algorithm: (up, down) per participant in units of d} from the "All algorithms" table."""
+    text = (ROOT / "docs" / "algorithms.md").read_text()
+    table = text.split("## All algorithms", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        name = re.fullmatch(r"`(\w+)`", cells[0])
+        if name:
+            counts = re.match(r"(\d*)d / (\d*)d", cells[5])
+            assert counts, line
+            out[name.group(1)] = tuple(int(c or 1) for c in counts.groups())
+    return out
+
+
+def test_docs_table_lists_every_issue3_algorithm():
+    documented = set(documented_floats())
+    assert documented == DUAL_DRIFT | PRIMAL_RESIDUAL | {"parallel_saga", "stochastic_saga"}
+    assert documented <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", sorted(documented_floats()))
+def test_docs_floats_per_round_match_the_counter(name):
+    n, k, d = 4, 2, 3
+    problem = {"name": "least_squares", "clients": n, "dim": d, "samples_per_client": 6}
+    solver = {"name": "gd", "lr": 0.1, "local_steps": 2}
+    try:
+        sim = simulation({"name": name}, problem=problem, solver=solver,
+                         sampler={"name": "uniform", "clients_per_round": k})
+    except ConfigError:  # FedPD, FedPD-VR, Parallel ADMM: every client every round
+        sim, k = simulation({"name": name}, problem=problem, solver=solver), n
+    sim.step()
+    assert sim.comm.comm_rounds == 1
+    up, down = documented_floats()[name]
+    assert (sim.comm.uplink_floats, sim.comm.downlink_floats) == (up * k * d, down * k * d)
