@@ -1,5 +1,9 @@
 """Robust aggregators and Fed+'s aggregation (eq. (25)): references, hand examples, limits,
-robustness, registry and argument errors."""
+robustness, registry and argument errors; and every algorithm whose server averages models
+routes that average through them (and docs/fedplus.md lists exactly those algorithms)."""
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +22,9 @@ from fedpd.aggregators import (
 )
 from fedpd.errors import ConfigError
 from fedpd.prox import prox
+from fedpd.registry import ALGORITHMS
+from fedpd.runner import run
+from tests.helpers import simulation
 
 DT = torch.float64
 
@@ -249,12 +256,32 @@ def test_fedplus_sq_l2_is_the_mean(delta):
     torch.testing.assert_close(agg_w, mean(w, beta)[0], rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("init", ["mean", "median", "zeros", "far"])
 @pytest.mark.parametrize("kind", ["indicator", "zero"])
-def test_fedplus_indicator_and_zero_give_the_mean(kind):
+def test_fedplus_indicator_and_zero_give_the_mean_from_any_start(kind, init):
+    """For Ψ = 0 every z is a fixed point of (25) (θ_k = w_k − z), so the iteration alone would
+    return its start; the aggregate is defined as the mean, whatever ``init``."""
     w = _w(K=6, d=8)
-    agg, info = fedplus_aggregate(w, kind, 0.5)
+    start = {"zeros": torch.zeros(8, dtype=DT), "far": torch.full((8,), 50.0, dtype=DT)}.get(init, init)
+    agg, info = fedplus_aggregate(w, kind, 0.5, init=start)
     torch.testing.assert_close(agg, w.mean(0), rtol=0, atol=1e-12)
-    assert info["converged"]
+    assert info["converged"] and info["iterations"] <= 2
+    beta = torch.arange(1.0, 7.0, dtype=DT)
+    torch.testing.assert_close(fedplus_aggregate(w, kind, 0.5, weights=beta, init=start)[0], mean(w, beta)[0],
+                               rtol=0, atol=1e-12)
+
+
+def test_fedplus_zero_group_is_the_mean_from_any_start():
+    """A "zero" group of the hybrid is the (weighted) mean on its coordinates, the other groups are
+    unaffected (here l2 with small δ: the geometric median of its block)."""
+    w = _w(K=7, d=6, seed=8)
+    gm_head, _ = geometric_median(w[:, :3], tol=1e-14, max_iter=100_000)
+    groups = [(slice(0, 3), "l2", 0.2), (slice(3, 6), "zero", 0.0)]
+    for start in (torch.zeros(6, dtype=DT), "median"):
+        agg, info = fedplus_aggregate(w, "l1", 0.1, tol=1e-13, max_iter=100_000, groups=groups, init=start)
+        assert info["converged"]
+        torch.testing.assert_close(agg[3:], w[:, 3:].mean(0), rtol=0, atol=1e-12)
+        torch.testing.assert_close(agg[:3], gm_head, rtol=0, atol=1e-7)
 
 
 def test_fedplus_result_is_a_fixed_point_of_eq25_and_minimises_eq7():
@@ -418,3 +445,60 @@ def test_bad_inputs_raise_config_error():
         fedplus_aggregate(w, "l2", 0.1, groups=[(slice(0, 5), "l1", 0.1), (slice(0, 1), "l1", 0.1)])
     with pytest.raises(ConfigError, match="init"):
         fedplus_aggregate(w, "l2", 0.1, init="median_of_means")
+
+
+# --- algorithms whose server averages models ------------------------------------------------
+#: every algorithm with an ``aggregator`` key (generated, so a new one is tested and documented)
+AVERAGING = sorted(name for name, entry in ALGORITHMS.items() if "aggregator" in entry.options.model_fields)
+LS5 = {"name": "least_squares", "clients": 5, "dim": 3, "samples_per_client": 6}
+GD2 = {"name": "gd", "lr": 0.05, "local_steps": 2}
+
+
+def _aggregate_rows(name: str, rows: torch.Tensor, **options):
+    """One server aggregation of ``name`` whose model uploads are replaced by ``rows``."""
+    sim = simulation({"name": name, **options}, problem=LS5, solver=GD2)
+    alg, ids = sim.algorithm, torch.arange(5)
+    up, _ = alg.local(alg.broadcast(sim.server), sim.store.get(ids), sim._ctx(ids))
+    key = next(k for k in up if k in alg.model_uploads)
+    new, _ = alg.aggregate(sim.server, {**up, key: rows.to(up[key].dtype)}, sim._ctx(ids))
+    return new, alg.diagnostics(new, sim.store)
+
+
+def test_the_averaging_algorithms_are_the_expected_ones():
+    assert set(AVERAGING) == {"fedavg", "fedprox", "fedsam", "ditto", "apfl", "pfedme", "perfedavg", "fedplus"}
+    # SCAFFOLD and FedCM average updates, not models; the primal-dual family keeps duals
+    assert not {"scaffold", "fedcm", "feddyn", "afedpd", "fedspeed"} & set(AVERAGING)
+
+
+@pytest.mark.parametrize("name", AVERAGING)
+def test_averaging_algorithms_route_through_the_robust_aggregator(name):
+    """coordinate_median ignores one huge outlier upload; the default mean does not."""
+    rows = _w(K=5, d=3, seed=4)
+    rows[0] = 1e6
+    new, metrics = _aggregate_rows(name, rows, aggregator="coordinate_median")
+    torch.testing.assert_close(new["x0"], coordinate_median(rows)[0], rtol=0, atol=1e-12)
+    assert metrics["agg_iterations"] == 0 and metrics["agg_unconverged_rounds"] == 0
+    plain, _ = _aggregate_rows(name, rows, aggregator="mean")
+    assert float(plain["x0"].abs().max()) > 1e5
+
+
+def test_docs_list_exactly_the_algorithms_that_take_an_aggregator():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "fedplus.md").read_text()
+    marker = "`aggregator` is a key of exactly these algorithms:"
+    assert marker in text
+    listed = text.split(marker, 1)[1].split(".", 1)[0]
+    assert sorted(re.findall(r"`(\w+)`", listed)) == AVERAGING
+
+
+@pytest.mark.parametrize("name", ["fedavg", "apfl"])
+def test_unconverged_robust_aggregation_is_counted(name):
+    """A geometric median stopped by its cap shows in ``agg_unconverged_rounds``."""
+    def last(max_iter):
+        cfg = {"problem": LS5, "solver": GD2, "run": {"rounds": 3},
+               "algorithm": {"name": name, "aggregator": "geometric_median",
+                             "aggregator_options": {"max_iter": max_iter, "tol": 1e-12}}}
+        return run(cfg).history[-1]
+
+    capped, free = last(1), last(1000)
+    assert capped["agg_iterations"] == 1 and capped["agg_unconverged_rounds"] == 3
+    assert 1 < free["agg_iterations"] < 1000 and free["agg_unconverged_rounds"] == 0

@@ -4,9 +4,10 @@ upload screen (NaN/Inf or wrong-shaped rows rejected, counted in ``rejected_uplo
 import pytest
 import torch
 
-from fedpd.attacks import Attack, screen, transform_parties
+from fedpd.attacks import Attack, party_count, screen, transform_parties
 from fedpd.errors import ConfigError
 from fedpd.problems.base import ClientSplit
+from fedpd.problems.fedplus import outlier_parties
 from tests.helpers import ls_hessian, simulation
 
 DT = torch.float64
@@ -80,6 +81,17 @@ def test_targets_fraction_is_seeded_and_explicit_parties_are_checked():
         Attack("nan", parties=[7]).targets(4)
     with pytest.raises(ConfigError, match="attack.name"):
         Attack("evil")
+
+
+@pytest.mark.parametrize("fraction, n, m", [
+    (0.0, 10, 0), (0.01, 10, 1), (0.05, 10, 1),  # at least one party when fraction > 0
+    (0.15, 10, 2), (0.25, 10, 3), (0.45, 10, 5),  # halves round up (Python's round: 2, 2, 4)
+    (0.2, 10, 2), (0.1, 10, 1), (0.2, 50, 10), (0.1, 30, 3), (1.0, 7, 7),
+])
+def test_one_count_rule_for_attacks_and_mnist_robust_outliers(fraction, n, m):
+    assert party_count(fraction, n) == m
+    assert Attack("nan", fraction=fraction).targets(n).numel() == m
+    assert outlier_parties(n, fraction) == list(range(n - m, n))
 
 
 # --- data attacks -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,10 @@ BAD = [
     (["--set", "problem.non_iid=strong"], "problem.non_iid"),  # not an option of least_squares
     (["--set", "solver.name=exact"], "solver.lr"),  # the exact solver takes no step size
     (["--set", "lr=0.1"], "section.key=value"),
+    (["--set", "solver.lr=inf"], "solver.lr"),  # gt=0 alone lets infinity through
+    (["--set", "solver.lr=nan"], "solver.lr"),
+    (["--set", "model.foo=1"], "model.foo"),  # least_squares has a fixed model: no [model] keys
+    (["--set", "model.name=mlp"], "model.name"),
 ]
 
 
@@ -78,12 +83,27 @@ def test_bad_config_values_exit_2_with_one_line(config, tmp_path, capsys, extra,
     (["plot", "nodir", "--metric", "train_loss"], "nodir"),
     (["compare", "nodir"], "nodir"),
     (["run", "--resume", "nodir"], "nodir"),
+    (["run", "--resume", "nodir", "--out", "o"], "--out"),
+    (["run", "--resume", "nodir", "--overwrite"], "--overwrite"),
+    (["run", "good.toml", "--out", "a_file"], "a_file"),
+    (["run", "good.toml", "--out", "a_file/run"], "a_file/run"),  # the OS refuses: OSError, one line
+    (["plot", "norun", "--metric", "train_loss", "-o", "nodir/p.png"], "-o 'nodir/p.png'"),  # before any work
+    (["plot", "norun", "--metric", "train_loss", "-o", "."], "is a directory"),
+    (["plot", "norun", "--metric", "train_loss", "-o", "p.xyz"], "'.xyz'"),
+    (["plot", "norun", "--metric", "train_loss", "-o", "p"], "no suffix"),
+    (["plot", "norun", "-o", "p.png"], "--metric"),
+    (["plot", "a", "b", "--split"], "one run directory"),
+    (["plot", "norun", "--split"], "norun"),
+    (["demo", "--rounds", "0", "--out", "demo"], "run.rounds"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.toml").write_text(GOOD)
+    (tmp_path / "a_file").write_text("")
     code, out, err = run_cli(args, capsys)
     assert code == 2
-    assert len(err.strip().splitlines()) == 1 and needle in err
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "good.toml"]  # nothing written
 
 
 def test_exact_solver_needs_a_quadratic_problem(tmp_path, capsys):
@@ -114,6 +134,10 @@ def test_run_writes_directory_and_refuses_to_overwrite(config, tmp_path, capsys)
                 "test_loss", "wall_s"):
         assert key in records[-1]
     assert (out / "checkpoint.pt").exists() and "[algorithm]" in (out / "config.toml").read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("config.toml", "checkpoint.pt", "metrics.jsonl"):  # atomic writes too: not mkstemp's 0600
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
     before = (out / "metrics.jsonl").read_bytes()
     code, _, err = run_cli(["run", config, "--out", out, "--quiet"], capsys)
     assert code == 2 and "already holds results" in err
@@ -126,7 +150,8 @@ def test_set_overrides_every_run_key(config, tmp_path, capsys):
     out = tmp_path / "r"
     code, _, _ = run_cli(["run", config, "--out", out, "--quiet", "--set", "run.rounds=3", "--set", "run.seed=7",
                           "--set", "run.eval_every=3", "--set", "run.checkpoint_every=1",
-                          "--set", "algorithm.name=fedprox", "--set", "algorithm.mu=0.5"], capsys)
+                          "--set", "algorithm.name=fedprox", "--set", "algorithm.mu=0.5",
+                          "--set", "model.name=auto"], capsys)  # the one [model] key a fixed model takes
     assert code == 0
     resolved = (out / "config.toml").read_text()
     assert "rounds = 3" in resolved and "seed = 7" in resolved and 'name = "fedprox"' in resolved and "mu = 0.5" in resolved
@@ -147,6 +172,9 @@ def test_list_compare_and_plot(config, tmp_path, capsys):
     png = tmp_path / "p.png"
     code, _, _ = run_cli(["plot", *dirs, "--metric", "grad_norm_sq", "--x", "uplink_floats", "-o", png], capsys)
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name, magic in (("p.jpg", b"\xff\xd8\xff"), ("p.PDF", b"%PDF"), ("p.svg", b"<?xml")):  # format from suffix
+        assert run_cli(["plot", *dirs, "--metric", "train_loss", "-o", tmp_path / name], capsys)[0] == 0
+        assert (tmp_path / name).read_bytes().startswith(magic), name
     code, _, err = run_cli(["plot", *dirs, "--metric", "nosuch", "-o", png], capsys)
     assert code == 2 and "nosuch" in err
     code, _, err = run_cli(["plot", *dirs, "--metric", "train_loss", "--x", "epoch", "-o", png], capsys)
@@ -160,3 +188,44 @@ def test_all_examples_validate():
     assert len(examples) >= 5
     for path in examples:
         load_config(path)
+
+
+def test_plot_split_draws_the_label_matrix_of_a_run(config, tmp_path, capsys):
+    from fedpd.config import load_config
+    from fedpd.results import label_counts
+    from fedpd.runner import build_problem
+
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('[problem]\nname = "synthetic"\nclients = 6\nmax_client_samples = 40\n'
+                   '[algorithm]\nname = "fedavg"\n[run]\nrounds = 1\n')
+    out = tmp_path / "run"
+    assert run_cli(["run", cfg, "--out", out, "--quiet"], capsys)[0] == 0
+    png = tmp_path / "split.png"
+    code, stdout, err = run_cli(["plot", out, "--split", "-o", png], capsys)
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", err
+
+    train = build_problem(load_config(out / "config.toml")).train
+    counts, labels = label_counts(train, 10)
+    assert counts.shape == (6, 10) and labels == list(range(10))
+    for i in range(6):  # row i: client i's training labels, counted independently
+        y = train.y[train.offsets[i]:train.offsets[i + 1]].tolist()
+        assert counts[i].tolist() == [y.count(c) for c in range(10)]
+    assert (counts > 0).sum(1).min() < 10  # non-iid: some client lacks some class
+
+    ls = tmp_path / "ls"  # least squares: labels are not classes
+    assert run_cli(["run", config, "--out", ls, "--quiet"], capsys)[0] == 0
+    code, _, err = run_cli(["plot", ls, "--split", "-o", tmp_path / "ls.png"], capsys)
+    assert code == 2 and "does not classify" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "ls.png").exists()
+
+
+def test_label_counts_of_pm1_labels_number_them_in_sorted_order():
+    import torch
+
+    from fedpd.problems.base import ClientSplit
+    from fedpd.results import label_counts
+
+    split = ClientSplit.from_parts([torch.zeros(3, 1), torch.zeros(2, 1)],
+                                   [torch.tensor([1.0, -1.0, 1.0]), torch.tensor([-1.0, -1.0])])
+    counts, labels = label_counts(split)
+    assert labels == [-1.0, 1.0] and counts.tolist() == [[1, 2], [2, 0]]

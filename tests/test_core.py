@@ -173,3 +173,16 @@ def test_flat_model_matches_the_module():
     flat(x, inputs).square().sum().backward()
     module(inputs).square().sum().backward()
     torch.testing.assert_close(x.grad, torch.cat([p.grad.reshape(-1) for p in module.parameters()]))
+    # a vector of another model (e.g. a checkpoint of another problem) is refused, not reshaped
+    with pytest.raises(ValueError, match="shape \\(36,\\); the model has 37 parameters"):
+        flat(torch.zeros(36), inputs)
+    batched = torch.func.vmap(flat, in_dims=(0, None))(torch.stack([x.detach()] * 3), inputs)  # [d] per client
+    torch.testing.assert_close(batched[1], module(inputs).detach())
+
+
+def test_scaffold_refuses_the_exact_solver():
+    from fedpd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^solver.name: .*\(allowed: gd, sgd\)$"):
+        simulation({"name": "scaffold"}, solver={"name": "exact"})
+    simulation({"name": "scaffold"}, solver={"name": "gd", "lr": 0.1})  # gradient steps are fine

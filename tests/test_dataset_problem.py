@@ -17,6 +17,7 @@ import torch
 
 from fedpd.cli import main
 from fedpd.config import load_config
+from fedpd.data import load_dataset
 from fedpd.problems.dataset import AugmentedSplit
 from fedpd.runner import build_problem, run
 
@@ -30,13 +31,15 @@ _spec.loader.exec_module(writers)
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    """mnist (30 / 10 idx, 3 per class), cifar10 (30 / 6 python batches), LEAF femnist and
-    shakespeare (3 users each), an image folder (imgs.tar.gz)."""
+    """mnist (30 / 10 idx, 3 per class), cifar10 (30 / 6 python batches), cifar100 (30 / 6), LEAF femnist,
+    shakespeare and sent140 (3 users each), an image folder (imgs.tar.gz)."""
     root = tmp_path_factory.mktemp("data")
     writers.make_idx_dataset(root / "mnist", gz=True)
     writers.make_cifar(root, "cifar10", per_batch=6)
+    writers.make_cifar(root / "cifar100", "cifar100", per_batch=6)
     writers.make_leaf(root, "femnist")
-    writers.make_leaf(root, "shakespeare")
+    writers.make_leaf(root, "shakespeare")  # its text holds '~', outside LEAF's 80 characters
+    writers.make_leaf(root, "sent140")
     writers.make_image_folder(root, as_tar=True)  # imgs.tar.gz: classes ant, zebra; 6 / 4 images of 8 x 6
     return root
 
@@ -154,6 +157,57 @@ def test_image_folder_dataset(data_dir):
     assert_ran(run(cfg).history)
 
 
+def test_shakespeare_char_lstm_gets_the_dataset_vocabulary(data_dir):
+    """Characters outside LEAF's alphabet are id 80: the model's embedding must have 81 rows (it had 80 and
+    the run died with an IndexError)."""
+    cfg = config(data_dir, dataset="shakespeare", partition="natural")
+    cfg["model"] = {"name": "char_lstm", "embed_dim": 4, "hidden": 8}  # small LSTM, same vocabulary logic
+    p = build_problem(load_config(cfg))
+    assert int(p.train.x.max()) == 80 and p.info["num_classes"] == 81
+    assert p.model.module.embedding.weight.shape == (81, 4)
+    assert p.info["model"] == "char_lstm" and p.train.sizes.tolist() == [3, 2, 4]
+    assert_ran(run(cfg).history)
+
+
+def test_sent140_sentiment_lstm_runs_with_vocab_and_seq_len(data_dir):
+    cfg = config(data_dir, dataset="sent140", partition="natural", vocab_size=5, seq_len=4)
+    cfg["model"] = {"name": "auto", "embed_dim": 6, "hidden": 8}
+    p = build_problem(load_config(cfg))
+    assert p.info["model"] == "sentiment_lstm"  # the dataset's default model, built without a vocab_size
+    assert p.train.x.shape == (9, 4) and int(p.train.x.max()) < 5
+    assert p.model.module.embedding.weight.shape == (5, 6)
+    # front padding: the last step (the one the LSTM reads) is always a word, never <pad>
+    assert (p.train.x[:, -1] != 0).all() and (p.train.x[:, 0] == 0).any()
+    assert_ran(run(cfg).history)
+
+
+def test_sent140_glove_initialises_the_embedding(tmp_path, data_dir):
+    glove = tmp_path / "glove.tiny.3d.txt"
+    glove.write_text("the 9 9 9\ngood 0.5 -1.25 2\nrain -3 0.125 1\nmovie 1 1 -1\n")
+    cfg = config(data_dir, dataset="sent140", partition="natural", glove_path=str(glove))
+    cfg["model"] = {"name": "sentiment_lstm", "hidden": 8}
+    p = build_problem(load_config(cfg))
+    vocab = load_dataset("sent140", data_dir).meta["vocab"]
+    weights = p.model.module.embedding_weight  # frozen (LEAF's default): a buffer shared by all clients
+    assert weights.shape == (len(vocab), 3) and "embedding_weight" not in p.model.names
+    for word, vec in (("good", [0.5, -1.25, 2]), ("rain", [-3, 0.125, 1]), ("movie", [1, 1, -1])):
+        assert weights[vocab.index(word)].tolist() == vec
+    assert weights[0].abs().sum() == 0  # <pad>
+    others = [i for i, w in enumerate(vocab) if w not in ("good", "rain", "movie", "<pad>")]
+    assert others and all(weights[i].abs().sum() > 0 for i in others)  # words without a vector: random rows
+    assert_ran(run(cfg).history)
+    cfg["model"]["freeze_embedding"] = False  # trainable: the GloVe matrix is the initial embedding parameter
+    q = build_problem(load_config(cfg))
+    assert torch.equal(q.model.module.embedding.weight.detach(), weights)
+
+
+def test_cifar100_label_mode(data_dir):
+    cfg = config(data_dir, dataset="cifar100", label_mode="coarse", max_test_samples=3)
+    p = build_problem(load_config(cfg))
+    assert p.info["num_classes"] == 20 and int(p.train.y.max()) < 20
+    assert build_problem(load_config(config(data_dir, dataset="cifar100"))).info["num_classes"] == 100
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 BAD = [
@@ -168,6 +222,13 @@ BAD = [
     (["problem.test=everyone"], "problem.test"),
     (["model.name=vgg"], "model.name"),
     (["problem.dataset=image-folder"], "problem.path"),
+    (["problem.vocab_size=100"], "problem.vocab_size"),       # sent140 only
+    (["problem.label_mode=coarse"], "problem.label_mode"),   # cifar100 only
+    (["problem.label_mode=medium", "problem.dataset=cifar100"], "label_mode"),
+    (["problem.glove_path=g.txt", "problem.dataset=shakespeare", "problem.partition=natural"], "problem.glove_path"),
+    (["problem.glove_path=nosuch.txt", "problem.dataset=sent140", "problem.partition=natural"], "nosuch.txt"),
+    (["problem.dataset=shakespeare", "problem.partition=natural", "model.name=char_lstm", "model.vocab_size=80"],
+     "model.vocab_size"),                                    # below the 81 ids of the data
 ]
 
 

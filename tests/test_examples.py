@@ -21,6 +21,8 @@ REQUIRED = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "train_l
 #: algorithms whose clients train a local model, and the primal-dual family (docs/algorithms.md)
 PRIMAL_RESIDUAL = {"fedavg", "fedprox", "scaffold", "fedsam", "fedcm", "parallel_admm", "stochastic_admm"}
 DUAL_DRIFT = {"fedpd", "feddyn", "fedadmm", "afedpd", "primal_dual", "afedpdsam", "fedspeed", "fedpd_vr"}
+#: algorithms that never communicate (local training without federation): nothing up, nothing down
+NO_COMMUNICATION = {"local", "fedplus_local"}
 #: problems that read a real dataset, and the dataset they read by default
 DATA_PROBLEMS = {"dataset": None, "fedplus_mnist": "mnist"}
 
@@ -39,6 +41,14 @@ def missing_data(problem: dict) -> str | None:
 def test_there_is_an_example_per_issue3_algorithm():
     names = {tomllib.loads(p.read_text())["algorithm"]["name"] for p in EXAMPLES}
     assert DUAL_DRIFT | PRIMAL_RESIDUAL | {"parallel_saga", "stochastic_saga"} <= names
+
+
+def test_there_are_fedplus_local_and_hybrid_examples():
+    """Local training (nothing sent) and Fed+'s per-layer groups each have an example that runs
+    below; Fed+ refuses a group pattern that matches no parameter, so running it checks them."""
+    algos = [tomllib.loads(p.read_text())["algorithm"] for p in EXAMPLES]
+    assert any(a["name"] == "fedplus_local" for a in algos)
+    assert any(a["name"] == "fedplus" and len(a.get("groups", [])) >= 2 for a in algos)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -60,7 +70,10 @@ def test_example_runs_two_rounds(path, tmp_path):
         for key, value in m.items():
             if isinstance(value, float):
                 assert math.isfinite(value), (path.name, m["round"], key, value)
-    assert last["uplink_floats"] > 0 and last["downlink_floats"] > 0
+    if algo in NO_COMMUNICATION:
+        assert last["uplink_floats"] == last["downlink_floats"] == 0, path.name
+    else:
+        assert last["uplink_floats"] > 0 and last["downlink_floats"] > 0
     assert last["train_loss"] < result.history[0]["train_loss"] + 1.0  # not blown up in 2 rounds
 
 

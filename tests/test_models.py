@@ -241,6 +241,16 @@ def test_char_lstm_defaults_follow_leaf():
     assert sum(p.numel() for p in model.parameters()) == 819_920
 
 
+def test_model_options_lists_what_build_model_accepts():
+    from fedpd.models import model_options
+
+    assert model_options("char_lstm") == ["vocab_size", "embed_dim", "hidden", "layers"]
+    assert "embedding_weights" in model_options("sentiment_lstm") and model_options("logistic") == []
+    # the dataset problem passes the loader's vocabulary size: 81 ids for Shakespeare (80 characters + other)
+    model = build_model("char_lstm", input_shape=(5,), num_classes=81, vocab_size=81, hidden=4)
+    assert model(torch.tensor([[80, 0, 1, 2, 79]])).shape == (1, 81)
+
+
 def test_sentiment_lstm_pretrained_embedding_frozen_and_trainable():
     glove = torch.randn(30, 12)
     frozen = build_model("sentiment_lstm", input_shape=(5,), num_classes=2, embedding_weights=glove)

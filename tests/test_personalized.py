@@ -9,7 +9,7 @@ import torch
 
 from fedpd.evaluation import evaluate_personal
 from fedpd.problems.fedplus import fedplus_image_problem, split_equally
-from tests.helpers import client_data, ls_grad, simulation
+from tests.helpers import ls_grad, simulation
 
 DT = torch.float64
 ETA = 0.05

@@ -113,3 +113,80 @@ def test_resume_of_a_finished_run_changes_nothing(tmp_path):
     before = metrics_without_wall(out / "metrics.jsonl")
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     assert metrics_without_wall(out / "metrics.jsonl") == before
+
+
+SMALL = """
+[problem]
+name = "synthetic"
+clients = 6
+max_client_samples = 40
+[algorithm]
+name = "scaffold"
+[solver]
+name = "sgd"
+lr = 0.05
+local_steps = 3
+batch_size = 4
+[sampler]
+name = "uniform"
+clients_per_round = 3
+[run]
+rounds = 10
+eval_every = 7
+checkpoint_every = 5
+"""
+
+
+def small_run(tmp_path: Path, name: str, rounds: int) -> Path:
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(SMALL)
+    out = tmp_path / name
+    assert main(["run", str(cfg), "--out", str(out), "--quiet", "--set", f"run.rounds={rounds}"]) == 0
+    return out
+
+
+def test_resume_with_more_rounds_continues_like_an_uninterrupted_run(tmp_path):
+    straight = small_run(tmp_path, "straight", 20)
+    out = small_run(tmp_path, "extended", 10)
+    assert main(["run", "--resume", str(out), "--quiet", "--set", "run.rounds=20"]) == 0
+    # the old target's final record (round 10) is gone: the directory is now a 20-round run
+    assert [r["round"] for r in metrics_without_wall(out / "metrics.jsonl")] == [0, 7, 14, 20]
+    assert metrics_without_wall(out / "metrics.jsonl") == metrics_without_wall(straight / "metrics.jsonl")
+    assert (out / "config.toml").read_text() == (straight / "config.toml").read_text()  # says rounds = 20
+
+
+def test_resume_to_the_checkpoint_round_evaluates_there(tmp_path):
+    out = small_run(tmp_path, "r", 10)
+    expected = metrics_without_wall(out / "metrics.jsonl")
+    # the state of a 20-round run killed after its round-10 checkpoint: no record at round 10
+    (out / "config.toml").write_text((out / "config.toml").read_text().replace("rounds = 10", "rounds = 20"))
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    (out / "metrics.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    assert main(["run", "--resume", str(out), "--quiet", "--set", "run.rounds=10"]) == 0
+    assert metrics_without_wall(out / "metrics.jsonl") == expected
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("problem.dim=7", "problem.dim"),  # the checkpoint belongs to d = 60
+    ("algorithm.server_lr=0.5", "algorithm.server_lr"),
+    ("run.eval_every=3", "run.eval_every"),  # would mix two evaluation schedules in metrics.jsonl
+    ("run.seed=1", "run.seed"),
+    ("run.rounds=9", "below the checkpoint's round 10"),
+])
+def test_resume_changes_nothing_but_the_target_round(tmp_path, capsys, override, needle):
+    out = small_run(tmp_path, "r", 10)
+    before = {p: (out / p).read_bytes() for p in ("config.toml", "metrics.jsonl", "checkpoint.pt")}
+    capsys.readouterr()
+    assert main(["run", "--resume", str(out), "--quiet", "--set", override]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert {p: (out / p).read_bytes() for p in before} == before
+
+
+def test_python_api_resume_rejects_other_overrides(tmp_path):
+    import fedpd
+    from fedpd.errors import ConfigError
+
+    out = small_run(tmp_path, "r", 10)
+    with pytest.raises(ConfigError, match="run.rounds is the only key"):
+        fedpd.run(resume=out, overrides=["problem.dim=7"])

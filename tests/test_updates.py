@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers import Recorder, client_data, ls_grad, ls_hessian, simulation
+from helpers import Recorder, ls_grad, ls_hessian, simulation
 
 N = 4
 

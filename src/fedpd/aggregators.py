@@ -270,8 +270,9 @@ def fedplus_aggregate(
     What it computes: since w_k − z − prox(w_k − z) is the gradient of the Moreau envelope
     Ψ̂_{1/σ}/σ (eq. (6)), one step is gradient descent with step 1 on the 1-smooth convex
     function Σ_k β_k Ψ̂_{1/σ}(w_k − z)/σ, whose minimiser is 𝒜(W) of eq. (7). So:
-    "sq_l2", "indicator": the mean (a fixed point at once); "zero": z never moves (every z is a
-    minimiser), so the mean; "l2": the minimiser of Σ β_k Huber_δ(‖w_k − z‖) — the mean once δ
+    "sq_l2", "indicator": the mean (a fixed point at once); "zero": every z is a fixed point and
+    a minimiser, and the aggregate is defined as the mean on those coordinates (whole vector or
+    group), whatever ``init``; "l2": the minimiser of Σ β_k Huber_δ(‖w_k − z‖) — the mean once δ
     >= max_k ‖w_k − mean‖, the geometric median exactly once δ < min_k ‖w_k − GM‖ (δ → 0);
     "l1": the same per coordinate — the mean for large δ, a coordinate-wise median for small δ
     (exactly the median for odd K; for even K any point between the two middle values may come
@@ -299,10 +300,18 @@ def fedplus_aggregate(
         plan = _group_plan(groups, w.shape[1], w.device, default=(kind, delta))  # validated once
         prox_fn = lambda v: _apply_plan(v, plan)  # noqa: E731
         parts = [(k, dl) for _, k, dl in plan]
+        zero = [idx for idx, k, _ in plan if k == "zero"]
+        pinned = torch.cat(zero) if zero else None
     else:
         op = _PROX[kind]
         prox_fn = lambda v: op(v, delta)  # noqa: E731
         parts = [(kind, delta)]
+        pinned = slice(None) if kind == "zero" else None
+    # Ψ = 0 (prox = identity) makes (25) the identity on its coordinates: every z is a fixed point
+    # and a minimiser of (7) there, so the aggregate is defined as the mean there, whatever the start
+    if pinned is not None:
+        z = z.clone()
+        z[pinned] = w_mean[pinned]
     # l1 / l2 steps are capped at δ: a step that is small next to ‖z‖ may still be a stall far from
     # the fixed point, so for them the step must also be small next to δ (see the docstring)
     step_scale = min((dl for k, dl in parts if k in ("l1", "l2")), default=math.inf)
@@ -310,6 +319,8 @@ def fedplus_aggregate(
     while it < max_iter:
         theta = prox_fn(w - z)
         z_new = w_mean - _weighted_mean(theta, beta)
+        if pinned is not None:
+            z_new[pinned] = w_mean[pinned]
         change_t = torch.linalg.vector_norm(z_new - z)
         z = z_new
         it += 1

@@ -2,8 +2,9 @@
 keeps broken uploads out of every aggregate.
 
 Who misbehaves: ``parties`` (explicit ids) or else a ``fraction`` of the N parties, the last
-round(fraction · N) of a permutation seeded by the attack's own ``seed`` (so the same parties
-whatever the run's seed). Two families:
+:func:`party_count` (fraction, N) of a permutation seeded by the attack's own ``seed`` (so the
+same parties whatever the run's seed). The count is fraction · N rounded half up, and at least
+one party when fraction > 0 — the rule Fed+'s MNIST-robust uses for its negated parties too. Two families:
 
 * data attacks (outliers by data), applied to the chosen parties' samples when the problem is
   built: ``negate_inputs`` (x ← −x) and ``label_flip`` (class c ← C − 1 − c; ±1 labels and
@@ -26,6 +27,7 @@ it gets no reply; the run goes on.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import torch
@@ -39,6 +41,15 @@ UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf")
 KINDS = ("none", *DATA_KINDS, *UPDATE_KINDS)
 
 State = dict[str, Tensor]
+
+
+def party_count(fraction: float, num_parties: int) -> int:
+    """How many of ``num_parties`` a ``fraction`` names: fraction · N rounded half up (not
+    Python's round, which rounds halves to even: 0.05 · 10 would name nobody), and at least one
+    when fraction > 0."""
+    if fraction <= 0:
+        return 0
+    return min(num_parties, max(1, math.floor(fraction * num_parties + 0.5 + 1e-9)))
 
 
 class Attack:
@@ -69,7 +80,7 @@ class Attack:
             if int(ids.min()) < 0 or int(ids.max()) >= num_clients:
                 raise ConfigError(f"attack.parties: ids must lie in 0..{num_clients - 1} (got {self.parties})")
             return ids.unique()
-        m = round(self.fraction * num_clients)
+        m = party_count(self.fraction, num_clients)
         perm = torch.randperm(num_clients, generator=torch.Generator().manual_seed(self.seed))
         return perm[num_clients - m:].sort().values
 

@@ -1,7 +1,7 @@
 """The ``fedpd`` command: run, list, plot, compare, demo (and data, for datasets).
 
-Every error in what the user gave — config, arguments, files — is one line on stderr and exit
-status 2, never a traceback.
+Every error in what the user gave — config, arguments, files, paths the OS refuses — is one
+line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ def _cmd_run(args) -> int:
         raise FedpdError("fedpd run: give either CONFIG or --resume DIR, not both")
     if not args.resume and not args.config:
         raise FedpdError("fedpd run: missing CONFIG (a .toml file) or --resume DIR")
+    if args.resume and (args.out is not None or args.overwrite):
+        flag = "--out" if args.out is not None else "--overwrite"
+        raise FedpdError(f"fedpd run: {flag} cannot be combined with --resume (the run continues in DIR)")
     out = args.out
     if out is None and not args.resume:
         import time
@@ -62,9 +65,16 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from fedpd.results import plot_runs
+    from fedpd.results import plot_runs, plot_split
 
-    path = plot_runs(args.dirs, args.metric, x=args.x, output=args.output)
+    if args.split:
+        if len(args.dirs) != 1 or args.metric:
+            raise FedpdError("fedpd plot --split: give one run directory and no --metric")
+        path = plot_split(args.dirs[0], output=args.output)
+    elif args.metric is None:
+        raise FedpdError("fedpd plot: --metric is required (or --split for the label distribution)")
+    else:
+        path = plot_runs(args.dirs, args.metric, x=args.x, output=args.output)
     print(f"wrote {path}")
     return 0
 
@@ -100,11 +110,14 @@ def make_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="algorithms, problems, solvers and samplers")
     ls.set_defaults(func=_cmd_list)
 
-    pl = sub.add_parser("plot", help="draw a metric of several runs on one figure")
+    pl = sub.add_parser("plot", help="draw a metric of several runs on one figure (or a run's label split)")
     pl.add_argument("dirs", nargs="+", help="run directories")
-    pl.add_argument("--metric", required=True, help="metric key, e.g. grad_norm_sq, train_loss, test_acc")
-    pl.add_argument("--x", default="round", help="x axis: round, comm_rounds, uplink_floats, downlink_floats, wall_s")
-    pl.add_argument("-o", "--output", default="plot.png", help="PNG file to write")
+    pl.add_argument("--metric", help="metric key, e.g. grad_norm_sq, train_loss, test_acc")
+    pl.add_argument("--x", default="round", help="x axis: round, comm_rounds, uplink_floats, downlink_floats, sample_grads, wall_s")
+    pl.add_argument("--split", action="store_true",
+                    help="instead: the label distribution (clients x classes) of one run's training split")
+    pl.add_argument("-o", "--output", default="plot.png", help="figure to write; the suffix picks the format "
+                    "(.png, .pdf, .svg, .jpg, ...)")
     pl.set_defaults(func=_cmd_plot)
 
     cp = sub.add_parser("compare", help="table of final and best metrics of several runs")
@@ -139,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `fedpd list | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
+    except OSError as err:  # a path that cannot be created, read or written
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"fedpd: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

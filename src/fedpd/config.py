@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,9 +28,9 @@ SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack
 
 
 class Options(BaseModel):
-    """Base of every section's options: strict types, unknown keys rejected."""
+    """Base of every section's options: strict types, unknown keys rejected, no inf or nan."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class RunOptions(Options):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from fedpd.config import load_config
 from fedpd.results import compare_rows, load_run, plot_runs, print_table
 from fedpd.runner import run
 
@@ -30,11 +31,12 @@ def demo_config(name: str, rounds: int) -> dict:
 
 
 def run_demo(out: str | Path | None = None, rounds: int = 600, progress: bool = True) -> Path:
+    configs = {name: load_config(demo_config(name, rounds)) for name in RUNS}  # bad --rounds: nothing written
     out = Path(out) if out else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     dirs = []
-    for name in RUNS:
-        run(demo_config(name, rounds), out / name, progress=progress, label=f"{name:>14} ")
+    for name, cfg in configs.items():
+        run(cfg, out / name, progress=progress, label=f"{name:>14} ")
         dirs.append(out / name)
     header, rows = compare_rows(dirs, metrics=("grad_norm_sq", "test_acc"))
     # the story in one column: communication needed to reach FedAvg's final error

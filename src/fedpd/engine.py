@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from fedpd.algorithms.base import Algorithm, RoundContext
+from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import finite_rows, screen
 from fedpd.comm import CommCounter
 from fedpd.store import ClientStore, State

@@ -38,6 +38,8 @@ class FlatModel:
 
     def unflatten(self, x: Tensor) -> dict[str, Tensor]:
         """Views of ``x`` shaped like the module's parameters (no copies)."""
+        if x.shape != (self.dim,):
+            raise ValueError(f"flat parameter vector has shape {tuple(x.shape)}; the model has {self.dim} parameters")
         out, start = {}, 0
         for name, shape, n in zip(self.names, self.shapes, self.numels):
             out[name] = x[start : start + n].view(shape)

@@ -33,6 +33,7 @@ __all__ = [
     "CharLSTM",
     "SentimentLSTM",
     "MODELS",
+    "model_options",
     "build_model",
 ]
 
@@ -250,7 +251,9 @@ class StackedLSTM(nn.Module):
 
 class CharLSTM(nn.Module):
     """LEAF's Shakespeare next-character model (used by FedPD / FedAvg / FedProx): embedding 8
-    → 2-layer LSTM 256 → FC to the vocabulary. Input int64 [B, T]; logits of the last step."""
+    → 2-layer LSTM 256 → FC to the vocabulary. Input int64 [B, T] with ids < ``vocab_size``
+    (fedpd's Shakespeare loader uses 81: LEAF's 80 characters + one for any other; the
+    ``dataset`` problem passes it); logits of the last step."""
 
     def __init__(self, vocab_size: int = 80, embed_dim: int = 8, hidden: int = 256, layers: int = 2, num_classes: int = 80):
         super().__init__()
@@ -387,6 +390,11 @@ MODELS: dict[str, tuple[Callable[..., nn.Module], str]] = {
 def _options(factory: Callable) -> list[str]:
     params = inspect.signature(factory).parameters.values()
     return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def model_options(name: str) -> list[str]:
+    """The keyword options ``build_model(name, ...)`` accepts (``name`` must be in :data:`MODELS`)."""
+    return _options(MODELS[name][0])
 
 
 def build_model(name: str, *, input_shape: Sequence[int], num_classes: int, **options) -> nn.Module:

@@ -22,19 +22,27 @@ def summary(metrics: dict) -> str:
 
 
 class Progress:
-    """``update(round, metrics)`` after each round; ``metrics`` only when new ones exist."""
+    """``update(round, metrics)`` after each round; ``metrics`` only when new ones exist.
 
-    def __init__(self, total: int, start: int = 0, label: str = "", enabled: bool = True, stream=None):
+    Draws a rich bar on ``console`` if given, else on ``stream`` (default stderr) when it is a
+    terminal; otherwise prints a plain line per evaluation."""
+
+    def __init__(self, total: int, start: int = 0, label: str = "", enabled: bool = True, stream=None, console=None):
         self.total, self.start, self.label, self.enabled = total, start, label, enabled
         self.stream = stream or sys.stderr
         self.t0 = time.perf_counter()
         self.last = ""
         self._bar = None
-        if enabled and self.stream.isatty():
+        if enabled and (console is not None or self.stream.isatty()):
+            from rich.console import Console
             from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+            from rich.table import Column
 
-            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                                     TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False)
+            # the metrics take what the bar, round and time left leave, cut with an ellipsis
+            metrics = TextColumn("{task.fields[info]}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis"))
+            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(bar_width=20),
+                                     TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), metrics,
+                                     console=console or Console(file=self.stream), expand=True, transient=False)
             self._task = self._bar.add_task(label or "rounds", total=total, completed=start, info="")
             self._bar.start()
 

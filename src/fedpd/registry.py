@@ -84,6 +84,10 @@ class DatasetOptions(Options):
     seed: int = Field(0, ge=0, description="partition, subsample and model initialisation")
     verify: bool = Field(True, description="check canonical file sizes and SHA-256 (mnist, fashion-mnist, cifar)")
     path: str | None = Field(None, description="image-folder: folder or .tar.gz (absolute or under data_dir)")
+    vocab_size: int | None = Field(None, ge=3, description="sent140: words kept incl. <pad>, <unk> (default 10000)")
+    seq_len: int | None = Field(None, ge=1, description="sent140: tokens per tweet, front-padded (default 25)")
+    label_mode: Literal["fine", "coarse"] | None = Field(None, description="cifar100: 100 fine or 20 coarse labels")
+    glove_path: str | None = Field(None, description="sent140: GloVe text file for the word embedding")
 
 
 PROBLEMS = {
@@ -121,6 +125,10 @@ class PenaltyOptions(Options):
     eta: float = Field(10.0, gt=0)
 
 
+class DualMeanOptions(PenaltyOptions):
+    output: Literal["server", "average"] = Field("server", description="metrics at x0 or at the participants' mean x̄")
+
+
 class PrimalDualOptions(Options):
     eta: float = Field(1.0, gt=0)
     participation: Literal["all", "sampled"] = "sampled"
@@ -129,9 +137,10 @@ class PrimalDualOptions(Options):
     start: Literal["warm", "server"] = "server"
     p: float = Field(0.0, ge=0, lt=1)
     skip: Literal["random", "periodic"] = "random"
+    output: Literal["server", "average"] = "server"
 
 
-class FedSAMOptions(Options):
+class FedSAMOptions(_fedplus.AggregatorOptions):
     sam_radius: float = Field(0.05, ge=0, description="SAM radius r (replaces solver.sam_radius)")
 
 
@@ -173,9 +182,9 @@ ALGORITHMS = {
     "fedprox": _algo(FedProx, FedProxOptions),
     "scaffold": _algo(Scaffold, ScaffoldOptions),
     "fedpd": _algo(FedPD, FedPDOptions),
-    "feddyn": _algo(FedDyn, PenaltyOptions),
+    "feddyn": _algo(FedDyn, DualMeanOptions),
     "fedadmm": _algo(FedADMM, PenaltyOptions),
-    "afedpd": _algo(AFedPD, PenaltyOptions),
+    "afedpd": _algo(AFedPD, DualMeanOptions),
     "primal_dual": _algo(PrimalDual, PrimalDualOptions),
     "fedsam": _algo(FedSAM, FedSAMOptions),
     "afedpdsam": _algo(AFedPDSAM, PenaltySAMOptions),

@@ -19,7 +19,7 @@ AggregatorName = Literal["mean", "geometric_median", "coordinate_median", "trimm
 ProxKind = Literal["zero", "sq_l2", "l2", "l1", "indicator"]
 
 
-# --- robust server aggregation (any algorithm whose server averages models) ------------------
+# --- robust server aggregation (algorithms whose server averages models) -----------------------
 class AggregatorOptions(Options):
     aggregator: AggregatorName = Field("mean", description="server aggregation (fedpd.aggregators)")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
@@ -88,13 +88,13 @@ class DittoOptions(AggregatorOptions):
     lam: float = Field(0.1, ge=0, description="lambda of h_k(v; w) = F_k(v) + lambda/2 ||v - w||^2")
 
 
-class APFLOptions(Options):
+class APFLOptions(AggregatorOptions):
     alpha: float = Field(0.25, ge=0, le=1, description="initial mixing weight")
     adaptive: bool = True
     alpha_lr: float = Field(0.0, ge=0, description="step for alpha; 0: the solver's lr")
 
 
-class PFedMeOptions(Options):
+class PFedMeOptions(AggregatorOptions):
     lam: float = Field(15.0, gt=0)
     inner_steps: int = Field(5, ge=1, description="K: GD steps on the inner (Moreau) problem")
     personal_lr: float = Field(0.01, gt=0)
@@ -173,7 +173,7 @@ class NoAttackOptions(Options):
 
 
 class _Targets(Options):
-    fraction: float = Field(0.1, ge=0, le=1, description="fraction of the parties that misbehave")
+    fraction: float = Field(0.1, ge=0, le=1, description="share of the parties (x N rounded half up, >= 1)")
     parties: list[int] = Field(default_factory=list, description="explicit party ids (override fraction)")
     seed: int = Field(0, ge=0, description="which parties (the attack's own seed)")
 

@@ -1,10 +1,12 @@
 """The run loop: sampling, rounds, evaluation, ``metrics.jsonl``, checkpoints, exact resume.
 
-A run directory holds the resolved ``config.toml``, ``metrics.jsonl`` (one JSON object per
-evaluation) and ``checkpoint.pt`` (server state, every client's state, the communication
-counters and all RNG states), each written atomically. Resuming from the checkpoint replays
-the same random streams, so a run killed at any point and resumed writes the same
-``metrics.jsonl`` as one that never stopped (``wall_s`` aside).
+A run directory holds the resolved ``config.toml`` and ``checkpoint.pt`` (server state, every
+client's state, the communication counters and all RNG states), both written atomically, and
+``metrics.jsonl`` (one JSON object per evaluation), appended and fsynced line by line and
+rewritten atomically on resume to the records up to the checkpoint. Resuming from the
+checkpoint replays the same random streams, so a run killed at any point and resumed writes the
+same ``metrics.jsonl`` as one that never stopped (``wall_s`` aside). ``run.rounds`` is the only
+key a resume may change.
 """
 
 from __future__ import annotations
@@ -40,14 +42,17 @@ STREAMS = ("sampler", "algorithm", "solver", "attack")  # append only: earlier s
 def build_problem(cfg: Config) -> Problem:
     entry = registry.PROBLEMS[cfg.names["problem"]]
     takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem
+    if not takes_model:
+        for key, value in cfg.model.items():
+            if (key, value) != ("name", "auto"):
+                raise ConfigError(f"model.{key}: problem '{cfg.names['problem']}' has a fixed model "
+                                  f"(allowed: no [model] section, or name = \"auto\")")
     extra = {"model": dict(cfg.model)} if takes_model else {}
     problem = entry.build(**cfg.options["problem"].model_dump(), **extra)
     problem = build_attack(cfg).apply_data(problem)  # outliers by data (a no-op for other attacks)
     # auto: float64 for the built-in problems, the problem's own choice (float32 for datasets)
     auto = problem.info.get("dtype", torch.float64)
     dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
-    if cfg.model and cfg.model.get("name", "auto") != "auto" and not takes_model:
-        raise ConfigError(f"model.name: problem '{cfg.names['problem']}' has a fixed model (allowed: auto)")
     return problem.to(dtype)
 
 
@@ -118,7 +123,7 @@ class Simulation:
 
     def metrics(self) -> dict:
         t0 = time.perf_counter()
-        record = {"round": self.round, **self.comm.state_dict()}
+        record = {"round": self.round, **self.comm.state_dict(), "sample_grads": int(self.problem.sample_grads)}
         record.update(evaluate(self.problem, self.model()))
         record.update(self.algorithm.diagnostics(self.server, self.store))
         if self.cfg.run.personal_eval != "never":
@@ -134,13 +139,14 @@ class Simulation:
     def state_dict(self) -> dict:
         return {"version": 1, "round": self.round, "elapsed": self.elapsed, "server": self.server,
                 "store": self.store.state_dict(), "comm": self.comm.state_dict(),
-                "rng": {k: g.get_state() for k, g in self.gens.items()}}
+                "sample_grads": int(self.problem.sample_grads), "rng": {k: g.get_state() for k, g in self.gens.items()}}
 
     def load_state_dict(self, sd: dict) -> None:
         self.round, self.elapsed = sd["round"], sd["elapsed"]
         self.server = sd["server"]
         self.store = ClientStore.from_state_dict(sd["store"])
         self.comm.load_state_dict(sd["comm"])
+        self.problem.sample_grads = sd.get("sample_grads", 0)
         for k, g in self.gens.items():
             g.set_state(sd["rng"][k])
 
@@ -171,6 +177,17 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
         (out / p).unlink()
 
 
+def _restore(sim: Simulation, out: Path) -> None:
+    """Load the run directory's checkpoint into ``sim`` (none yet: the run starts at round 0)."""
+    if not (out / CHECKPOINT).exists():
+        return
+    try:
+        sd = torch.load(out / CHECKPOINT, weights_only=False)
+    except Exception as err:  # a checkpoint is written atomically, so this is outside damage
+        raise ConfigError(f"--resume {str(out)!r}: checkpoint cannot be read ({type(err).__name__})") from None
+    sim.load_state_dict(sd)
+
+
 def run(config: str | Path | dict | Config | None = None, out: str | Path | None = None, *,
         overrides: list[str] | tuple[str, ...] = (), resume: str | Path | None = None,
         progress: bool = False, overwrite: bool = False, label: str = "") -> RunResult:
@@ -184,6 +201,10 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if not (out / CONFIG).is_file():
             raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
         cfg = load_config(out / CONFIG, overrides)
+        for item in overrides:  # anything else would continue the checkpoint under another run
+            key = item.partition("=")[0].strip()
+            if key != "run.rounds":
+                raise ConfigError(f"--set {key}: run.rounds is the only key that can change on resume")
     else:
         if config is None:
             raise ConfigError("no config given")
@@ -197,16 +218,19 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         out = Path(out)
         if resume is None:
             atomic_write_text(out / CONFIG, cfg.to_toml())
-        elif (out / CHECKPOINT).exists():
-            try:
-                sd = torch.load(out / CHECKPOINT, weights_only=False)
-            except Exception as err:  # a checkpoint is written atomically, so this is outside damage
-                raise ConfigError(f"--resume {str(out)!r}: checkpoint cannot be read ({type(err).__name__})") from None
-            sim.load_state_dict(sd)
-        kept = [r for r in read_jsonl(out / METRICS) if r.get("round", 0) <= sim.round]
+        else:
+            _restore(sim, out)
+            if cfg.run.rounds < sim.round:
+                raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
+                                  f"(allowed: {sim.round} or more)")
+            if overrides:  # a new target: config.toml keeps saying what the run is
+                atomic_write_text(out / CONFIG, cfg.to_toml())
+        # what an uninterrupted run of cfg.run.rounds writes up to the checkpoint (a changed target
+        # drops the old target's final record)
+        history = [r for r in read_jsonl(out / METRICS) if r.get("round", 0) <= sim.round
+                   and (r.get("round", 0) % cfg.run.eval_every == 0 or r.get("round") == cfg.run.rounds)]
         if resume is not None:
-            atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in kept))
-        history = kept
+            atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
     return _loop(sim, cfg, out, history, progress, label)
 
 
@@ -227,7 +251,8 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
             atomic_torch_save(sim.state_dict(), out / CHECKPOINT)
 
     try:
-        if sim.round == 0 and not history:
+        due = sim.round % every == 0 or sim.round == rounds
+        if due and not (history and history[-1]["round"] == sim.round):  # round 0, or a target cut to here
             record()
         while sim.round < rounds:
             sim.step()

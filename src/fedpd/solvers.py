@@ -44,18 +44,28 @@ class LocalResult:
     x: Tensor  # [K, d] the local solutions
     steps: Tensor  # [K] local steps each client took (1 for the exact solver)
     lr: float  # the step size used this round
-    sample_grads: int  # per-sample gradient evaluations spent (for computation accounting)
     #: [K] ‖∇(local objective)‖² at the start point, on the first step's batch: how far from
     #: stationary each local problem starts (the primal-dual family reports it as ``dual_drift``)
     start_grad_sq: Tensor | None = None
 
 
-def client_gradients(problem: Problem):
-    """∇f_i at x for K clients: vmap over (x [K, d], X [K, B, ...], Y [K, B], W [K, B])."""
-    fn = problem.__dict__.get("_vmapped_grad")
+def client_gradients(problem: Problem, counted: bool = True):
+    """∇f_i at x for K clients: vmap over (x [K, d], X [K, B, ...], Y [K, B], W [K, B]).
+
+    Computation is counted where it is spent, as communication is: every call adds the batch's
+    real samples (W ≠ 0) to ``problem.sample_grads`` — the clients' per-sample gradient
+    evaluations, the budget FedPD-VR is compared by. ``counted=False`` for evaluation work."""
+    key = "_counted_grad" if counted else "_vmapped_grad"
+    fn = problem.__dict__.get(key)
     if fn is None:
-        fn = vmap(grad(problem.client_loss))
-        problem.__dict__["_vmapped_grad"] = fn
+        vmapped = problem.__dict__.setdefault("_vmapped_grad", vmap(grad(problem.client_loss)))
+        if counted:
+            def fn(x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+                problem.sample_grads = problem.sample_grads + W.count_nonzero()
+                return vmapped(x, X, Y, W)
+        else:
+            fn = vmapped
+        problem.__dict__[key] = fn
     return fn
 
 
@@ -96,7 +106,6 @@ class GradientSolver:
         steps = self.step_counts(ids.numel(), generator)
         lr = self.lr * self.lr_decay**round
         full = problem.train.padded(ids) if self.batch_size is None else None
-        per_step = problem.train.sizes[ids] if full is not None else torch.full_like(steps, self.batch_size)
         x, buf, start_gap = x.clone(), None, None
         for q in range(int(steps.max()) if steps.numel() else 0):
             X, Y, W = full if full is not None else problem.train.minibatch(ids, self.batch_size, generator)
@@ -117,8 +126,7 @@ class GradientSolver:
                 x = x - lr * g
             else:  # stragglers that are done keep their iterate
                 x = torch.where((steps > q)[:, None], x - lr * g, x)
-        evals = int((steps * per_step).sum()) * (2 if self.sam_radius else 1)
-        return LocalResult(x, steps, lr, evals, start_gap)
+        return LocalResult(x, steps, lr, start_gap)
 
 
 class ExactSolver:
@@ -140,4 +148,4 @@ class ExactSolver:
             rhs = rhs + objective.mu * objective.center
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
         steps = torch.ones(ids.numel(), dtype=torch.int64)
-        return LocalResult(sol, steps, 1.0, int(problem.train.sizes[ids].sum()), (g0 * g0).sum(1))
+        return LocalResult(sol, steps, 1.0, (g0 * g0).sum(1))

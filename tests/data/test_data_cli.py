@@ -31,6 +31,29 @@ def test_list(tmp_path, writers, capsys):
     assert set(rows) >= {"mnist", "cifar100", "femnist", "sent140", "image-folder"}
 
 
+def test_list_verify_reads_cifar_folders(tmp_path, writers, capsys):
+    writers.make_cifar(tmp_path / "cifar100", "cifar100")
+    batch = tmp_path / "cifar100" / "cifar-100-python" / "test"
+    batch.write_bytes(batch.read_bytes()[:-200])  # truncated
+    rows = {}
+    for flags in ([], ["--verify"]):
+        assert run(["data", "list", "--data-dir", str(tmp_path), *flags]) == 0
+        rows[tuple(flags)] = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "present" in rows[()]["cifar100"]
+    assert "corrupt" in rows[("--verify",)]["cifar100"] and "cifar-100-python/test" in rows[("--verify",)]["cifar100"]
+
+
+def test_split_cifar100_label_mode(tmp_path, writers, capsys):
+    writers.make_cifar(tmp_path, "cifar100")
+    assert run(["data", "split", "cifar100", "--clients", "2", "--label-mode", "coarse", "--data-dir", str(tmp_path)]) == 0
+    assert "2 clients, 30 samples, 20 classes" in capsys.readouterr().out
+    assert run(["data", "split", "cifar100", "--clients", "2", "--data-dir", str(tmp_path)]) == 0
+    assert "2 clients, 30 samples, 100 classes" in capsys.readouterr().out
+    writers.make_leaf(tmp_path, "femnist")
+    with pytest.raises(ConfigError, match="--label-mode"):
+        run(["data", "split", "femnist", "--clients", "2", "--label-mode", "fine", "--data-dir", str(tmp_path)])
+
+
 def test_split_dirichlet_and_plot(tmp_path, writers, capsys):
     pytest.importorskip("matplotlib")
     writers.make_idx_dataset(tmp_path / "mnist", gz=True, n_train=200)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
+import stat
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
@@ -71,6 +73,19 @@ def test_download_success_then_load(tmp_path, server, writers, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_downloaded_files_get_the_umask_mode(tmp_path, server, writers):
+    """mkstemp makes 0600 files; the renamed file must have the mode a plain open() gives (0666 & ~umask)."""
+    srv, url = server
+    expected = _serve_mnist(writers, srv)
+    for umask in (0o022, 0o077):
+        old = os.umask(umask)
+        try:
+            folder = download("mnist", tmp_path / oct(umask), base_url=url, progress=False, expected=expected)
+        finally:
+            os.umask(old)
+        assert {stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()} == {0o666 & ~umask}
+
+
 def test_checksum_mismatch_leaves_nothing(tmp_path, server, writers):
     srv, url = server
     expected = _serve_mnist(writers, srv)
@@ -109,7 +124,19 @@ def test_interrupted_transfer_leaves_nothing(tmp_path, server, writers):
         download("cifar10", tmp_path, base_url=url + "short/", progress=True,
                  expected={"cifar-10-python.tar.gz": (1000, "0" * 64)})
     assert "cifar-10-python.tar.gz" in str(e.value) and "\n" not in str(e.value)
-    assert _leftovers(tmp_path / "cifar10") == []
+    assert not (tmp_path / "cifar10").exists()  # the folder this download made is removed again
+
+
+def test_failed_download_removes_only_the_folders_it_made(tmp_path, server):
+    _, url = server
+    bad = {"cifar-10-python.tar.gz": (1000, "0" * 64)}
+    with pytest.raises(DataError):  # D and D/cifar10 made by the download, both removed
+        download("cifar10", tmp_path / "new" / "data", base_url=url, progress=False, expected=bad)
+    assert _leftovers(tmp_path) == ["srv"]
+    (tmp_path / "data" / "cifar10").mkdir(parents=True)  # there before: kept, even though empty
+    with pytest.raises(DataError):
+        download("cifar10", tmp_path / "data", base_url=url, progress=False, expected=bad)
+    assert (tmp_path / "data" / "cifar10").is_dir()
 
 
 def test_unreachable_and_unknown(tmp_path, server):
@@ -120,4 +147,4 @@ def test_unreachable_and_unknown(tmp_path, server):
         download("imagenet", tmp_path)
     with pytest.raises(DataError, match="cannot connect"):  # closed port on loopback
         download("cifar100", tmp_path, base_url="http://127.0.0.1:9/", progress=False, timeout=5)
-    assert _leftovers(tmp_path / "cifar100") == []
+    assert not (tmp_path / "cifar100").exists()

@@ -4,6 +4,7 @@ plus the corrupt and missing cases: each must raise DataError/ConfigError with a
 from __future__ import annotations
 
 import gzip
+import json
 import pickle
 import sys
 
@@ -13,7 +14,7 @@ import torch
 
 from fedpd.data import DATASETS, LEAF_CHARS, Dataset, dataset_status, load_dataset, load_image_folder, read_idx
 from fedpd.data import checksums
-from fedpd.data.loaders import resolve_data_dir
+from fedpd.data.loaders import load_glove, resolve_data_dir
 from fedpd.errors import ConfigError, DataError
 
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -211,12 +212,52 @@ def test_cifar_corrupt(tmp_path, writers, one_line):
     batch = folder_root / "cifar-10-batches-py" / "data_batch_3"
     batch.write_bytes(batch.read_bytes()[:500])
     with pytest.raises(DataError) as e:
-        load_dataset("cifar10", folder_root)
-    assert "data_batch_3" in one_line(e)
+        load_dataset("cifar10", folder_root, verify=False)
+    assert "data_batch_3" in one_line(e) and "not a readable CIFAR python pickle" in str(e.value)
     (folder_root / "cifar-10-batches-py" / "data_batch_3").unlink()
+    for verify in (True, False):
+        with pytest.raises(DataError) as e:
+            load_dataset("cifar10", folder_root, verify=verify)
+        assert "missing data_batch_3" in one_line(e)
+
+
+def test_cifar_folder_batches_meta_is_verified(tmp_path, writers, one_line, monkeypatch):
+    """batches.meta has torchvision's MD5 (the shared converter reproduces it byte for byte); with verify on,
+    a folder's batches.meta must match it. The fixture's own meta does not."""
+    assert checksums.CANONICAL["cifar10"]["batches.meta"] == checksums.Expected(158, md5="5ff9c542aee3614f3951f8cda6e48888")
+    writers.make_cifar(tmp_path, "cifar10")
+    meta = tmp_path / "cifar-10-batches-py" / "batches.meta"
     with pytest.raises(DataError) as e:
-        load_dataset("cifar10", folder_root)
-    assert "missing data_batch_3" in one_line(e)
+        load_dataset("cifar10", tmp_path)
+    assert "batches.meta" in one_line(e) and "158" in str(e.value)
+    size = meta.stat().st_size
+    monkeypatch.setitem(checksums.CANONICAL, "cifar10", {"batches.meta": checksums.Expected(size, md5="0" * 32)})
+    with pytest.raises(DataError) as e:  # right size, wrong content
+        load_dataset("cifar10", tmp_path)
+    assert "md5 mismatch" in one_line(e) and "batches.meta" in str(e.value)
+    monkeypatch.setitem(checksums.CANONICAL, "cifar10", {"batches.meta": checksums.Expected(size, md5=checksums.file_hash(meta, "md5"))})
+    assert load_dataset("cifar10", tmp_path).x_train.shape == (30, 3, 32, 32)
+
+
+def test_cifar_folder_status(tmp_path, writers, monkeypatch):
+    """`data list`: a folder with a missing batch is corrupt; a damaged batch is corrupt with --verify (which
+    unpickles every batch), where it used to be reported present."""
+    writers.make_cifar(tmp_path / "cifar100", "cifar100")
+    folder = tmp_path / "cifar100" / "cifar-100-python"
+    assert dataset_status("cifar100", tmp_path).state == "present"
+    assert dataset_status("cifar100", tmp_path, verify=True).state == "present"
+    train = folder / "train"
+    data = train.read_bytes()
+    train.write_bytes(data[: len(data) // 2])  # truncated
+    assert dataset_status("cifar100", tmp_path).state == "present"  # sizes of these batches are not known
+    st = dataset_status("cifar100", tmp_path, verify=True)
+    assert st.state == "corrupt" and "train" in st.detail and "\n" not in st.detail
+    train.write_bytes(data.replace(b"fine_labels", b"fine_lab3ls"))  # readable pickle, no labels
+    st = dataset_status("cifar100", tmp_path, verify=True)
+    assert st.state == "corrupt" and "fine_labels" in st.detail
+    train.unlink()
+    st = dataset_status("cifar100", tmp_path)
+    assert st.state == "corrupt" and "missing train" in st.detail
 
 
 def test_cifar_pickle_only_allows_numpy_globals(tmp_path, writers, one_line):
@@ -225,7 +266,7 @@ def test_cifar_pickle_only_allows_numpy_globals(tmp_path, writers, one_line):
     with open(tmp_path / "cifar-10-batches-py" / "test_batch", "wb") as f:
         pickle.dump(evil, f, protocol=2)
     with pytest.raises(DataError) as e:
-        load_dataset("cifar10", tmp_path)
+        load_dataset("cifar10", tmp_path, verify=False)
     assert "not allowed" in one_line(e)
 
 
@@ -348,6 +389,7 @@ def test_leaf_shakespeare(tmp_path, writers):
     text = "".join(LEAF_CHARS[i] if i < 80 else "~" for i in ds.x_train[0].tolist())
     assert text.startswith("To be, or not to be: that is the question~")
     assert int(ds.x_train.max()) == 80  # "~" is outside LEAF's alphabet -> reserved index
+    assert ds.meta["vocab_size"] == 81  # token ids a model must embed
     assert ds.train_users.tolist() == [0, 0, 0, 1, 1, 2, 2, 2, 2]
 
 
@@ -359,9 +401,52 @@ def test_leaf_sent140(tmp_path, writers):
     assert ds.x_train.shape == (9, 4) and ds.x_train.dtype == torch.int64
     assert ds.y_train.tolist() == [i % 2 for i in range(9)] and ds.num_classes == 2
     assert int(ds.x_train.max()) < 5 and (ds.x_train == 1).any()  # capped vocabulary -> unknown words
-    assert (ds.x_train[0] == 0).sum() == 1  # 3 words padded to 4
+    assert (ds.x_train[0] == 0).sum() == 1 and ds.x_train[0, 0] == 0  # 3 words padded to 4, at the front
+    assert (ds.x_train[:, -1] != 0).all()  # the last step, which SentimentLSTM reads, is a word
+    assert ds.meta["vocab_size"] == 5
     full = load_dataset("sent140", tmp_path)
     assert full.x_train.shape[1] == 25 and "good" in full.meta["vocab"]  # lower-cased
+
+
+def test_sent140_front_padding_keeps_the_first_words(tmp_path):
+    f = tmp_path / "leaf" / "sent140"
+    for split in ("train", "test"):
+        (f / split).mkdir(parents=True)
+        tweets = ["a b c d e f", "b"]
+        (f / split / "x.json").write_text(json.dumps({"users": ["u"], "user_data": {"u": {
+            "x": [["1", "d", "q", "u", t] for t in tweets], "y": [0, 1]}}}))
+    ds = load_dataset("sent140", tmp_path, seq_len=4)
+    ids = {w: i for i, w in enumerate(ds.meta["vocab"])}
+    assert ds.x_train.tolist() == [[ids[w] for w in "abcd"], [0, 0, 0, ids["b"]]]
+
+
+def test_load_glove(tmp_path, one_line):
+    vocab = ["<pad>", "<unk>", "good", "new york", "zebra"]
+    g = tmp_path / "g.txt"
+    g.write_text("good 1 2\nnew york 3 4\nbad 5 6\n\n")  # a word may contain spaces (GloVe 840B)
+    w = load_glove(g, vocab, seed=3)
+    assert w.shape == (5, 2) and w.dtype == torch.float32
+    assert w[2].tolist() == [1, 2] and w[3].tolist() == [3, 4] and w[0].tolist() == [0, 0]
+    assert torch.equal(w, load_glove(g, vocab, seed=3)) and not torch.equal(w, load_glove(g, vocab, seed=4))
+    bad = {
+        "good 1 2\nzebra 1\n": "g.txt:2",                  # short line
+        "good 1 2\nzebra 1 x\n": "non-numeric",            # bad number
+        "": "empty",
+        "cat 1 2\n": "none of the 5 vocabulary words",
+        "good\n": "g.txt:1",
+    }
+    for text, needle in bad.items():
+        g.write_text(text)
+        with pytest.raises(DataError) as e:
+            load_glove(g, vocab)
+        assert needle in one_line(e)
+    g.write_bytes(b"good 1 2\n\xff\xfe 1 2\n")
+    with pytest.raises(DataError) as e:
+        load_glove(g, vocab)
+    assert "UTF-8" in one_line(e)
+    with pytest.raises(DataError) as e:
+        load_glove(tmp_path / "nope.txt", vocab)
+    assert "nope.txt" in one_line(e)
 
 
 def test_leaf_other_layout_and_errors(tmp_path, writers, one_line):

@@ -80,8 +80,11 @@ def test_cifar10_jpeg(cifar_jpeg):
 
 @pytest.mark.slow
 def test_cifar10_python_batches_from_conversion_script(cifar_py_dir, cifar_jpeg):
-    ds = load_dataset("cifar10", cifar_py_dir)
+    ds = load_dataset("cifar10", cifar_py_dir)  # verify=True: batches.meta has torchvision's MD5
     assert ds.meta["format"] == "python" and ds.source.endswith("cifar-10-batches-py")
+    meta = cifar_py_dir / "cifar-10-batches-py" / "batches.meta"
+    assert checksums.file_hash(meta, "md5") == checksums.CANONICAL["cifar10"]["batches.meta"].md5
+    assert dataset_status("cifar10", cifar_py_dir, verify=True).state == "present"  # every batch unpickled
     assert ds.x_train.shape == (50000, 3, 32, 32) and ds.x_test.shape == (10000, 3, 32, 32)
     assert torch.bincount(ds.y_train).tolist() == [5000] * 10
     assert torch.bincount(ds.y_test).tolist() == [1000] * 10
@@ -109,3 +112,4 @@ def test_leaf_shakespeare():
     assert ds.x_train.shape == (41990, 80) and ds.x_test.shape == (3881, 80)
     assert len(ds.users) == 10 and ds.train_users.unique().numel() == 10
     assert int(ds.x_train.max()) <= 80 and ds.y_train.shape == (41990,)
+    assert ds.meta["vocab_size"] == 81 and ds.num_classes == 81

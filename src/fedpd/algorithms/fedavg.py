@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import torch
-
 from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
-from fedpd.algorithms.robust import ServerAggregator
+from fedpd.algorithms.robust import RobustAveraging
 from fedpd.solvers import LocalObjective
 from fedpd.store import State
 
 
-class FedAvg(Algorithm):
+class FedAvg(RobustAveraging, Algorithm):
     """FedAvg (McMahan et al., AISTATS 2017; FedPD seed 004, Alg. 1, eqs. (8)–(9)).
 
     Each participant starts from the server model x0 and runs the local solver on f_i
@@ -20,16 +18,16 @@ class FedAvg(Algorithm):
 
     ``aggregator`` replaces the mean by a robust aggregator of :mod:`fedpd.aggregators`
     (geometric_median: RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al.
-    2018; krum: Blanchard et al. 2017); ``weights = "samples"`` weighs clients by data size.
+    2018; krum: Blanchard et al. 2017); ``weights = "samples"`` weighs clients by data size. The
+    metrics then add ``agg_iterations`` and ``agg_unconverged_rounds`` (rounds that hit the
+    aggregator's ``max_iter``).
     """
 
     name = "fedavg"
     description = "FedAvg: local GD/SGD from the server model, server averages the local models"
-    robust: ServerAggregator | None = None  # None: the plain mean
 
     def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
-        robust = ServerAggregator(aggregator, aggregator_options, weights)
-        self.robust = None if robust.is_mean else robust
+        self.use_aggregator(aggregator, aggregator_options, weights)
 
     def objective(self, message: State, clients: State, k: int) -> LocalObjective:
         return LocalObjective()
@@ -41,19 +39,8 @@ class FedAvg(Algorithm):
         return {"x": res.x}, clients
 
     def aggregate(self, server, uploads, ctx):
-        new = {"primal_residual": mean_sq_dist(uploads["x"], server["x0"])}
-        if self.robust is None:
-            new["x0"] = uploads["x"].mean(0)
-        else:
-            new["x0"], info = self.robust(uploads["x"], ctx.problem, ctx.ids)
-            new["agg_iterations"] = torch.tensor(info["iterations"])
-        return new, {}
-
-    def diagnostics(self, server, store):
-        out = super().diagnostics(server, store)
-        if "agg_iterations" in server:
-            out["agg_iterations"] = int(server["agg_iterations"])
-        return out
+        x0, counts = self.average(server, uploads["x"], ctx)
+        return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
 
 
 class FedProx(FedAvg):

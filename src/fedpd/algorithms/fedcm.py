@@ -24,7 +24,9 @@ class FedCM(Algorithm):
     In the solver layer v = α(∇f_i(x) + ⟨((1 − α)/α)Δ, ·⟩'s gradient): the configured gradient
     solver runs with step α·η1 and the linear term ((1 − α)/α)·Δ, so momentum, minibatches, SAM
     and stragglers work unchanged (weight decay counts as part of f_i and is scaled by α too).
-    Per participant: 2d floats down (x0, Δ), d up.
+    Per participant: 2d floats down (x0, Δ), d up. With stragglers (``solver.straggler_fraction``)
+    a participant also sends its step count Q_i (1 float) and Δ ← mean_P (x0 − x_i)/(Q_i·η1), so
+    a straggler's short walk is not mistaken for a small gradient.
     """
 
     name = "fedcm"
@@ -49,12 +51,16 @@ class FedCM(Algorithm):
         solver.lr = ctx.solver.lr * a  # v = α(∇f_i + ((1 − α)/α)Δ), stepped with η1
         objective = LocalObjective(linear=expand(message["delta"], k) * ((1 - a) / a))
         res = solver.solve(ctx.problem, ctx.ids, expand(message["x0"], k), objective, ctx.round, ctx.generator)
-        return {"x": res.x}, clients
+        upload = {"x": res.x}
+        if solver.straggler_fraction > 0:  # Q_i differs per client: the server needs it for Δ
+            upload["steps"] = res.steps.to(res.x.dtype)
+        return upload, clients
 
     def aggregate(self, server, uploads, ctx: RoundContext):
         solver = ctx.solver
         lr = solver.lr * solver.lr_decay**ctx.round
         x, x0 = uploads["x"], server["x0"]
-        step = x.mean(0) - x0
-        return {"x0": x0 + self.server_lr * step, "delta": -step / (solver.local_steps * lr),
+        steps = uploads["steps"][:, None] if "steps" in uploads else solver.local_steps
+        delta = ((x0 - x) / (steps * lr)).mean(0)
+        return {"x0": x0 + self.server_lr * (x.mean(0) - x0), "delta": delta,
                 "primal_residual": mean_sq_dist(x, x0)}, {}

@@ -9,7 +9,7 @@ from fedpd.solvers import GradientSolver, LocalObjective, client_gradients
 
 
 class FedPDVR(PrimalDual):
-    """FedPD with Oracle II (seed 004, Alg. 2 with Alg. 4 / App. G; REFERENCE_NOTES.md).
+    """FedPD with Oracle II (seed 004, Alg. 2 with Alg. 4, analysed in App. G; REFERENCE_NOTES.md).
 
     FedPD's protocol (every client, every round; warm start; λ_i ← λ_i + (x_i − x0_i)/η;
     x0_i⁺ = x_i + ηλ_i; skip communication with probability p) with a SARAH estimator g_i of
@@ -60,12 +60,3 @@ class FedPDVR(PrimalDual):
             g = g + grad_f(x_new, X, Y, W) - grad_f(x, X, Y, W)
             x = x_new
         return x, {"g": g}, gap
-
-    def sample_gradients(self, problem, solver, round: int) -> int:
-        """Sample gradients all N clients spend in round ``round`` (for budget comparisons)."""
-        sizes = problem.train.sizes
-        per_step = sizes if solver.batch_size is None else solver.batch_size
-        total = int((2 * solver.local_steps * per_step * sizes.new_ones(sizes.shape)).sum())
-        if round % self.refresh_every == 0:
-            total += int(sizes.sum())
-        return total

@@ -46,7 +46,7 @@ from torch import Tensor
 from fedpd.aggregators import fedplus_aggregate
 from fedpd.algorithms.base import Algorithm, RoundContext, expand
 from fedpd.algorithms.local_loop import LocalLoop, is_plain_gradient_solver
-from fedpd.algorithms.robust import WEIGHTS, ServerAggregator
+from fedpd.algorithms.robust import WEIGHTS, ServerAggregator, counter_metrics, counters, initial_counters
 from fedpd.errors import ConfigError
 from fedpd.prox import PROX_KINDS, prox, prox_grouped
 from fedpd.solvers import LocalObjective
@@ -172,8 +172,7 @@ class FedPlus(Algorithm):
 
     # --- state ----------------------------------------------------------------------------
     def init_server(self, x0):
-        server = {"x0": x0.clone(), "agg_iterations": torch.zeros((), dtype=torch.int64),
-                  "agg_unconverged": torch.zeros((), dtype=torch.int64)}
+        server = {"x0": x0.clone(), **initial_counters()}
         if self.aggregate_over == "all":
             server["W"] = x0.new_empty((0, *x0.shape))  # the [N, d] table, filled at the first aggregation
         return server
@@ -249,10 +248,7 @@ class FedPlus(Algorithm):
             init = server["x0"] if self.init == "previous" else self.init
             x0, info = fedplus_aggregate(rows, self.psi, self.delta, tol=self.tol, max_iter=self.max_iter,
                                          groups=plan, weights=weights, init=init)
-        new["x0"] = x0
-        new["agg_iterations"] = torch.tensor(info["iterations"], dtype=torch.int64)
-        new["agg_unconverged"] = server["agg_unconverged"] + int(not info["converged"])
-        return new, {}
+        return {**new, "x0": x0, **counters(server, info)}, {}
 
     # --- evaluation -----------------------------------------------------------------------
     def model(self, server, store):
@@ -262,9 +258,7 @@ class FedPlus(Algorithm):
         return store.full("w")
 
     def diagnostics(self, server, store):
-        if not self.federated:
-            return {}
-        return {"agg_iterations": int(server["agg_iterations"]), "agg_unconverged_rounds": int(server["agg_unconverged"])}
+        return counter_metrics(server) if self.federated else {}
 
 
 # --- Table 1 presets ---------------------------------------------------------------------------

@@ -11,11 +11,11 @@ steps the shared solver has no form for and run their own loop on the run's grad
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
 from fedpd.algorithms.fedavg import FedAvg
 from fedpd.algorithms.local_loop import LocalLoop
+from fedpd.algorithms.robust import RobustAveraging
 from fedpd.errors import ConfigError
 from fedpd.solvers import GradientSolver, LocalObjective, client_gradients
 
@@ -92,7 +92,7 @@ class Ditto(FedAvg):
         return store.full("v")
 
 
-class APFL(Algorithm):
+class APFL(RobustAveraging, Algorithm):
     """APFL (Deng, Kamani, Mahdavi, "Adaptive Personalized Federated Learning", 2020, Alg. 1).
 
     Each participant keeps v_i and a mixing weight α_i. From the server model w it takes, on the
@@ -103,17 +103,20 @@ class APFL(Algorithm):
         v_i ← v_i − η α_i ∇f_i(v̄; ξ)                      (∇_v f_i(v̄) = α_i ∇f_i(v̄))
         α_i ← clip[0,1](α_i − η_α ⟨v_i − w, ∇f_i(v̄; ξ)⟩)   (only with ``adaptive``)
 
-    (all right-hand sides at the old iterates); the server averages the w's. The personal model
-    is v̄_i = α_i v_i + (1 − α_i) w̄ with w̄ the current server model. v_i⁰ = w⁰, α_i⁰ = ``alpha``.
+    (all right-hand sides at the old iterates); the server averages the w's (mean, or any robust
+    ``aggregator``). The personal model is v̄_i = α_i v_i + (1 − α_i) w̄ with w̄ the current
+    server model. v_i⁰ = w⁰, α_i⁰ = ``alpha``.
     """
 
     name = "apfl"
     description = "APFL: personal model alpha*v + (1 - alpha)*w, v trained on the mixture, alpha adapted"
 
-    def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0):
+    def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0, aggregator: str = "mean",
+                 aggregator_options: dict | None = None, weights: str = "uniform"):
         if not 0 <= alpha <= 1:
             raise ConfigError(f"algorithm.alpha: must lie in [0, 1] (got {alpha!r})")
         self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
+        self.use_aggregator(aggregator, aggregator_options, weights)
 
     def setup(self, problem, solver):
         _needs_gradient_solver(self.name, solver)
@@ -137,14 +140,15 @@ class APFL(Algorithm):
         return {"x": w}, {"v": v, "alpha": a}
 
     def aggregate(self, server, uploads, ctx):
-        return {"x0": uploads["x"].mean(0), "primal_residual": mean_sq_dist(uploads["x"], server["x0"])}, {}
+        x0, counts = self.average(server, uploads["x"], ctx)
+        return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
 
     def personal_models(self, server, store, problem=None):
         a = store.full("alpha")
         return a * store.full("v") + (1 - a) * server["x0"]
 
 
-class PFedMe(Algorithm):
+class PFedMe(RobustAveraging, Algorithm):
     """pFedMe (T. Dinh, Tran, Nguyen, NeurIPS 2020, Alg. 1).
 
     Each participant starts its local model w from the server's w^t and, for each of R local
@@ -155,14 +159,17 @@ class PFedMe(Algorithm):
 
     warm-started from the previous θ (θ = w^t at the round's start, as the authors' code), then
     takes the outer step w ← w − ηλ(w − θ) (eq. (8)). The server: w^{t+1} = (1 − β)w^t + β·mean w
-    (eq. (10)). The personal model is the client's last θ.
+    (eq. (10); any robust ``aggregator`` may replace the mean). The personal model is the
+    client's last θ.
     """
 
     name = "pfedme"
     description = "pFedMe: Moreau-envelope personalisation (inner solve for theta, outer step on w, server beta)"
 
-    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0):
+    def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
+                 aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
         self.lam, self.inner_steps, self.personal_lr, self.beta = lam, inner_steps, personal_lr, beta
+        self.use_aggregator(aggregator, aggregator_options, weights)
 
     def setup(self, problem, solver):
         _needs_gradient_solver(self.name, solver)
@@ -187,8 +194,9 @@ class PFedMe(Algorithm):
 
     def aggregate(self, server, uploads, ctx):
         x = uploads["x"]
-        x0 = x.mean(0) if self.beta == 1 else (1 - self.beta) * server["x0"] + self.beta * x.mean(0)
-        return {"x0": x0, "primal_residual": mean_sq_dist(x, server["x0"])}, {}
+        avg, counts = self.average(server, x, ctx)
+        x0 = avg if self.beta == 1 else (1 - self.beta) * server["x0"] + self.beta * avg
+        return {"x0": x0, "primal_residual": mean_sq_dist(x, server["x0"]), **counts}, {}
 
     def personal_models(self, server, store, problem=None):
         return store.full("theta")
@@ -230,7 +238,7 @@ class PerFedAvg(FedAvg):
         if problem is None:
             return None
         x0, n = server["x0"], problem.num_clients
-        grad_f = client_gradients(problem)
+        grad_f = client_gradients(problem, counted=False)  # evaluation, not training work
         out = torch.empty((n, *x0.shape), dtype=x0.dtype)
         step = max(1, 4096 // max(1, int(problem.train.sizes.max())))
         for start in range(0, n, step):

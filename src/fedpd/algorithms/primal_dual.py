@@ -19,6 +19,11 @@ They differ only in the sets (A-FedPD seed 001, Table 1; REFERENCE_NOTES.md):
 With S2 = P the clients upload z_i = x_i + ηλ_i (x0 = mean z_i); with S2 = all N they upload
 x_i and the server keeps mean_N λ_i in O(d), adding (1/N)Σ_P (x_i − x0)/η each round.
 
+Where the metrics are taken (``output``): "server" is x0, the model the next round trains from;
+"average" is x̄ = mean_P x_i of the last communicating round — A-FedPD's "global average model"
+(seed 001, Alg. 1 line 14; Theorem 1 bounds ‖∇f(x̄)‖²) and what FedDyn's authors report. The
+two differ by η·mean_N λ_i; "average" needs the x_i uploads, i.e. dual_mean = "all".
+
 A-FedPD's virtual update gives every absent client λ_i += (x̄ − x0)/η (x̄ = mean of the
 participants' x_i, seed 001 Alg. 1). It is the same vector for all absent clients, so it is
 applied lazily: the server keeps the running sum D of these increments, each client the value
@@ -49,19 +54,30 @@ class PrimalDual(Algorithm):
         p: FedPD's probability of skipping communication in a round (participation="all").
         skip: "random" (seeded coin, the paper) or "periodic" (communicate every
             round(1/(1 − p)) rounds, as the authors' Python code).
+        output: "server" (x0) or "average" (x̄ = mean_P x_i) — the model the metrics evaluate.
     """
 
     name = "primal_dual"
     description = "the parametrised primal-dual rule (choose the sets yourself)"
 
     def __init__(self, eta: float = 1.0, participation: str = "sampled", dual_mean: str = "all",
-                 virtual_dual: bool = False, start: str = "server", p: float = 0.0, skip: str = "random"):
+                 virtual_dual: bool = False, start: str = "server", p: float = 0.0, skip: str = "random",
+                 output: str = "server"):
         if virtual_dual and dual_mean != "all":
             raise ConfigError("algorithm.virtual_dual: needs dual_mean = 'all' (A-FedPD averages the duals over all clients)")
         if p > 0 and participation != "all":
             raise ConfigError("algorithm.p: communication skipping needs participation = 'all' (FedPD)")
+        if p > 0 and dual_mean == "all":
+            # the server's O(d) dual mean would miss the dual steps of the skipped rounds; with
+            # everyone taking part both sets are all N, so 'participants' is the same rule
+            raise ConfigError("algorithm.dual_mean: communication skipping (p > 0) needs dual_mean = 'participants' "
+                              "(with participation = 'all' both sets are all clients)")
+        if output == "average" and (dual_mean != "all" or participation == "all"):
+            raise ConfigError("algorithm.output: 'average' needs the participants' x_i at the server "
+                              "(dual_mean = 'all', participation = 'sampled'; allowed here: server)")
         self.eta, self.participation, self.dual_mean = eta, participation, dual_mean
         self.virtual_dual, self.start, self.p, self.skip = virtual_dual, start, p, skip
+        self.output = output
         self.period = max(1, round(1 / (1 - p)))
         # FedPD's clients keep their own anchor x0_i between communications.
         self.own_anchor = participation == "all"
@@ -71,6 +87,8 @@ class PrimalDual(Algorithm):
         server = {"x0": x0.clone(), "lam_mean": torch.zeros_like(x0)}
         if self.virtual_dual:
             server["D"] = torch.zeros_like(x0)
+        if self.output == "average":
+            server["x_bar"] = x0.clone()
         return server
 
     def init_client(self, x0):
@@ -143,6 +161,8 @@ class PrimalDual(Algorithm):
             new["D"] = server["D"] + increment
         new["lam_mean"] = lam_mean
         new["x0"] = x_bar + self.eta * lam_mean
+        if self.output == "average":
+            new["x_bar"] = x_bar
         reply = {"D": new["D"]} if self.virtual_dual else {}
         if self.own_anchor:
             reply["x0"] = new["x0"]
@@ -159,7 +179,7 @@ class PrimalDual(Algorithm):
     def model(self, server, store):
         if self.own_anchor:  # between communications the server model is the mean of the x0_i
             return store.mean("x0")
-        return server["x0"]
+        return server["x_bar"] if self.output == "average" else server["x0"]
 
 
 class FedPD(PrimalDual):
@@ -190,8 +210,8 @@ class FedDyn(PrimalDual):
     name = "feddyn"
     description = "FedDyn: dynamic regulariser; dual mean over all clients, consensus over participants"
 
-    def __init__(self, eta: float = 10.0):
-        super().__init__(eta=eta, participation="sampled", dual_mean="all", start="server")
+    def __init__(self, eta: float = 10.0, output: str = "server"):
+        super().__init__(eta=eta, participation="sampled", dual_mean="all", start="server", output=output)
 
 
 class FedADMM(PrimalDual):
@@ -212,5 +232,6 @@ class AFedPD(PrimalDual):
     name = "afedpd"
     description = "A-FedPD: FedDyn plus virtual dual updates for absent clients (lazy, O(|P| d) per round)"
 
-    def __init__(self, eta: float = 10.0):
-        super().__init__(eta=eta, participation="sampled", dual_mean="all", virtual_dual=True, start="server")
+    def __init__(self, eta: float = 10.0, output: str = "server"):
+        super().__init__(eta=eta, participation="sampled", dual_mean="all", virtual_dual=True, start="server",
+                         output=output)

@@ -44,18 +44,28 @@ class _SAM:
 
 
 class FedSAM(_SAM, FedAvg):
-    """FedSAM (Qu et al., ICML 2022; seed 001, Table 2): FedAvg whose local steps use the SAM
-    gradient ∇f_i(x + r·∇f_i(x)/‖∇f_i(x)‖). Per participant: d floats down, d up."""
+    """FedSAM (Qu et al., "Generalized federated learning via sharpness aware minimization",
+    ICML 2022), as listed in seed 001's Table 2 (CIFAR-10/100 accuracy, row FEDSAM: family P,
+    local optimiser SAM) and restated in REFERENCE_NOTES.md ("Related methods in the A-FedPD
+    results table"): FedAvg whose local steps use the SAM gradient ∇f_i(x + r·∇f_i(x)/‖∇f_i(x)‖)
+    (SAM: Foret et al., ICLR 2021). Neither source gives FedSAM's equation numbers, so none are
+    cited.
+
+    The server averages models, so FedAvg's robust ``aggregator`` / ``aggregator_options`` /
+    ``weights`` apply. Per participant: d floats down, d up."""
 
     name = "fedsam"
     description = "FedSAM: FedAvg with SAM local steps (radius sam_radius)"
 
-    def __init__(self, sam_radius: float = 0.05):
+    def __init__(self, sam_radius: float = 0.05, aggregator: str = "mean", aggregator_options: dict | None = None,
+                 weights: str = "uniform"):
+        super().__init__(aggregator, aggregator_options, weights)
         self.sam_radius = sam_radius
 
 
 class AFedPDSAM(_SAM, AFedPD):
-    """A-FedPDSAM (seed 001, Table 2): A-FedPD (lazy virtual dual updates) with SAM local steps."""
+    """A-FedPDSAM (seed 001: A-FedPD's Alg. 1 — LocalTrain, D-Update with the virtual dual update
+    for absent clients — with a SAM local gradient; Table 2, row A-FEDPDSAM)."""
 
     name = "afedpdsam"
     description = "A-FedPDSAM: A-FedPD with SAM local steps"
@@ -66,11 +76,13 @@ class AFedPDSAM(_SAM, AFedPD):
 
 
 class FedSpeed(_SAM, FedDyn):
-    """FedSpeed (Sun et al., ICLR 2023) as restated in REFERENCE_NOTES.md from the authors' code:
-    FedDyn's dual structure (local L_i = f_i + ⟨λ_i, x − x0⟩ + ‖x − x0‖²/(2η) from x0, duals of
-    participants only, dual mean over all N) with a SAM local gradient; their defaults are
-    penalty 1/η = 0.1, r = 0.1, lr 0.1 decayed by 0.998 per round (set lr and lr_decay on the
-    solver)."""
+    """FedSpeed (Sun et al., "FedSpeed: larger local interval, less communication round, and
+    higher generalization accuracy", ICLR 2023), as listed in seed 001's Table 2 (row FEDSPEED:
+    family PD, local optimiser SAM) and restated in REFERENCE_NOTES.md from the authors' code
+    (neither source gives its equation numbers, so none are cited): FedDyn's dual structure
+    (local L_i = f_i + ⟨λ_i, x − x0⟩ + ‖x − x0‖²/(2η) from x0, duals of participants only, dual
+    mean over all N) with a SAM local gradient; their defaults are penalty 1/η = 0.1, r = 0.1,
+    lr 0.1 decayed by 0.998 per round (set lr and lr_decay on the solver)."""
 
     name = "fedspeed"
     description = "FedSpeed: FedDyn-style duals with SAM local steps"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fedpd.algorithms.base import Algorithm, RoundContext, expand
-from fedpd.solvers import LocalObjective
+from fedpd.errors import ConfigError
+from fedpd.solvers import GradientSolver, LocalObjective
 
 
 class Scaffold(Algorithm):
@@ -20,6 +21,11 @@ class Scaffold(Algorithm):
 
     def __init__(self, server_lr: float = 1.0):
         self.server_lr = server_lr
+
+    def setup(self, problem, solver):
+        # c_i⁺ is built from the number and size of local steps: an exact solve has neither
+        if not isinstance(solver, GradientSolver):
+            raise ConfigError("solver.name: SCAFFOLD's control variates need local gradient steps (allowed: gd, sgd)")
 
     def init_server(self, x0):
         return {"x0": x0.clone(), "c": x0.new_zeros(x0.shape)}

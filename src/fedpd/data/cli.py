@@ -30,7 +30,8 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
 
     q = sub.add_parser("list", help="show each known dataset: present, missing or corrupt, and where")
     data_dir(q)
-    q.add_argument("--verify", action="store_true", help="also hash canonical files (default: sizes only)")
+    q.add_argument("--verify", action="store_true",
+                   help="also hash canonical files and read extracted CIFAR batches (default: sizes only)")
     q.set_defaults(func=cmd_list)
 
     q = sub.add_parser("download", help="fetch a dataset's canonical archives (mnist, fashion-mnist, cifar10, cifar100)")
@@ -51,6 +52,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--seed", type=int, default=0, metavar="S")
     data_dir(q)
     q.add_argument("--path", metavar="P", help="image-folder only: folder or .tar.gz (absolute or under the data dir)")
+    q.add_argument("--label-mode", choices=("fine", "coarse"), help="cifar100 only: 100 fine (default) or 20 coarse labels")
     q.add_argument("--no-verify", action="store_true", help="skip the canonical size/hash check of dataset files")
     q.add_argument("--plot", metavar="FILE.png", help="also draw the label matrix as a heatmap (needs matplotlib)")
     q.set_defaults(func=cmd_split)
@@ -95,7 +97,9 @@ def cmd_download(args) -> int:
     return 0
 
 
-def _plot(matrix: np.ndarray, path: str, title: str) -> None:
+def plot_label_matrix(matrix: np.ndarray, path, title: str) -> None:
+    """The clients × classes label counts of a split as a heatmap (`fedpd data split --plot`,
+    `fedpd plot RUN --split`); ``path`` is a file name or a binary file object."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -121,6 +125,10 @@ def cmd_split(args) -> int:
         options["verify"] = not args.no_verify
     if key == "image-folder":
         options["path"] = args.path
+    if args.label_mode:
+        if "label_mode" not in dataset_options(key):
+            raise ConfigError(f"--label-mode: only for cifar100, not {key}")
+        options["label_mode"] = args.label_mode
     ds = load_dataset(key, args.data_dir, **options)
     labels = ds.y_train.numpy()
     parts = partition(args.partition, labels, args.clients, args.seed, alpha=args.alpha,
@@ -134,6 +142,6 @@ def cmd_split(args) -> int:
     if ds.classes and len(ds.classes) <= 20:
         print("classes: " + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))
     if args.plot:
-        _plot(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients")
+        plot_label_matrix(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients")
         print(f"plot: {args.plot}")
     return 0

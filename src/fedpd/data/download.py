@@ -2,7 +2,9 @@
 
 Each file streams to a temporary file in the target folder, is checked against its known size and hash
 (``checksums.CANONICAL``), then renamed into place with ``os.replace``; on any failure the temporary file is
-removed, so the data directory never holds a partial file. Files already present and valid are skipped.
+removed, so the data directory never holds a partial file, and folders the download created are removed again
+if they are still empty. Files get the usual permissions (0666 less the umask). Files already present and valid
+are skipped.
 """
 
 from __future__ import annotations
@@ -78,6 +80,12 @@ class _Reporter:
             print(f"  {self.label}: {done} bytes, {'done' if ok else 'FAILED'}", file=self.stream, flush=True)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, timeout: float) -> None:
     """Stream ``url`` into a temp file beside ``dest``, check it, rename it to ``dest``; clean up on any failure."""
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -118,6 +126,7 @@ def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, time
             want = expected.sha256 or expected.md5
             if digest is not None and digest.hexdigest() != want:
                 raise DataError(f"{url}: {algorithm} mismatch, got {digest.hexdigest()}, expected {want}; nothing was saved")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; give it the mode a plain open() would
         os.replace(tmp, dest)
         if reporter is not None:
             reporter.close(done, True)
@@ -143,11 +152,25 @@ def download(name: str, data_dir: str | os.PathLike | None = None, base_url: str
     for fname, exp in (expected or {}).items():
         table[fname] = exp if isinstance(exp, Expected) else Expected(*exp)
     target = resolve_data_dir(data_dir) / key
+    created = [d for d in (target, *target.parents) if not d.exists()]  # deepest first
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DataError(f"{target}: cannot create the download folder ({e.strerror})") from None
-    bases = [base_url] if base_url else MIRRORS[key]
+    try:
+        _fetch_all(key, target, table, [base_url] if base_url else MIRRORS[key], progress, timeout)
+    except BaseException:
+        for d in created:  # folders this call made and left empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+    return target
+
+
+def _fetch_all(key: str, target: Path, table: dict[str, Expected], bases: list[str], progress: bool,
+               timeout: float) -> None:
     for fname in FILES[key]:
         dest, exp = target / fname, table.get(fname)
         if dest.is_file() and exp is not None:
@@ -167,4 +190,3 @@ def download(name: str, data_dir: str | os.PathLike | None = None, base_url: str
                 errors.append(str(e))
         else:
             raise DataError(f"{key}: could not download {fname}: {' | '.join(errors)}")
-    return target

@@ -317,20 +317,24 @@ def _cifar_batch(d: dict, where: str, label_key: bytes) -> tuple[np.ndarray, np.
     return data, labels
 
 
-def _load_cifar(root: Path, name: str, verify: bool = True, label_mode: str = "fine") -> Dataset:
-    if label_mode not in ("fine", "coarse"):
-        raise ConfigError(f"{name}: label_mode={label_mode!r}, expected 'fine' or 'coarse'")
-    kind, path = _find_cifar(root, name)
-    if verify and kind != "folder":
-        checksums.check_canonical(name, path)
-    if kind == "jpeg":
-        ds = load_image_folder(path, name=name)
-        if ds.classes != CIFAR10_CLASSES:
-            raise DataError(f"{path}: class folders {ds.classes}, expected the CIFAR-10 classes {CIFAR10_CLASSES}")
-        ds.meta["format"] = "jpeg"
-        return ds
+def _cifar_files(name: str) -> list[str]:
     lay = _CIFAR[name]
-    raw = _cifar_members(kind, path, [*lay.train, *lay.test, lay.meta])
+    return [*lay.train, *lay.test, lay.meta]
+
+
+def _check_cifar_folder(name: str, path: Path, hash_it: bool) -> None:
+    """Every batch file of an extracted folder is there; canonical ones have their size (and hash)."""
+    for f in _cifar_files(name):
+        if not (path / f).is_file():
+            raise DataError(f"{path}: missing {f}; expected {', '.join(_cifar_files(name))}")
+        checksums.check_canonical(name, path / f, hash_it=hash_it)
+
+
+def _read_cifar(kind: str, path: Path, name: str, label_mode: str):
+    """((x_train, y_train), (x_test, y_test)) as uint8 rows N x 3072 and labels, and the class names;
+    every batch is unpickled and checked (DataError names the file)."""
+    lay = _CIFAR[name]
+    raw = _cifar_members(kind, path, _cifar_files(name))
     if name == "cifar10":
         label_key, names_key = b"labels", b"label_names"
     else:
@@ -350,9 +354,26 @@ def _load_cifar(root: Path, name: str, verify: bool = True, label_mode: str = "f
         if len(y) and (y.min() < 0 or y.max() >= num_classes):
             bad = int(y.min()) if y.min() < 0 else int(y.max())
             raise DataError(f"{path}: {split} label {bad} out of range, expected 0-{num_classes - 1} ({lay.meta} names {num_classes})")
-    (x_tr, y_tr), (x_te, y_te) = splits
+    return splits, classes
+
+
+def _load_cifar(root: Path, name: str, verify: bool = True, label_mode: str = "fine") -> Dataset:
+    if label_mode not in ("fine", "coarse"):
+        raise ConfigError(f"{name}: label_mode={label_mode!r}, expected 'fine' or 'coarse'")
+    kind, path = _find_cifar(root, name)
+    if verify and kind == "folder":
+        _check_cifar_folder(name, path, hash_it=True)
+    elif verify:
+        checksums.check_canonical(name, path)
+    if kind == "jpeg":
+        ds = load_image_folder(path, name=name)
+        if ds.classes != CIFAR10_CLASSES:
+            raise DataError(f"{path}: class folders {ds.classes}, expected the CIFAR-10 classes {CIFAR10_CLASSES}")
+        ds.meta["format"] = "jpeg"
+        return ds
+    ((x_tr, y_tr), (x_te, y_te)), classes = _read_cifar(kind, path, name, label_mode)
     return Dataset(name=name, x_train=_u8_images(x_tr.reshape(-1, 3, 32, 32)), y_train=_labels(y_tr),
-                   x_test=_u8_images(x_te.reshape(-1, 3, 32, 32)), y_test=_labels(y_te), num_classes=num_classes,
+                   x_test=_u8_images(x_te.reshape(-1, 3, 32, 32)), y_test=_labels(y_te), num_classes=len(classes),
                    classes=classes, source=str(path), meta={"format": "python", "label_mode": label_mode})
 
 
@@ -564,7 +585,9 @@ def _load_leaf(root: Path, name: str, vocab_size: int = 10000, seq_len: int = 25
         counts = Counter(tok for _, xs, _, f in splits["train"] for x in xs for tok in _sent140_text(x, str(f)).lower().split())
         words = sorted(counts, key=lambda t: (-counts[t], t))[: vocab_size - 2]
         vocab = {w: i + 2 for i, w in enumerate(words)}
-        meta.update(vocab=["<pad>", "<unk>", *words], seq_len=seq_len)
+        meta.update(vocab=["<pad>", "<unk>", *words], vocab_size=len(words) + 2, seq_len=seq_len)
+    elif name == "shakespeare":
+        meta["vocab_size"] = len(LEAF_CHARS) + 1  # token ids 0..80, 80 = outside LEAF's alphabet
     out = []
     for split in ("train", "test"):
         xs_all, ys_all, owners = [], [], []
@@ -589,9 +612,9 @@ def _load_leaf(root: Path, name: str, vocab_size: int = 10000, seq_len: int = 25
             y = _encode_chars(ys_all, 1, where)[:, 0]
         else:  # sent140
             x = np.zeros((len(xs_all), seq_len), np.int64)
-            for i, s in enumerate(xs_all):
+            for i, s in enumerate(xs_all):  # padded at the front: the last step is the last word
                 ids = [vocab.get(t, 1) for t in _sent140_text(s, where).lower().split()[:seq_len]]
-                x[i, : len(ids)] = ids
+                x[i, seq_len - len(ids):] = ids
             x_t = torch.from_numpy(x)
             y = np.array([_binary_label(v, where) for v in ys_all], dtype=np.int64)
         out += [x_t, _labels(y), _labels(owners)]
@@ -599,6 +622,47 @@ def _load_leaf(root: Path, name: str, vocab_size: int = 10000, seq_len: int = 25
     return Dataset(name=name, x_train=out[0], y_train=out[1], x_test=out[3], y_test=out[4], num_classes=num_classes,
                    train_users=out[2], test_users=out[5], users=users, source=str(train_files[0].parent.parent),
                    meta=meta)
+
+
+def load_glove(path: str | os.PathLike, vocab: list[str], seed: int = 0) -> torch.Tensor:
+    """An embedding matrix [len(vocab), D] from a GloVe text file (``word v1 ... vD`` per line, D from the
+    first line): a word's row is its GloVe vector; words the file lacks get seeded N(0, s^2) rows, s the std of
+    the vectors found; row 0 (padding) is zero. Only the vocabulary's lines are parsed."""
+    path = Path(path)
+    index = {w: i for i, w in enumerate(vocab)}
+    found: dict[int, np.ndarray] = {}
+    dim = None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                parts = line.rstrip("\r\n ").split(" ")
+                if parts == [""]:
+                    continue
+                dim = len(parts) - 1 if dim is None else dim
+                if dim < 1 or len(parts) < dim + 1:  # a word may hold spaces (GloVe 840B): the vector is the last dim
+                    raise DataError(f"{path}:{lineno}: {len(parts) - 1} values after the word, expected "
+                                    f"{dim if dim >= 1 else 'at least 1'}; a GloVe file has 'word v1 ... vD' per line")
+                i = index.get(" ".join(parts[:-dim]))
+                if i is not None:
+                    try:
+                        found[i] = np.array(parts[-dim:], dtype=np.float32)
+                    except ValueError:
+                        raise DataError(f"{path}:{lineno}: non-numeric vector for {vocab[i]!r}; expected {dim} numbers") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot read the GloVe file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); expected a GloVe text file") from None
+    if dim is None:
+        raise DataError(f"{path}: empty; expected a GloVe text file ('word v1 ... vD' per line)")
+    if not found:
+        raise DataError(f"{path}: none of the {len(vocab)} vocabulary words has a vector; expected a GloVe file "
+                        f"covering the dataset's (lower-cased) words")
+    vectors = np.stack(list(found.values()))
+    scale = float(vectors.std()) or 1.0
+    weights = np.random.default_rng(seed).normal(0.0, scale, (len(vocab), dim)).astype(np.float32)
+    weights[list(found)] = vectors
+    weights[0] = 0.0
+    return torch.from_numpy(weights)
 
 
 # ---------------------------------------------------------------------------------------------- registry
@@ -609,6 +673,7 @@ class _Spec:
     load: Callable[..., Dataset]
     options: tuple[str, ...]
     locate: Callable[[Path], list[Path]] | None  # the files that make up the dataset (raises NotFound)
+    check: Callable[[Path, bool], None] | None = None  # (root, verify): deeper check for dataset_status
 
 
 def _idx_spec(name: str, description: str) -> _Spec:
@@ -616,9 +681,19 @@ def _idx_spec(name: str, description: str) -> _Spec:
                  lambda root: list(_find_idx(root, name).values()))
 
 
+def _check_cifar(root: Path, name: str, verify: bool) -> None:
+    """An extracted folder: every batch present with its canonical size; with ``verify`` also hashed,
+    unpickled and checked (shape, labels), so a corrupt folder is not reported present."""
+    kind, path = _find_cifar(root, name)
+    if kind == "folder":
+        _check_cifar_folder(name, path, hash_it=verify)
+        if verify:
+            _read_cifar(kind, path, name, "fine")
+
+
 def _cifar_spec(name: str, description: str, options: tuple[str, ...]) -> _Spec:
     return _Spec(description, lambda root, **o: _load_cifar(root, name, **o), options,
-                 lambda root: [_find_cifar(root, name)[1]])
+                 lambda root: [_find_cifar(root, name)[1]], lambda root, verify: _check_cifar(root, name, verify))
 
 
 def _leaf_spec(name: str, description: str, options: tuple[str, ...] = ()) -> _Spec:
@@ -686,7 +761,9 @@ class Status:
 
 
 def dataset_status(name: str, data_dir: str | os.PathLike | None = None, verify: bool = False) -> Status:
-    """Find ``name``'s files without loading them; check canonical file sizes (and hashes if ``verify``)."""
+    """Find ``name``'s files without loading them; check canonical file sizes (and hashes if ``verify``).
+
+    An extracted CIFAR folder must hold every batch file; with ``verify`` each batch is also unpickled and checked."""
     key = canonical_name(name)
     spec, root = _SPECS[key], resolve_data_dir(data_dir)
     if spec.locate is None:
@@ -700,6 +777,8 @@ def dataset_status(name: str, data_dir: str | os.PathLike | None = None, verify:
         for p in files:
             if p.is_file():
                 checksums.check_canonical(key, p, hash_it=verify)
+        if spec.check is not None:
+            spec.check(root, verify)
     except DataError as e:
         return Status(key, "corrupt", where, str(e))
     return Status(key, "present", where)

@@ -84,6 +84,8 @@ class Problem:
     quadratic: Callable[[ClientSplit, Tensor], tuple[Tensor, Tensor]] | None = None
     predict: Callable[[Tensor], Tensor] | None = None  # outputs -> predicted labels
     info: dict = field(default_factory=dict)
+    #: per-sample gradients the clients have computed so far (fedpd.solvers.client_gradients)
+    sample_grads: int | Tensor = 0
 
     @property
     def num_clients(self) -> int:

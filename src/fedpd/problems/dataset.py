@@ -11,21 +11,26 @@ every client's training samples into train / test with ``test_fraction``.
 Images are standardised per channel with the training set's mean and std. ``augment`` applies
 random crop (4-pixel zero padding) + horizontal flip to every SGD minibatch (the A-FedPD / FedSpeed
 CIFAR recipe); full-batch GD and evaluation see the plain images.
+
+Token models (``char_lstm``, ``sentiment_lstm``) get the dataset's vocabulary size unless ``[model]``
+sets one; ``glove_path`` (Sent140) initialises the word embedding from a GloVe text file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedpd.data import load_dataset, partition as make_partition, random_crop_flip, train_test_split_per_client
-from fedpd.data.loaders import canonical_name
+from fedpd.data import (load_dataset, load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
+                        train_test_split_per_client)
+from fedpd.data.loaders import DATASETS, canonical_name, dataset_options
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
-from fedpd.models import MODELS, build_model
+from fedpd.models import MODELS, build_model, model_options
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 
@@ -81,11 +86,18 @@ def dataset_problem(
     seed: int = 0,
     verify: bool = True,
     path: str | None = None,
+    vocab_size: int | None = None,
+    seq_len: int | None = None,
+    label_mode: str | None = None,
+    glove_path: str | None = None,
     model: dict | None = None,
 ) -> Problem:
     """``dataset`` (see ``fedpd data list``) split over ``clients`` by ``partition``, with the model
     ``model`` = {"name": ..., **options for fedpd.models.build_model} (name "auto" or absent: the
-    dataset's default, :data:`DEFAULT_MODELS`). Data are float32; x_init is the model's seeded init."""
+    dataset's default, :data:`DEFAULT_MODELS`). Data are float32; x_init is the model's seeded init.
+
+    ``vocab_size`` / ``seq_len`` (sent140) and ``label_mode`` (cifar100) go to the loader (None: its
+    default); ``glove_path`` (sent140) is a GloVe text file for the word embedding."""
     try:
         key = canonical_name(dataset)
     except ConfigError as err:  # name the config key, keep the list of datasets
@@ -96,6 +108,14 @@ def dataset_problem(
             raise ConfigError("problem.path: missing; image-folder needs path = <folder or .tar.gz> "
                               "(absolute or under the data dir)")
         options["path"] = path
+    for option, value in (("vocab_size", vocab_size), ("seq_len", seq_len), ("label_mode", label_mode)):
+        if value is not None:
+            if option not in dataset_options(key):
+                users = ", ".join(n for n in DATASETS if option in dataset_options(n))
+                raise ConfigError(f"problem.{option}: not an option of {key} (it applies to {users})")
+            options[option] = value
+    if glove_path is not None and key != "sent140":
+        raise ConfigError(f"problem.glove_path: word vectors need a word vocabulary; {key} has none (allowed: sent140)")
     ds = load_dataset(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
     rng = np.random.default_rng(seed)
     images = ds.x_train.is_floating_point() and ds.x_train.dim() == 4
@@ -142,6 +162,21 @@ def dataset_problem(
     name = DEFAULT_MODELS.get(key, "logistic") if name == "auto" else name
     if not isinstance(name, str) or name not in MODELS:
         raise ConfigError(f"model.name: unknown model {name!r} (allowed: auto, {', '.join(sorted(MODELS))})")
+    accepts = model_options(name)
+    vocab = ds.meta.get("vocab_size")  # token datasets: ids are 0 .. vocab - 1
+    if vocab is not None and "vocab_size" in accepts:
+        given = spec.setdefault("vocab_size", vocab)
+        if isinstance(given, int) and not isinstance(given, bool) and given < vocab:
+            raise ConfigError(f"model.vocab_size: {given} is below {key}'s {vocab} token ids "
+                              f"(allowed: >= {vocab}, or leave it out to use the dataset's)")
+    if glove_path is not None:
+        if "embedding_weights" not in accepts or "embedding_weights" in spec:
+            raise ConfigError(f"problem.glove_path: model {name!r} takes no word vectors "
+                              f"(allowed: sentiment_lstm without model.embedding_weights)")
+        glove = Path(glove_path).expanduser()
+        if not glove.is_absolute() and not glove.exists():
+            glove = resolve_data_dir(data_dir) / glove
+        spec["embedding_weights"] = load_glove(glove, ds.meta["vocab"], seed)
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the global stream
         torch.manual_seed(seed)
         module = build_model(name, input_shape=tuple(ds.x_train.shape[1:]), num_classes=ds.num_classes, **spec)

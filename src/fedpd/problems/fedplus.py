@@ -20,6 +20,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from fedpd.attacks import party_count
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import LogisticRegression
@@ -97,8 +98,9 @@ def split_equally(n: int, clients: int, generator: torch.Generator) -> list[Tens
 
 
 def outlier_parties(clients: int, fraction: float) -> list[int]:
-    """The last round(fraction · N) parties (at least one when fraction > 0)."""
-    m = min(clients, max(1 if fraction > 0 else 0, round(fraction * clients)))
+    """The last :func:`fedpd.attacks.party_count` (fraction, N) parties: fraction · N rounded half
+    up, at least one when fraction > 0 (the attacks' rule)."""
+    m = party_count(fraction, clients)
     return list(range(clients - m, clients))
 
 
