@@ -4,6 +4,7 @@ of docs/algorithms.md is what the communication counter counts."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -27,6 +28,10 @@ NO_COMMUNICATION = {"local", "fedplus_local"}
 DATA_PROBLEMS = {"dataset": None, "fedplus_mnist": "mnist"}
 
 
+#: the data directory the real-data examples read: $FEDPD_DATA, else ../shared/data beside the repo
+DATA_DIR = os.environ.get("FEDPD_DATA") or str(ROOT.parent / "shared" / "data")
+
+
 def missing_data(problem: dict) -> str | None:
     """Why this problem cannot run here (its dataset is not in the data directory), or None."""
     if problem.get("name") not in DATA_PROBLEMS:
@@ -34,7 +39,7 @@ def missing_data(problem: dict) -> str | None:
     from fedpd.data.loaders import dataset_status
 
     name = problem.get("dataset", DATA_PROBLEMS[problem["name"]])
-    status = dataset_status(name, problem.get("data_dir") or None)
+    status = dataset_status(name, problem.get("data_dir") or DATA_DIR)
     return None if status.state == "present" else f"dataset {name!r} is {status.state} in the data directory"
 
 
@@ -57,7 +62,10 @@ def test_example_runs_two_rounds(path, tmp_path):
     reason = missing_data(raw["problem"])
     if reason:
         pytest.skip(f"{path.name}: {reason}")
-    result = fedpd.run(path, out=tmp_path / "run", overrides=["run.rounds=2", "run.eval_every=1"])
+    overrides = ["run.rounds=2", "run.eval_every=1"]
+    if raw["problem"]["name"] in DATA_PROBLEMS and "data_dir" not in raw["problem"]:
+        overrides.append(f"problem.data_dir={DATA_DIR}")
+    result = fedpd.run(path, out=tmp_path / "run", overrides=overrides)
     assert [m["round"] for m in result.history] == [0, 1, 2]
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
     last = result.history[-1]
