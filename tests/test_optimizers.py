@@ -33,6 +33,18 @@ def sam_grad(sim, i, x, r):
     return ls_grad(sim, i, x + r * g / g.norm())
 
 
+def sam_local(sim, ids, x0, lam, q, lr, r, eta) -> torch.Tensor:
+    """[K, d]: q SAM-GD steps on L_i = f_i + ⟨λ_i, x − x0⟩ + ‖x − x0‖²/(2η) from x0, by hand;
+    only f_i is perturbed."""
+    xs = []
+    for i in ids:
+        x = x0.clone()
+        for _ in range(q):
+            x = x - lr * (sam_grad(sim, i, x, r) + lam[i] + (x - x0) / eta)
+        xs.append(x)
+    return torch.stack(xs)
+
+
 def batch_grad(X, Y, x):
     """Least-squares gradient on one client's batch X [B, d], Y [B] (mean over the batch)."""
     return X.T @ (X @ x - Y) / len(Y)
@@ -68,13 +80,7 @@ def test_fedspeed_perturbs_f_only_not_the_dual_and_prox_terms():
     for _ in range(4):
         ids = peek_ids(sim).tolist()
         sim.step()
-        xs = []
-        for i in ids:
-            x = x0.clone()
-            for _ in range(q):
-                x = x - lr * (sam_grad(sim, i, x, r) + lam[i] + (x - x0) / eta)
-            xs.append(x)
-        xs = torch.stack(xs)
+        xs = sam_local(sim, ids, x0, lam, q, lr, r, eta)
         lam[ids] += (xs - x0) / eta
         x0 = xs.mean(0) + eta * lam.mean(0)  # FedDyn: consensus over P, dual mean over all N
         torch.testing.assert_close(sim.server["x0"], x0, rtol=0, atol=1e-12)
@@ -103,13 +109,7 @@ def test_afedpdsam_rounds_by_hand():
     x0, lam = torch.zeros(D, dtype=F64), torch.zeros(N, D, dtype=F64)
     for _ in range(3):
         ids = peek_ids(sim).tolist()
-        xs = []
-        for i in ids:
-            x = x0.clone()
-            for _ in range(q):
-                x = x - lr * (sam_grad(sim, i, x, r) + lam[i] + (x - x0) / eta)
-            xs.append(x)
-        xs = torch.stack(xs)
+        xs = sam_local(sim, ids, x0, lam, q, lr, r, eta)
         absent = [i for i in range(N) if i not in ids]
         lam[absent] += (xs.mean(0) - x0) / eta
         lam[ids] += (xs - x0) / eta
