@@ -5,35 +5,39 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import BinaryIO, Callable
 
 import torch
 
 
-def _umask() -> int:
-    mask = os.umask(0)  # the only way to read it is to set it
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()  # read once: os.umask is process-wide, so reading it per write would race
+def create_temp(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
+    """A new temporary file beside ``path``, created exclusively and opened for writing: (fd,
+    its path). Its mode is what a plain open() gives (0666 less the umask, applied by the OS),
+    not mkstemp's 0600, so the renamed file reads like any other the user writes."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}{suffix}"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no free temporary file name for {path.name}")
 
 
 def _atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """``write`` into a temporary file beside ``path``, fsync it, rename it over ``path``."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = create_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the mode open() would
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 

@@ -13,7 +13,6 @@ import hashlib
 import http.client
 import os
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from fedpd.data.checksums import CANONICAL, Expected, verify_file
 from fedpd.data.loaders import canonical_name, resolve_data_dir
 from fedpd.errors import ConfigError, DataError
+from fedpd.io import create_temp
 
 _IDX = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
 
@@ -80,15 +80,9 @@ class _Reporter:
             print(f"  {self.label}: {done} bytes, {'done' if ok else 'FAILED'}", file=self.stream, flush=True)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, timeout: float) -> None:
     """Stream ``url`` into a temp file beside ``dest``, check it, rename it to ``dest``; clean up on any failure."""
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    fd, tmp = create_temp(dest, ".part")
     reporter = None
     done = 0
     try:
@@ -126,7 +120,6 @@ def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, time
             want = expected.sha256 or expected.md5
             if digest is not None and digest.hexdigest() != want:
                 raise DataError(f"{url}: {algorithm} mismatch, got {digest.hexdigest()}, expected {want}; nothing was saved")
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; give it the mode a plain open() would
         os.replace(tmp, dest)
         if reporter is not None:
             reporter.close(done, True)
