@@ -270,10 +270,22 @@ def test_saga_with_everyone_is_gradient_descent_on_the_sum(algo):
     assert expected[-1].norm() > 0.1
 
 
-def test_parallel_saga_partial_participation_by_hand():
+@pytest.mark.parametrize("init", ["zero", "gradients"])
+def test_parallel_saga_partial_participation_by_hand(init):
+    """init = "gradients" is seed 003 Alg. 1's start, y_j⁰ = ∇f_j(w⁰), y⁰ = Σ_j y_j⁰: round 0
+    takes every client (whoever was sampled) and steps w¹ = w⁰ − η·y⁰; "zero" starts empty."""
     eta = 0.05
-    sim = simulation({"name": "parallel_saga", "eta": eta}, sampler={"name": "uniform", "clients_per_round": 2})
+    sim = simulation({"name": "parallel_saga", "eta": eta, "init": init},
+                     sampler={"name": "uniform", "clients_per_round": 2})
     w, y, table = torch.zeros(D, dtype=F64), torch.zeros(D, dtype=F64), torch.zeros(N, D, dtype=F64)
+    if init == "gradients":
+        table = torch.stack([ls_grad(sim, j, w) for j in range(N)])
+        y = table.sum(0)
+        w = w - eta * y
+        sim.step()
+        torch.testing.assert_close(sim.server["x0"], w, rtol=0, atol=1e-12)
+        assert sim.comm.uplink_floats == sim.comm.downlink_floats == N * D  # the pass over everyone, counted
+    start_up = sim.comm.uplink_floats
     for _ in range(4):
         ids = peek_ids(sim)
         for j in ids.tolist():
@@ -284,12 +296,27 @@ def test_parallel_saga_partial_participation_by_hand():
         sim.step()
         torch.testing.assert_close(sim.server["x0"], w, rtol=0, atol=1e-12)
         torch.testing.assert_close(sim.server["y"], y, rtol=0, atol=1e-12)
-    assert sim.comm.uplink_floats == 4 * 2 * D and sim.comm.downlink_floats == 4 * 2 * D
+    assert sim.comm.uplink_floats - start_up == 4 * 2 * D  # then 2 participants a round
+
+
+def test_stochastic_saga_starts_from_every_sample_gradient_at_w0():
+    """Seed 003 Alg. 2's start y_{i,j}⁰ = ∇l_j(w⁰) (over n_i in fedpd's mean-loss scale): round 0
+    takes every client and fills every row of its table; w¹ = w⁰ − η·Σ all rows."""
+    eta = 0.05
+    sim = simulation({"name": "stochastic_saga", "eta": eta, "batch_size": 2},
+                     sampler={"name": "uniform", "clients_per_round": 2})
+    w0 = sim.server["x0"].clone()
+    sim.step()
+    tables = sim.store.get(torch.arange(N))["table"]
+    for i in range(N):
+        A, Y = client_data(sim, i)
+        torch.testing.assert_close(tables[i], A * (A @ w0 - Y)[:, None] / len(Y), rtol=0, atol=1e-12)
+    torch.testing.assert_close(sim.server["x0"], w0 - eta * tables.sum((0, 1)), rtol=0, atol=1e-12)
 
 
 def test_stochastic_saga_refreshes_b_rows_and_keeps_y_the_table_sum():
     eta, b = 0.05, 2
-    sim = simulation({"name": "stochastic_saga", "eta": eta, "batch_size": b},
+    sim = simulation({"name": "stochastic_saga", "eta": eta, "batch_size": b, "init": "zero"},
                      sampler={"name": "uniform", "clients_per_round": 2})
     n_i = int(sim.problem.train.sizes[0])
     for _ in range(5):

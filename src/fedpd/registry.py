@@ -161,7 +161,12 @@ class StepOptions(Options):
     eta: float = Field(0.01, gt=0, description="step size")
 
 
-class StochasticStepOptions(StepOptions):
+class SAGAOptions(StepOptions):
+    init: Literal["gradients", "zero"] = Field("gradients", description="y_j at the start: ∇f_j(w⁰) (round 0 "
+                                               "takes every client, as the text) or 0")
+
+
+class StochasticSAGAOptions(SAGAOptions):
     batch_size: int = Field(1, ge=1)
 
 
@@ -191,8 +196,8 @@ ALGORITHMS = {
     "fedspeed": _algo(FedSpeed, PenaltySAMOptions),
     "fedcm": _algo(FedCM, FedCMOptions),
     "fedpd_vr": _algo(FedPDVR, FedPDVROptions),
-    "parallel_saga": _algo(ParallelSAGA, StepOptions),
-    "stochastic_saga": _algo(StochasticSAGA, StochasticStepOptions),
+    "parallel_saga": _algo(ParallelSAGA, SAGAOptions),
+    "stochastic_saga": _algo(StochasticSAGA, StochasticSAGAOptions),
     "parallel_admm": _algo(ParallelADMM, ADMMOptions),
     "stochastic_admm": _algo(StochasticADMM, StochasticADMMOptions),
 }

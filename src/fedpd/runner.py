@@ -112,7 +112,8 @@ class Simulation:
 
     def step(self) -> None:
         t0 = time.perf_counter()
-        ids = self.sampler.sample(self.round, self.gens["sampler"])
+        ids = self.algorithm.participants(self.round, self.sampler.sample(self.round, self.gens["sampler"]),
+                                          self.num_clients)
         self.server = self.engine.run_round(self.algorithm, self.server, self.store, self.comm, ids, self._ctx,
                                             self.gens["algorithm"])
         self.round += 1

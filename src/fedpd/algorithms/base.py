@@ -70,6 +70,11 @@ class Algorithm:
         """One client's initial state ([d]-shaped tensors); empty for stateless clients."""
         return {}
 
+    def participants(self, round: int, sampled: Tensor, num_clients: int) -> Tensor:
+        """Who takes part in round ``round``: the sampler's draw, unless the algorithm's own
+        definition says otherwise (Parallel SAGA's initial pass over every client)."""
+        return sampled
+
     def communicates(self, server: State, round: int, generator: torch.Generator) -> bool:
         return True
 

@@ -27,18 +27,26 @@ class ParallelSAGA(Algorithm):
     sets y ← y + Σ_P Δg_j, then w ← w − η·y. The invariant y = Σ_j y_j holds every round, so
     with every client participating every round this is exactly gradient descent on Σ_i f_i.
 
-    Initialisation: the text sets y_j⁰ = ∇f_j(w⁰) for all N clients, a pass over every client
-    before round 0. fedpd starts from y_j⁰ = 0, y⁰ = 0 (the invariant holds) so that per-round
-    work and memory stay O(|P|·d): a client's y_j is materialised when it first takes part.
-    With full participation the two coincide from round 1 on. Per participant: d floats down
-    (w), d up (Δg_j); client state y_j (d); server state w, y (2d).
+    Initialisation (``init``): "gradients", the text's y_j⁰ = ∇f_j(w⁰) for all N clients and
+    y⁰ = Σ_j y_j⁰, is run as round 0 with every client taking part, whoever the sampler drew: from
+    y = 0 each client returns ∇f_j(w⁰) and keeps it, so y = y⁰ and w¹ = w⁰ − η·y⁰, which is the
+    text's first step (a participant's Δg_j at w⁰ is 0 after the initial pass). Its cost is
+    counted as what it is, one round of N·d floats each way. "zero" starts from y_j⁰ = 0,
+    y⁰ = 0 (the invariant holds) so that every round's work and memory stay O(|P|·d); the early
+    steps then see only the clients sampled so far. With full participation the two coincide.
+    Per participant: d floats down (w), d up (Δg_j); client state y_j (d); server state w, y (2d).
     """
 
     name = "parallel_saga"
     description = "Parallel SAGA (seed 003, Alg. 1): server steps on a table of the clients' last full gradients"
 
-    def __init__(self, eta: float = 0.01):
-        self.eta = eta
+    def __init__(self, eta: float = 0.01, init: str = "gradients"):
+        self.eta, self.init = eta, init
+
+    def participants(self, round, sampled, num_clients):
+        if round == 0 and self.init == "gradients":  # the text's pass over every client
+            return torch.arange(num_clients)
+        return sampled
 
     def init_server(self, x0):
         return {"x0": x0.clone(), "y": torch.zeros_like(x0)}
@@ -73,14 +81,16 @@ class StochasticSAGA(ParallelSAGA):
 
     Memory: each client that has taken part holds an [n_max, d] table (n_max = the largest
     client), i.e. n_max·d floats per materialised client — fine for small problems, the price
-    of a per-sample SAGA table. Tables start at 0 (see :class:`ParallelSAGA`).
+    of a per-sample SAGA table. ``init = "gradients"`` is the text's y_{i,j}⁰ = ∇l_j(w⁰)/n_i for
+    every sample: round 0 takes every client and refreshes every row of its table (as
+    :class:`ParallelSAGA`'s initial pass); ``"zero"`` starts from empty tables.
     """
 
     name = "stochastic_saga"
     description = "Stochastic Parallel SAGA (seed 003, Alg. 2): per-sample gradient tables on the clients"
 
-    def __init__(self, eta: float = 0.01, batch_size: int = 1):
-        super().__init__(eta)
+    def __init__(self, eta: float = 0.01, batch_size: int = 1, init: str = "gradients"):
+        super().__init__(eta, init)
         self.batch_size = batch_size
         self.table_rows = 0
 
@@ -94,7 +104,8 @@ class StochasticSAGA(ParallelSAGA):
         split, ids, table = ctx.problem.train, ctx.ids, clients["table"]
         k, rows, d = table.shape
         sizes = split.sizes[ids]
-        b = min(self.batch_size, rows)
+        # the text's initial pass (init = "gradients", round 0: every client) fills the whole table
+        b = rows if ctx.round == 0 and self.init == "gradients" else min(self.batch_size, rows)
         # B distinct samples per client: rank uniform keys, padding rows sorted last
         keys = torch.rand(k, rows, generator=ctx.generator, dtype=torch.float64)
         keys = torch.where(torch.arange(rows)[None, :] < sizes[:, None], keys, 2.0)
