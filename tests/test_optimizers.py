@@ -247,6 +247,11 @@ def test_sample_gradients_are_counted_where_they_are_spent():
     sim = simulation({"name": "fedavg"})
     sim.step()
     assert int(sim.problem.sample_grads) == 0
+    # Stochastic SAGA's initial pass: one gradient per real sample of every (unequal) client
+    sim = simulation({"name": "stochastic_saga", "batch_size": 2}, problem=sizes, solver={"name": "gd"},
+                     sampler={"name": "uniform", "clients_per_round": 2})
+    sim.step()
+    assert int(sim.problem.sample_grads) == n
 
 
 # --- seed 003: Parallel SAGA -------------------------------------------------------------------

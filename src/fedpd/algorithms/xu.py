@@ -113,11 +113,13 @@ class StochasticSAGA(ParallelSAGA):
         valid = torch.arange(b)[None, :] < sizes[:, None]  # only min(B, n_i) of them are real
         rows_global = split.offsets[ids][:, None] + torch.where(valid, pick, 0)
         X, Y = split.x[rows_global], split.y[rows_global]  # [K, b, ...]
-        one = torch.ones(k * b, 1, dtype=table.dtype)
-        per_sample = client_gradients(ctx.problem)(
-            expand(message["x0"], k).repeat_interleave(b, 0), X.reshape(k * b, 1, *X.shape[2:]),
-            Y.reshape(k * b, 1), one).view(k, b, d)
-        new_rows = per_sample / sizes[:, None, None].to(table.dtype) * valid[..., None]
+        real = valid.reshape(-1)  # one gradient per real sample (none for the padding of small clients)
+        m = int(real.sum())
+        per_sample = table.new_zeros(k * b, d)
+        per_sample[real] = client_gradients(ctx.problem)(
+            expand(message["x0"], m), X.reshape(k * b, 1, *X.shape[2:])[real], Y.reshape(k * b, 1)[real],
+            torch.ones(m, 1, dtype=table.dtype))
+        new_rows = per_sample.view(k, b, d) / sizes[:, None, None].to(table.dtype)
         index = pick[..., None].expand(k, b, d)
         old_rows = table.gather(1, index) * valid[..., None]
         return (new_rows - old_rows).sum(1), {"table": table.scatter(1, index, new_rows)}
