@@ -11,6 +11,7 @@ import torch
 
 from fedpd.config import load_toml
 from fedpd.errors import ConfigError
+from fedpd.data.partition import label_matrix
 from fedpd.io import atomic_write_bytes, read_jsonl
 from fedpd.problems.base import ClientSplit
 
@@ -151,9 +152,9 @@ def label_counts(split: ClientSplit, num_classes: int = 0) -> tuple[np.ndarray, 
     else:
         column = split.y.long()
         values = list(range(max(num_classes, int(column.max()) + 1 if column.numel() else 0)))
-    n, c = split.num_clients, len(values)
-    counts = torch.bincount(split.owner * c + column, minlength=n * c).view(n, c)
-    return counts.numpy(), values
+    offsets = split.offsets.tolist()
+    parts = [np.arange(a, b) for a, b in zip(offsets[:-1], offsets[1:])]
+    return label_matrix(column.numpy(), parts, len(values)), values
 
 
 def plot_split(path: str | Path, output: str | Path = "split.png") -> Path:
