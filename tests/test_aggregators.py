@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fedpd.options import Options
 import torch
 
 from fedpd.aggregators import (
@@ -24,7 +26,7 @@ from fedpd.errors import ConfigError
 from fedpd.prox import prox
 from fedpd.registry import ALGORITHMS
 from fedpd.runner import run
-from tests.helpers import simulation
+from tests.helpers import context, server_context, simulation
 
 DT = torch.float64
 
@@ -379,8 +381,9 @@ def test_finite_rows():
 
 def test_registry_and_make_aggregator():
     assert set(AGGREGATORS) == {"mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum", "fedplus"}
-    for name, (fn, desc) in AGGREGATORS.items():
-        assert callable(fn) and isinstance(desc, str) and desc and "\n" not in desc
+    for name, fn in AGGREGATORS.items():
+        assert callable(fn) and fn.name == name and isinstance(fn.description, str) and fn.description
+        assert "\n" not in fn.description and issubclass(fn.Options, Options)
     w = _w(K=8, d=3)
     beta = torch.rand(8, generator=torch.Generator().manual_seed(0), dtype=DT)
     agg, info = make_aggregator("mean")(w, beta)
@@ -398,11 +401,11 @@ def test_registry_and_make_aggregator():
 def test_make_aggregator_errors():
     with pytest.raises(ConfigError, match="mean, geometric_median"):
         make_aggregator("median")
-    with pytest.raises(ConfigError, match="unknown option.*alpha.*allowed: eps, tol, max_iter"):
+    with pytest.raises(ConfigError, match="alpha: unknown key.*allowed: eps, tol, max_iter"):
         make_aggregator("geometric_median", alpha=1)
-    with pytest.raises(ConfigError, match="needs option.*n_byzantine"):
+    with pytest.raises(ConfigError, match="n_byzantine: missing"):
         make_aggregator("krum")
-    with pytest.raises(ConfigError, match="needs option.*trim_ratio"):
+    with pytest.raises(ConfigError, match="trim_ratio: missing"):
         make_aggregator("trimmed_mean")
     with pytest.raises(ConfigError, match="trim_ratio"):
         make_aggregator("trimmed_mean", trim_ratio=0.7)
@@ -458,10 +461,10 @@ def _aggregate_rows(name: str, rows: torch.Tensor, **options):
     """One server aggregation of ``name`` whose model uploads are replaced by ``rows``."""
     sim = simulation({"name": name, **options}, problem=LS5, solver=GD2)
     alg, ids = sim.algorithm, torch.arange(5)
-    up, _ = alg.local(alg.broadcast(sim.server), sim.store.get(ids), sim._ctx(ids))
+    up, _ = alg.local(alg.broadcast(sim.server), sim.store.get(ids), context(sim, ids))
     key = next(k for k in up if k in alg.model_uploads)
-    new, _ = alg.aggregate(sim.server, {**up, key: rows.to(up[key].dtype)}, sim._ctx(ids))
-    return new, alg.diagnostics(new, sim.store)
+    new, _ = alg.aggregate(sim.server, {**up, key: rows.to(up[key].dtype)}, server_context(sim, ids))
+    return new, alg.diagnostics(new)
 
 
 def test_the_averaging_algorithms_are_the_expected_ones():

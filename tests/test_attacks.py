@@ -4,17 +4,22 @@ upload screen (NaN/Inf or wrong-shaped rows rejected, counted in ``rejected_uplo
 import pytest
 import torch
 
-from fedpd.attacks import Attack, party_count, screen, transform_parties
+from fedpd.attacks import make_attack, party_count, screen, transform_parties
 from fedpd.errors import ConfigError
 from fedpd.problems.base import ClientSplit
 from fedpd.problems.fedplus import outlier_parties
+from fedpd.config import load_config
 from tests.helpers import ls_hessian, simulation
 
 DT = torch.float64
 
 
-def _bound(kind, parties=(1, 3), n=4, seed=0, **kw):
-    return Attack(kind, parties=list(parties), **kw).bind(n, torch.Generator().manual_seed(seed))
+def _bound(kind, parties=(1, 3), n=4, **kw):
+    return make_attack(kind, parties=list(parties), **kw).bind(n)
+
+
+def _corrupt(att, up, msg, ids, round=0, model_keys=(), update_keys=(), seed=0):
+    return att.corrupt(up, msg, ids, round, seed, model_keys, update_keys)
 
 
 def _upload(k=4, d=3):
@@ -29,7 +34,7 @@ def test_sign_flip_and_scale_act_on_the_update(kind, factor):
     up, msg = _upload()
     att = _bound(kind, factor=factor)
     ids = torch.arange(4)
-    out, n = att.corrupt(up, msg, ids, round=0, model_keys=("w",))
+    out, n = _corrupt(att, up, msg, ids, model_keys=("w",))
     r, u = msg["x0"], up["w"]
     sign = -1 if kind == "sign_flip" else 1
     assert n == 2
@@ -40,25 +45,30 @@ def test_sign_flip_and_scale_act_on_the_update(kind, factor):
     assert torch.equal(out["metric_r"], up["metric_r"])  # diagnostics are never corrupted
 
 
-def test_update_attack_on_non_model_uploads_uses_reference_zero():
+def test_update_attack_on_update_uploads_uses_reference_zero_and_leaves_other_keys():
     up, msg = _upload()
-    out, _ = _bound("sign_flip").corrupt(up, msg, torch.arange(4), round=0, model_keys=())
+    up["n"] = torch.full((4,), 6.0, dtype=DT)  # a sample count: not the update
+    out, _ = _corrupt(_bound("sign_flip"), up, msg, torch.arange(4), update_keys=("w",))
     torch.testing.assert_close(out["w"][1], -up["w"][1], rtol=0, atol=0)
+    assert torch.equal(out["n"], up["n"])
 
 
 def test_gaussian_adds_noise_of_std_to_chosen_rows_only():
     up, msg = _upload(k=4, d=20000)
-    out, _ = _bound("gaussian", std=0.5).corrupt(up, msg, torch.arange(4), round=0, model_keys=("w",))
+    out, _ = _corrupt(_bound("gaussian", std=0.5), up, msg, torch.arange(4), model_keys=("w",))
     noise = out["w"] - up["w"]
     assert torch.equal(noise[0], torch.zeros_like(noise[0])) and torch.equal(noise[2], torch.zeros_like(noise[2]))
     for k in (1, 3):
         assert abs(float(noise[k].std()) - 0.5) < 0.02 and abs(float(noise[k].mean())) < 0.02
+    # a party's noise is its own: the same with other participants, or in another order
+    alone, _ = _corrupt(_bound("gaussian", std=0.5), {"w": up["w"][[3]]}, msg, torch.tensor([3]), model_keys=("w",))
+    assert torch.equal(alone["w"][0], out["w"][3])
 
 
 @pytest.mark.parametrize("kind, value", [("nan", float("nan")), ("inf", float("inf"))])
 def test_nan_inf_fill_chosen_rows(kind, value):
     up, msg = _upload(k=2)
-    out, n = _bound(kind).corrupt(up, msg, torch.tensor([1, 2]), round=0, model_keys=("w",))
+    out, n = _corrupt(_bound(kind), up, msg, torch.tensor([1, 2]), model_keys=("w",))
     assert n == 1  # of participants 1 and 2 only party 1 is chosen
     assert torch.equal(out["w"][0].isnan() if kind == "nan" else out["w"][0] == value, torch.ones(3, dtype=torch.bool))
     assert torch.equal(out["w"][1], up["w"][1])
@@ -67,20 +77,20 @@ def test_nan_inf_fill_chosen_rows(kind, value):
 def test_start_round_and_probability():
     up, msg = _upload()
     att = _bound("scale", start_round=2, factor=2.0)
-    assert att.corrupt(up, msg, torch.arange(4), round=1, model_keys=("w",))[1] == 0
-    assert att.corrupt(up, msg, torch.arange(4), round=2, model_keys=("w",))[1] == 2
+    assert _corrupt(att, up, msg, torch.arange(4), round=1, model_keys=("w",))[1] == 0
+    assert _corrupt(att, up, msg, torch.arange(4), round=2, model_keys=("w",))[1] == 2
     rare = _bound("scale", parties=range(4), probability=0.3, factor=2.0)
-    hits = sum(rare.corrupt(up, msg, torch.arange(4), round=0, model_keys=("w",))[1] for _ in range(500))
-    assert 0.22 < hits / 2000 < 0.38
+    hits = sum(_corrupt(rare, up, msg, torch.arange(4), round=t, model_keys=("w",))[1] for t in range(500))
+    assert 0.22 < hits / 2000 < 0.38  # each party's coin, each round: 600 ± 20 of 2000
 
 
 def test_targets_fraction_is_seeded_and_explicit_parties_are_checked():
-    a = Attack("nan", fraction=0.2, seed=4).targets(10)
-    assert a.numel() == 2 and torch.equal(a, Attack("nan", fraction=0.2, seed=4).targets(10))
+    a = make_attack("nan", fraction=0.2, seed=4).targets(10)
+    assert a.numel() == 2 and torch.equal(a, make_attack("nan", fraction=0.2, seed=4).targets(10))
     with pytest.raises(ConfigError, match="attack.parties"):
-        Attack("nan", parties=[7]).targets(4)
+        make_attack("nan", parties=[7]).targets(4)
     with pytest.raises(ConfigError, match="attack.name"):
-        Attack("evil")
+        load_config({"problem": {"name": "least_squares"}, "algorithm": {"name": "fedavg"}, "attack": {"name": "evil"}})
 
 
 @pytest.mark.parametrize("fraction, n, m", [
@@ -90,7 +100,7 @@ def test_targets_fraction_is_seeded_and_explicit_parties_are_checked():
 ])
 def test_one_count_rule_for_attacks_and_mnist_robust_outliers(fraction, n, m):
     assert party_count(fraction, n) == m
-    assert Attack("nan", fraction=fraction).targets(n).numel() == m
+    assert make_attack("nan", fraction=fraction).targets(n).numel() == m
     assert outlier_parties(n, fraction) == list(range(n - m, n))
 
 
@@ -202,9 +212,8 @@ def test_screen_rejects_wrong_shapes_missing_keys_and_nonfinite_rows():
 def test_engine_rejects_a_wrong_shaped_upload_and_goes_on():
     """A client whose upload has the wrong shape is rejected and counted; the others aggregate."""
     from fedpd.algorithms.fedavg import FedAvg
-    from fedpd.comm import CommCounter
     from fedpd.engine import InProcessEngine
-    from fedpd.store import ClientStore
+    from fedpd.store import MemoryStore
 
     class Broken(FedAvg):
         def local(self, message, clients, ctx):
@@ -214,11 +223,11 @@ def test_engine_rejects_a_wrong_shaped_upload_and_goes_on():
             return up, cl
 
     sim = simulation({"name": "fedavg"})
-    alg, comm = Broken(), CommCounter()
+    alg = Broken()
     server = alg.init_server(sim.problem.x_init)
-    store = ClientStore(alg.init_client(sim.problem.x_init), 4)
-    server = InProcessEngine(chunk=1).run_round(alg, server, store, comm, torch.arange(4), sim._ctx,
-                                                torch.Generator().manual_seed(0))
+    store = MemoryStore(alg.init_client(sim.problem.x_init), 4)
+    engine = InProcessEngine(alg, sim.problem, sim.solver, store, seed=0, chunk=1)
+    server = engine.run_round(server, torch.arange(4), 0)
     sols = [torch.linalg.solve(*ls_hessian(sim, i)) for i in range(3)]  # exact solves of parties 0–2
     torch.testing.assert_close(server["x0"], torch.stack(sols).mean(0), rtol=0, atol=1e-12)
-    assert comm.rejected_uploads == 1
+    assert engine.comm.rejected_uploads == 1

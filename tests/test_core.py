@@ -11,8 +11,9 @@ import torch
 
 from fedpd.flat import FlatModel
 from fedpd.sampling import Bernoulli, UniformK
-from fedpd.store import ClientStore
-from helpers import client_data, ls_grad, simulation
+from fedpd.store import MemoryStore
+from fedpd.streams import ClientStreams
+from helpers import client_data, context, ls_grad, simulation
 
 # --- samplers ------------------------------------------------------------------------------
 
@@ -91,16 +92,19 @@ def test_sgd_minibatches_are_seeded_and_differ_from_full_batch():
 def test_stragglers_take_fewer_steps_and_keep_their_partial_work():
     solver = {"name": "gd", "lr": 0.1, "local_steps": 6, "straggler_fraction": 1.0}
     sim = simulation({"name": "fedavg"}, solver=solver)
-    steps = sim.solver.step_counts(4, torch.Generator().manual_seed(sim.cfg.run.seed))
+    steps = sim.solver.step_counts(ClientStreams.of(0, "stragglers", 0, torch.arange(4)))
     assert ((1 <= steps) & (steps <= 6)).all()
-    counts = torch.cat([sim.solver.step_counts(1000, torch.Generator().manual_seed(s)) for s in range(3)])
+    counts = sim.solver.step_counts(ClientStreams.of(0, "stragglers", 0, torch.arange(3000)))
     assert set(counts.tolist()) == set(range(1, 7))  # uniform on [1, Q]
+    for k in range(1, 7):  # each count about 1/6 of the time: 500 ± 4 std (std ≈ 20)
+        assert abs(int((counts == k).sum()) - 500) < 4 * 20.5
     # each client's local model is exactly its own number of GD steps
     x = torch.zeros(3, dtype=torch.float64)
     ids = torch.arange(4)
     from fedpd.solvers import LocalObjective
 
-    res = sim.solver.solve(sim.problem, ids, x.expand(4, 3), LocalObjective(), 0, torch.Generator().manual_seed(9))
+    res = sim.solver.solve(context(sim, ids, seed=9), x.expand(4, 3), LocalObjective())
+    assert res.steps.unique().numel() > 1  # the clients straggle differently
     for i in range(4):
         xi = x.clone()
         for _ in range(int(res.steps[i])):
@@ -149,15 +153,16 @@ def test_classification_problems_report_test_accuracy():
 
 
 def test_store_materialises_only_clients_that_participated():
-    store = ClientStore({"lam": torch.zeros(4)}, num_clients=10**6)
+    store = MemoryStore({"lam": torch.zeros(4)}, num_clients=10**6)
     assert len(store) == 0 and store.mean("lam").abs().sum() == 0
     ids = torch.tensor([7, 999_999])
     store.put(ids, {"lam": torch.ones(2, 4)})
     assert len(store) == 2
     assert torch.equal(store.get(torch.tensor([999_999, 3]))["lam"], torch.tensor([[1.0] * 4, [0.0] * 4]))
+    assert len(store) == 2  # reading client 3 materialised nothing
     torch.testing.assert_close(store.mean("lam"), torch.full((4,), 2 / 10**6))
-    again = ClientStore.from_state_dict(store.state_dict())
-    assert torch.equal(again.get(ids)["lam"], store.get(ids)["lam"]) and len(again) == 3  # client 3 was read
+    again = MemoryStore.from_state_dict(store.state_dict())
+    assert torch.equal(again.get(ids)["lam"], store.get(ids)["lam"]) and len(again) == 2
 
 
 def test_flat_model_matches_the_module():

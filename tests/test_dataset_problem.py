@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedpd.streams import ClientStreams
+
 from fedpd.cli import main
 from fedpd.config import load_config
 from fedpd.data import load_dataset
@@ -142,8 +144,8 @@ def test_per_client_test_and_augment(data_dir):
     assert not any(tuple(r.tolist()) in train_rows for r in p.test.x.flatten(1)[:, :8])  # disjoint
     # minibatches are cropped / flipped copies: same labels as the plain draw, other pixels
     ids = torch.tensor([0, 2])
-    X, Y, _ = p.train.minibatch(ids, 16, torch.Generator().manual_seed(3))
-    plain = super(AugmentedSplit, p.train).minibatch(ids, 16, torch.Generator().manual_seed(3))
+    X, Y, _ = p.train.minibatch(ids, 16, ClientStreams.of(3, "batches", 0, ids))
+    plain = super(AugmentedSplit, p.train).minibatch(ids, 16, ClientStreams.of(3, "batches", 0, ids))
     assert X.shape == plain[0].shape == (2, 16, 3, 32, 32) and torch.equal(Y, plain[1])
     assert not torch.equal(X, plain[0])
     assert_ran(run(cfg).history)

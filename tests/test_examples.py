@@ -111,7 +111,7 @@ def test_docs_table_lists_every_issue3_algorithm():
 def test_docs_floats_per_round_match_the_counter(name):
     n, k, d = 4, 2, 3
     problem = {"name": "least_squares", "clients": n, "dim": d, "samples_per_client": 6}
-    solver = {"name": "gd", "lr": 0.1, "local_steps": 2}
+    solver = {"name": "gd", "lr": 0.1, "local_steps": 2} if ALGORITHMS[name].build.uses_solver else None
     try:
         sim = simulation({"name": name}, problem=problem, solver=solver,
                          sampler={"name": "uniform", "clients_per_round": k})

@@ -10,8 +10,7 @@ import torch
 
 from fedpd.aggregators import coordinate_median, geometric_median
 from fedpd.algorithms.base import expand
-from fedpd.solvers import client_gradients
-from tests.helpers import ls_grad, simulation
+from tests.helpers import context, ls_grad, server_context, simulation
 
 DT = torch.float64
 GD = {"name": "gd", "lr": 0.1, "local_steps": 3}
@@ -113,7 +112,7 @@ def test_local_solve_by_hand(name, kind):
     steps = [1, 3, 0, 2]  # stragglers: per-party E_k
     sim, w, wt = _setup({"name": name, "sigma": sigma, "delta": delta, "lam": lam, "party_steps": steps})
     ids = torch.arange(4)
-    uploads, clients = sim.algorithm.local({"x0": wt}, {"w": w}, sim._ctx(ids))
+    uploads, clients = sim.algorithm.local({"x0": wt}, {"w": w}, context(sim, ids))
     expected = _hand_local(sim, w, wt, kind, sigma, delta, lam, eta, steps)
     torch.testing.assert_close(uploads["w"], expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(clients["w"], expected, rtol=0, atol=1e-12)
@@ -125,7 +124,7 @@ def test_explicit_local_step_by_hand():
     sigma, delta, eta = 2.0, 0.3, 0.05
     sim, w, wt = _setup({"name": "fedgeomed_plus", "sigma": sigma, "delta": delta, "local_step": "explicit"},
                         solver={"name": "gd", "lr": eta, "local_steps": 1})
-    up, _ = sim.algorithm.local({"x0": wt}, {"w": w}, sim._ctx(torch.arange(4)))
+    up, _ = sim.algorithm.local({"x0": wt}, {"w": w}, context(sim, torch.arange(4)))
     center = wt + _prox("l2", w - wt, delta)
     expected = torch.stack([w[k] - eta * (ls_grad(sim, k, w[k]) + sigma * (w[k] - center[k])) for k in range(4)])
     torch.testing.assert_close(up["w"], expected, rtol=0, atol=1e-12)
@@ -137,11 +136,11 @@ def test_aggregate_fedavg_plus_is_mean_over_all_parties_latest_models():
     alg = sim.algorithm
     server = alg.init_server(wt)
     ids = torch.tensor([0, 2])
-    new, _ = alg.aggregate(server, {"w": w[ids]}, sim._ctx(ids))
+    new, _ = alg.aggregate(server, {"w": w[ids]}, server_context(sim, ids))
     # first aggregation: absent parties still hold w̃⁰
     torch.testing.assert_close(new["x0"], (w[0] + w[2] + 2 * wt) / 4, rtol=0, atol=1e-13)
     ids2 = torch.tensor([1])
-    newer, _ = alg.aggregate(new, {"w": w[ids2]}, sim._ctx(ids2))
+    newer, _ = alg.aggregate(new, {"w": w[ids2]}, server_context(sim, ids2))
     torch.testing.assert_close(newer["x0"], (w[0] + w[1] + w[2] + wt) / 4, rtol=0, atol=1e-13)
     torch.testing.assert_close(newer["W"][3], wt, rtol=0, atol=0)
 
@@ -150,7 +149,7 @@ def test_aggregate_over_participants_only():
     sim, w, wt = _setup({"name": "fedavg_plus", "sigma": 1.0, "delta": 0.1, "aggregate_over": "participants"})
     alg = sim.algorithm
     ids = torch.tensor([0, 2])
-    new, _ = alg.aggregate(alg.init_server(wt), {"w": w[ids]}, sim._ctx(ids))
+    new, _ = alg.aggregate(alg.init_server(wt), {"w": w[ids]}, server_context(sim, ids))
     torch.testing.assert_close(new["x0"], (w[0] + w[2]) / 2, rtol=0, atol=1e-13)
     assert "W" not in new
 
@@ -160,7 +159,7 @@ def test_aggregate_fedcomed_plus_small_delta_is_coordinate_median():
     sim, w, wt = _setup({"name": "fedcomed_plus", "sigma": 1.0, "delta": 1e-3, "aggregate_over": "participants",
                          "init": "median"}, clients=5)
     ids = torch.arange(5)
-    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(wt), {"w": w}, sim._ctx(ids))
+    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(wt), {"w": w}, server_context(sim, ids))
     torch.testing.assert_close(new["x0"], w.median(0).values, rtol=0, atol=1e-12)
     assert int(new["agg_iterations"]) >= 1 and int(new["agg_unconverged"]) == 0
 
@@ -170,18 +169,18 @@ def test_aggregate_fedgeomed_plus_is_the_eq25_fixed_point():
     delta = 0.05
     sim, w, wt = _setup({"name": "fedgeomed_plus", "sigma": 1.0, "delta": delta, "aggregate_over": "participants",
                          "tol": 1e-12, "max_iter": 100000, "init": "median"}, clients=5)
-    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(wt), {"w": w}, sim._ctx(torch.arange(5)))
+    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(wt), {"w": w}, server_context(sim, torch.arange(5)))
     z = new["x0"]
     torch.testing.assert_close(z, w.mean(0) - _prox("l2", w - z, delta).mean(0), rtol=0, atol=1e-10)
     gm, _ = geometric_median(w, tol=1e-14, max_iter=10000)
     assert float((z - gm).norm()) < 10 * delta
-    assert sim.algorithm.diagnostics(new, None)["agg_iterations"] == int(new["agg_iterations"]) > 1
+    assert sim.algorithm.diagnostics(new)["agg_iterations"] == int(new["agg_iterations"]) > 1
 
 
 def test_agg_unconverged_counts_capped_rounds():
     sim, w, wt = _setup({"name": "fedgeomed_plus", "sigma": 1.0, "delta": 1e-4, "max_iter": 2,
                          "aggregate_over": "participants"})
-    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(wt), {"w": w}, sim._ctx(torch.arange(4)))
+    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(wt), {"w": w}, server_context(sim, torch.arange(4)))
     assert int(new["agg_iterations"]) == 2 and int(new["agg_unconverged"]) == 1
 
 
@@ -212,20 +211,20 @@ def test_hybrid_groups_theta_and_aggregation_by_hand():
     rest[bias] = False
     g = torch.Generator().manual_seed(3)
     v = torch.randn(3, sim.problem.dim, generator=g, dtype=DT)
-    theta = sim.algorithm.theta(v, sim.problem)
+    theta = sim.algorithm.theta(v)
     torch.testing.assert_close(theta[:, bias], v[:, bias] / 1.5, rtol=0, atol=1e-14)  # sq_l2, δ = 0.5
     torch.testing.assert_close(theta[:, rest], _prox("l1", v[:, rest], 1e-3), rtol=0, atol=1e-14)
     # eq. (25) per block: the mean on the sq_l2 group, the coordinate median (K = 3) elsewhere
-    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(v[0]), {"w": v}, sim._ctx(torch.arange(3)))
+    new, _ = sim.algorithm.aggregate(sim.algorithm.init_server(v[0]), {"w": v}, server_context(sim, torch.arange(3)))
     torch.testing.assert_close(new["x0"][bias], v[:, bias].mean(0), rtol=0, atol=1e-12)
     torch.testing.assert_close(new["x0"][rest], coordinate_median(v[:, rest])[0], rtol=0, atol=1e-12)
     # one local step uses the hybrid centre w̃ + θ_k (eq. (14))
     wt = torch.randn(sim.problem.dim, generator=g, dtype=DT)
     ids = torch.arange(3)
-    up, _ = sim.algorithm.local({"x0": wt}, {"w": v}, sim._ctx(ids))
-    grad = client_gradients(sim.problem)(v, *sim.problem.train.padded(ids))
+    up, _ = sim.algorithm.local({"x0": wt}, {"w": v}, context(sim, ids))
+    grad = sim.problem.gradients()(v, *sim.problem.train.padded(ids))
     kappa = 1 / (1 + 0.1)
-    expected = kappa * (v - 0.1 * grad) + (1 - kappa) * (expand(wt, 3) + sim.algorithm.theta(v - wt, sim.problem))
+    expected = kappa * (v - 0.1 * grad) + (1 - kappa) * (expand(wt, 3) + sim.algorithm.theta(v - wt))
     torch.testing.assert_close(up["w"], expected, rtol=0, atol=1e-12)
 
 

@@ -9,23 +9,15 @@ import torch
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.runner import Simulation
-from helpers import client_data, ls_grad, simulation
+from helpers import client_data, ls_grad, simulation, step_batches, streams
 
 F64 = torch.float64
 N, D = 4, 3
 
 
 def peek_ids(sim) -> torch.Tensor:
-    g = torch.Generator()
-    g.set_state(sim.gens["sampler"].get_state())
-    return sim.sampler.sample(sim.round, g)
-
-
-def solver_stream(sim) -> torch.Generator:
-    """A copy of the solver stream as the next round will find it (to replay its minibatches)."""
-    g = torch.Generator()
-    g.set_state(sim.gens["solver"].get_state())
-    return g
+    """The participants of the next round (a pure function of the seed and the round)."""
+    return sim.participants(sim.round)
 
 
 def sam_grad(sim, i, x, r):
@@ -154,7 +146,7 @@ def test_fedcm_with_stragglers_divides_by_each_clients_own_steps():
                                                                   "straggler_fraction": 1.0})
     x0, delta = torch.zeros(D, dtype=F64), torch.zeros(D, dtype=F64)
     for _ in range(2):
-        steps = sim.solver.step_counts(N, solver_stream(sim))  # the draw the round will make
+        steps = sim.solver.step_counts(streams(sim, torch.arange(N), "stragglers"))  # the draw the round will make
         sim.step()
         xs = []
         for i in range(N):
@@ -182,11 +174,10 @@ def test_fedpd_vr_sarah_rounds_by_hand():
     x0 = torch.zeros(D, dtype=F64)
     lam, g = torch.zeros(N, D, dtype=F64), torch.zeros(N, D, dtype=F64)
     for t in range(3):
-        gen = solver_stream(sim)
+        batches = step_batches(sim, ids, b, q)
         if t % 2 == 0:
             g = torch.stack([ls_grad(sim, i, x[i]) for i in range(N)])
-        for _ in range(q):
-            X, Y, _ = sim.problem.train.minibatch(ids, b, gen)
+        for X, Y, _ in batches:
             x_new = x - lr * (g + lam + (x - x0) / eta)
             g = g + torch.stack([batch_grad(X[i], Y[i], x_new[i]) - batch_grad(X[i], Y[i], x[i]) for i in range(N)])
             x = x_new
@@ -364,7 +355,7 @@ def test_stochastic_admm_round_by_hand():
     w, y = torch.zeros(N, D, dtype=F64), torch.zeros(N, D, dtype=F64)
     w_av = w.mean(0)
     for _ in range(3):
-        X, Y, _ = sim.problem.train.minibatch(ids, b, solver_stream(sim))
+        X, Y, _ = sim.problem.train.minibatch(ids, b, streams(sim, ids))
         w = torch.stack([w_av - eta * batch_grad(X[i], Y[i], w[i]) - y[i] for i in range(N)])
         w_av = w.mean(0)
         y = y + w - w_av

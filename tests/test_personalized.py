@@ -9,7 +9,7 @@ import torch
 
 from fedpd.evaluation import evaluate_personal
 from fedpd.problems.fedplus import fedplus_image_problem, split_equally
-from tests.helpers import ls_grad, simulation
+from tests.helpers import context, ls_grad, server_context, simulation
 
 DT = torch.float64
 ETA = 0.05
@@ -26,7 +26,7 @@ def test_ditto_update_by_hand():
     """Ditto Alg. 1: w_k by GD on F_k from w^t; v_k ← v_k − η(∇F_k(v_k) + λ(v_k − w^t))."""
     lam = 0.7
     sim, wt, v = _setup({"name": "ditto", "lam": lam})
-    up, cl = sim.algorithm.local({"x0": wt}, {"v": v}, sim._ctx(torch.arange(4)))
+    up, cl = sim.algorithm.local({"x0": wt}, {"v": v}, context(sim, torch.arange(4)))
     for k in range(4):
         w, vk = wt.clone(), v[k].clone()
         for _ in range(2):
@@ -34,7 +34,7 @@ def test_ditto_update_by_hand():
             vk = vk - ETA * (ls_grad(sim, k, vk) + lam * (vk - wt))
         torch.testing.assert_close(up["x"][k], w, rtol=0, atol=1e-12)
         torch.testing.assert_close(cl["v"][k], vk, rtol=0, atol=1e-12)
-    new, _ = sim.algorithm.aggregate({"x0": wt}, up, sim._ctx(torch.arange(4)))
+    new, _ = sim.algorithm.aggregate({"x0": wt}, up, server_context(sim, torch.arange(4)))
     torch.testing.assert_close(new["x0"], up["x"].mean(0), rtol=0, atol=1e-14)
 
 
@@ -44,7 +44,7 @@ def test_apfl_update_by_hand(adaptive):
     eta_a = 0.02
     sim, wt, v = _setup({"name": "apfl", "alpha": 0.3, "adaptive": adaptive, "alpha_lr": eta_a})
     a0 = torch.tensor([[0.3], [0.5], [0.0], [1.0]], dtype=DT)
-    up, cl = sim.algorithm.local({"x0": wt}, {"v": v, "alpha": a0}, sim._ctx(torch.arange(4)))
+    up, cl = sim.algorithm.local({"x0": wt}, {"v": v, "alpha": a0}, context(sim, torch.arange(4)))
     for k in range(4):
         w, vk, a = wt.clone(), v[k].clone(), float(a0[k])
         for _ in range(2):
@@ -67,7 +67,7 @@ def test_pfedme_update_by_hand():
     w ← (1 − β)w + β mean."""
     lam, K, plr, beta = 2.0, 3, 0.1, 0.5
     sim, wt, _ = _setup({"name": "pfedme", "lam": lam, "inner_steps": K, "personal_lr": plr, "beta": beta})
-    up, cl = sim.algorithm.local({"x0": wt}, {"theta": torch.zeros(4, 3, dtype=DT)}, sim._ctx(torch.arange(4)))
+    up, cl = sim.algorithm.local({"x0": wt}, {"theta": torch.zeros(4, 3, dtype=DT)}, context(sim, torch.arange(4)))
     for k in range(4):
         w, th = wt.clone(), wt.clone()
         for _ in range(2):
@@ -76,7 +76,7 @@ def test_pfedme_update_by_hand():
             w = w - ETA * lam * (w - th)
         torch.testing.assert_close(up["x"][k], w, rtol=0, atol=1e-12)
         torch.testing.assert_close(cl["theta"][k], th, rtol=0, atol=1e-12)
-    new, _ = sim.algorithm.aggregate({"x0": wt}, up, sim._ctx(torch.arange(4)))
+    new, _ = sim.algorithm.aggregate({"x0": wt}, up, server_context(sim, torch.arange(4)))
     torch.testing.assert_close(new["x0"], (1 - beta) * wt + beta * up["x"].mean(0), rtol=0, atol=1e-14)
 
 
@@ -85,7 +85,7 @@ def test_perfedavg_first_order_update_by_hand():
     model x0 − α∇f_i(x0)."""
     alpha = 0.2
     sim, wt, _ = _setup({"name": "perfedavg", "alpha": alpha})
-    up, _ = sim.algorithm.local({"x0": wt}, {}, sim._ctx(torch.arange(4)))
+    up, _ = sim.algorithm.local({"x0": wt}, {}, context(sim, torch.arange(4)))
     for k in range(4):
         w = wt.clone()
         for _ in range(2):

@@ -3,15 +3,12 @@ dual updates), their diagnostics, and A-FedPD's scale."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import torch
 from torch import nn
 
-from fedpd.algorithms.base import RoundContext
 from fedpd.algorithms.primal_dual import AFedPD
-from fedpd.comm import CommCounter
 from fedpd.engine import InProcessEngine
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
@@ -19,17 +16,16 @@ from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.sampling import UniformK
 from fedpd.solvers import GradientSolver
-from fedpd.store import ClientStore
+from fedpd.store import MemoryStore
+from fedpd.streams import server_generator
 from helpers import ls_grad, ls_hessian, simulation
 
 F64 = torch.float64
 
 
 def peek_ids(sim) -> torch.Tensor:
-    """The participants the next ``sim.step()`` will draw (from a copy of the sampler stream)."""
-    g = torch.Generator()
-    g.set_state(sim.gens["sampler"].get_state())
-    return sim.sampler.sample(sim.round, g)
+    """The participants the next ``sim.step()`` will draw (a pure function of the seed and round)."""
+    return sim.participants(sim.round)
 
 
 def exact_local(sim, i, lam, x0, eta):
@@ -267,40 +263,28 @@ class Rounds:
         self.problem = tiny_problem(n)
         self.n = n
         self.algorithm = AFedPD(eta=10.0)
-        self.solver = GradientSolver(lr=0.01, local_steps=5)
         x0 = self.problem.x_init
         self.server = self.algorithm.init_server(x0)
-        self.store = ClientStore(self.algorithm.init_client(x0), n)
-        self.comm, self.engine = CommCounter(), InProcessEngine()
+        self.store = MemoryStore(self.algorithm.init_client(x0), n)
+        self.engine = InProcessEngine(self.algorithm, self.problem, GradientSolver(lr=0.01, local_steps=5), self.store,
+                                      seed=1)
         self.sampler = UniformK(n, 10)
-        self.gen, self.round, self.seen = torch.Generator().manual_seed(1), 0, set()
+        self.round, self.seen = 0, set()
 
     def step(self):
-        ids = self.sampler.sample(self.round, self.gen)
+        ids = self.sampler.sample(self.round, server_generator(1, "sampler", self.round))
         self.seen |= set(ids.tolist())
-        ctx = lambda part: RoundContext(self.problem, self.solver, part, self.round, self.gen, self.n)  # noqa: E731
-        self.server = self.engine.run_round(self.algorithm, self.server, self.store, self.comm, ids, ctx, self.gen)
+        self.server = self.engine.run_round(self.server, ids, self.round)
         self.round += 1
 
 
-def best_round_time(r: Rounds, repeats: int = 3, rounds: int = 5) -> float:
-    for _ in range(3):  # warm-up
-        r.step()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(rounds):
-            r.step()
-        best = min(best, (time.perf_counter() - t0) / rounds)
-    return best
-
-
-def test_afedpd_round_cost_does_not_grow_with_clients():
-    small, large = Rounds(100), Rounds(100_000)
-    assert small.problem.dim == 997
-    t_small, t_large = best_round_time(small), best_round_time(large)
-    assert t_large < 3 * t_small, (t_small, t_large)  # loose: the issue's acceptance bound
-    # memory: rows exist only for clients that have taken part; the server holds O(d)
+def test_afedpd_round_state_does_not_grow_with_clients():
+    """A round's memory is O(participants · d): rows exist only for clients that have taken part,
+    the server holds O(d). (Its time against N is measured in benchmarks/, not here.)"""
+    large = Rounds(100_000)
+    assert large.problem.dim == 997
+    for _ in range(8):
+        large.step()
     assert len(large.store) == len(large.seen) <= 10 * large.round
     assert all(v.numel() <= large.problem.dim for v in large.server.values())
     assert all(v.shape[0] <= max(2 * len(large.seen), 8) for v in large.store.data.values())

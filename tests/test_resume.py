@@ -188,5 +188,5 @@ def test_python_api_resume_rejects_other_overrides(tmp_path):
     from fedpd.errors import ConfigError
 
     out = small_run(tmp_path, "r", 10)
-    with pytest.raises(ConfigError, match="run.rounds is the only key"):
+    with pytest.raises(ConfigError, match="a resume may change only run.rounds"):
         fedpd.run(resume=out, overrides=["problem.dim=7"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers import Recorder, ls_grad, ls_hessian, simulation
+from helpers import Recorder, ls_grad, ls_hessian, simulation, use_solver
 
 N = 4
 
@@ -117,7 +117,7 @@ def test_feddyn_partial_participation_one_round():
     eta, n = 2.0, 6
     sim = simulation({"name": "feddyn", "eta": eta}, problem={"name": "least_squares", "clients": n, "dim": 3},
                      sampler={"name": "uniform", "clients_per_round": 3})
-    sim.solver = Recorder(sim.solver)
+    use_solver(sim, Recorder(sim.solver))
     x0 = sim.server["x0"].clone()
     sim.step()
     ids, xs = sim.solver.rounds[0]
@@ -140,7 +140,7 @@ def test_feddyn_equals_fedpd_under_full_participation():
     runs = {}
     for name in ("fedpd", "feddyn"):
         sim = simulation({"name": name, "eta": 0.3}, problem=problem)
-        sim.solver = Recorder(sim.solver)
+        use_solver(sim, Recorder(sim.solver))
         x0s = []
         for _ in range(50):
             sim.step()

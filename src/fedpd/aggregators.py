@@ -14,20 +14,24 @@ screen rows first with :func:`finite_rows`.
 fedplus. trimmed_mean and krum treat every client alike, as in their papers; they accept
 ``weights`` for a uniform interface, ignore it and say so in ``info["weights_ignored"]``.
 
-``AGGREGATORS`` maps each name to ``(function, one-line description)``; ``make_aggregator``
-binds options by name and returns ``f(w, weights=None) -> (aggregate, info)``.
+Each aggregator declares its config name, options model and description beside itself
+(:func:`fedpd.options.declares`); ``AGGREGATORS`` maps each name to its function and
+``make_aggregator`` validates options against the model, binds them and returns
+``f(w, weights=None) -> (aggregate, info)``.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedpd.errors import ConfigError
+from fedpd.options import NoOptions, Options, declares, validate
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
 
 __all__ = [
@@ -95,13 +99,38 @@ def finite_rows(w: Tensor) -> Tensor:
     return torch.isfinite(w).all(dim=1)
 
 
+# --- options (what `aggregator_options` may hold, per aggregator) ------------------------------
+class GeometricMedianOptions(Options):
+    eps: float = Field(1e-8, gt=0, description="smoothing: distances below eps count as eps")
+    tol: float = Field(1e-7, gt=0, description="stop when the relative change is below tol")
+    max_iter: int = Field(100, ge=1, description="Weiszfeld iteration cap")
+
+
+class TrimmedMeanOptions(Options):
+    trim_ratio: float = Field(ge=0, le=0.5, description="share trimmed at each end per coordinate (required)")
+
+
+class KrumOptions(Options):
+    n_byzantine: int = Field(ge=0, description="f: Byzantine clients tolerated; needs K > 2f + 2 (required)")
+    m: int = Field(1, ge=1, description="rows averaged (multi-Krum); 1 is Krum")
+
+
+class FedPlusAggregateOptions(Options):
+    prox_kind: Literal["zero", "sq_l2", "l2", "l1", "indicator"] = Field("l2", description="Ψ of eq. (25)")
+    delta: float = Field(0.1, ge=0, description="δ, the smoothing of Ψ")
+    tol: float = Field(1e-7, gt=0)
+    max_iter: int = Field(1000, ge=1)
+
+
 # --- closed forms --------------------------------------------------------------------------
+@declares("mean", NoOptions, "weighted mean of the client rows (FedAvg)")
 def mean(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     """Weighted mean Σ_k β_k w_k with β = weights / Σ weights (plain mean without weights)."""
     w = _check_w(w)
     return _weighted_mean(w, _weights(weights, w)), {"iterations": 0, "converged": True}
 
 
+@declares("coordinate_median", NoOptions, "coordinate-wise median, mean of the two middle values for even K (Yin et al.)")
 def coordinate_median(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     """Coordinate-wise median (Yin et al. 2018; Fed+ eq. (5)).
 
@@ -128,6 +157,8 @@ def coordinate_median(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor,
     return agg.squeeze(0), {"iterations": 0, "converged": True}
 
 
+@declares("trimmed_mean", TrimmedMeanOptions,
+          "coordinate-wise mean after dropping the floor(trim_ratio*K) largest and smallest (Yin et al.)")
 def trimmed_mean(w: Tensor, trim_ratio: float, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     """Coordinate-wise trimmed mean (Yin et al. 2018): per coordinate drop the b = ⌊βK⌋ largest
     and b smallest values and average the remaining K − 2b. ConfigError unless 0 <= β <= 1/2 and
@@ -152,6 +183,7 @@ def _check_trim_ratio(trim_ratio) -> float:
     return float(trim_ratio)
 
 
+@declares("krum", KrumOptions, "Krum / multi-Krum: the m rows closest to their K-f-2 nearest neighbours (Blanchard et al.)")
 def krum(w: Tensor, n_byzantine: int, m: int = 1, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     """Krum / multi-Krum (Blanchard et al. 2017).
 
@@ -194,6 +226,7 @@ def _converged(change: Tensor, z: Tensor, tol: float) -> bool:
     return bool(change <= tol * (1.0 + torch.linalg.vector_norm(z)))
 
 
+@declares("geometric_median", GeometricMedianOptions, "geometric median by smoothed Weiszfeld (RFA, Pillutla et al.)")
 def geometric_median(
     w: Tensor,
     weights: Tensor | None = None,
@@ -238,6 +271,7 @@ def _rounding_level(z: Tensor, w_mean: Tensor, theta: Tensor, beta: Tensor | Non
     return 8 * torch.finfo(z.dtype).eps * (1.0 + size)
 
 
+@declares("fedplus", FedPlusAggregateOptions, "Fed+ aggregation (eq. 25): prox fixed point; l2 ~ geometric median, l1 ~ median")
 def fedplus_aggregate(
     w: Tensor,
     prox_kind: str = "l2",
@@ -335,74 +369,41 @@ def fedplus_aggregate(
 
 
 # --- registry ------------------------------------------------------------------------------
-AGGREGATORS: dict[str, tuple[Callable, str]] = {
-    "mean": (mean, "weighted mean of the client rows (FedAvg)"),
-    "geometric_median": (geometric_median, "geometric median by smoothed Weiszfeld (RFA, Pillutla et al.)"),
-    "coordinate_median": (coordinate_median, "coordinate-wise median, mean of the two middle values for even K"),
-    "trimmed_mean": (trimmed_mean, "coordinate-wise mean after dropping the floor(trim_ratio*K) largest and smallest"),
-    "krum": (krum, "Krum / multi-Krum: the m rows closest to their K-f-2 nearest neighbours (Blanchard et al.)"),
-    "fedplus": (fedplus_aggregate, "Fed+ aggregation (eq. 25): prox fixed point; l2 ~ geometric median, l1 ~ median"),
-}
-
-# options that must be given (no default)
-_REQUIRED = {"trimmed_mean": ("trim_ratio",), "krum": ("n_byzantine",)}
+AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_median, coordinate_median, trimmed_mean,
+                                                           krum, fedplus_aggregate)}
 
 
-def _static_checks(name: str, options: dict) -> None:
-    """Validate option values that do not depend on w (the rest is checked at call time)."""
-    o = options
-    if "eps" in o:
-        _positive_real(o["eps"], "eps")
-    if "tol" in o:
-        _positive_real(o["tol"], "tol")
-    if "max_iter" in o:
-        _int_at_least(o["max_iter"], 1, "max_iter")
-    if "trim_ratio" in o:
-        _check_trim_ratio(o["trim_ratio"])
-    if "n_byzantine" in o:
-        _int_at_least(o["n_byzantine"], 0, "n_byzantine")
-    if "m" in o:
-        _int_at_least(o["m"], 1, "m")
-    if "prox_kind" in o:
-        check_kind(o["prox_kind"], "prox_kind")
-    if "delta" in o:
-        check_delta(o["delta"])
-    if "init" in o and isinstance(o["init"], str) and o["init"] not in ("mean", "median"):
-        raise ConfigError(f"init must be 'mean', 'median' or a tensor; got {o['init']!r}")
-    if o.get("groups") is not None:
-        groups = o["groups"]
-        if isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple)):
-            raise ConfigError(f"groups must be a list of (index, kind, delta) tuples, got {type(groups).__name__}")
-        for g in groups:
-            if not isinstance(g, (tuple, list)) or len(g) != 3:
-                raise ConfigError(f"each group must be an (index, kind, delta) tuple, got {g!r}")
-            check_kind(g[1], "group kind")
-            check_delta(g[2], "group delta")
+def min_rows(name: str, options: dict) -> int:
+    """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3)."""
+    if name == "krum":
+        return 2 * options["n_byzantine"] + 3
+    if name == "trimmed_mean":
+        return 1  # any K: the trim is floor(ratio·K) and is checked to leave a row
+    return 1
 
 
 def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
     """``f(w, weights=None) -> (aggregate, info)`` for aggregator ``name`` (a key of AGGREGATORS)
     with ``options`` bound by keyword. Unknown name, unknown or missing option, or an option
-    value out of range → ConfigError (values that depend on K are checked at call time).
+    value out of range → ConfigError naming it (values that depend on K are checked at call time).
+    ``fedplus`` also takes its Python-only arguments (groups, init tensors) unchecked here.
     """
     if not isinstance(name, str) or name not in AGGREGATORS:
         raise ConfigError(f"aggregator must be one of {', '.join(AGGREGATORS)}; got {name!r}")
-    fn = AGGREGATORS[name][0]
-    allowed = [p for p in inspect.signature(fn).parameters if p not in ("w", "weights")]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ConfigError(
-            f"unknown option(s) {', '.join(unknown)} for aggregator {name}; allowed: {', '.join(allowed) or 'none'}"
-        )
-    missing = [p for p in _REQUIRED.get(name, ()) if p not in options]
-    if missing:
-        raise ConfigError(f"aggregator {name} needs option(s) {', '.join(missing)}")
-    _static_checks(name, options)
-    bound = dict(options)
+    fn = AGGREGATORS[name]
+    python_only = {k: options.pop(k) for k in ("groups", "init") if name == "fedplus" and k in options}
+    for group in python_only.get("groups") or ():  # (index, kind, delta): the index needs d, checked at call
+        if not isinstance(group, (tuple, list)) or len(group) != 3:
+            raise ConfigError(f"each group must be an (index, kind, delta) tuple, got {group!r}")
+        check_kind(group[1], "group kind")
+        check_delta(group[2], "group delta")
+    if isinstance(python_only.get("init"), str) and python_only["init"] not in ("mean", "median"):
+        raise ConfigError(f"init must be 'mean', 'median' or a tensor; got {python_only['init']!r}")
+    bound = {**validate(fn.Options, options, "aggregator_options").model_dump(exclude_unset=True), **python_only}
 
     def aggregate(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
         return fn(w, weights=weights, **bound)
 
     aggregate.__name__ = f"{name}_aggregator"
-    aggregate.__doc__ = f"{AGGREGATORS[name][1]} (options: {bound})"
+    aggregate.__doc__ = f"{fn.description} (options: {bound})"
     return aggregate

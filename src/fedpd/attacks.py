@@ -4,20 +4,26 @@ keeps broken uploads out of every aggregate.
 Who misbehaves: ``parties`` (explicit ids) or else a ``fraction`` of the N parties, the last
 :func:`party_count` (fraction, N) of a permutation seeded by the attack's own ``seed`` (so the
 same parties whatever the run's seed). The count is fraction · N rounded half up, and at least
-one party when fraction > 0 — the rule Fed+'s MNIST-robust uses for its negated parties too. Two families:
+one party when fraction > 0 — the rule Fed+'s MNIST-robust uses for its negated parties too.
+Three families, one class each, every kind declaring its options beside itself:
 
 * data attacks (outliers by data), applied to the chosen parties' samples when the problem is
   built: ``negate_inputs`` (x ← −x) and ``label_flip`` (class c ← C − 1 − c; ±1 labels and
   regression targets y ← −y). ``splits = "train"`` poisons the training data only; ``"both"``
   makes the party's whole distribution an outlier (Fed+'s MNIST-robust negates a party's images).
-* update attacks, applied by the engine to the chosen participants' uploads before they are
-  screened: ``sign_flip`` (u ← r − factor·(u − r)), ``scale`` (u ← r + factor·(u − r)),
-  ``gaussian`` (u ← u + std·N(0, I)), ``nan``, ``inf``. For uploads that are models (the
-  algorithm's ``model_uploads``) r is the model the server sent this round, so the attack acts on
-  the update; other uploads (SCAFFOLD's Δx, Δc) are updates already and r = 0. With
-  ``probability`` < 1 a chosen party misbehaves in each round independently (intermittent faults);
-  nothing happens before ``start_round``. Random draws use the run's seeded ``attack`` stream, so
-  resuming a checkpoint replays them exactly.
+* update attacks, applied by the server side of the round (:mod:`fedpd.protocol`) to the chosen
+  participants' uploads before they are screened: ``sign_flip`` (u ← r − factor·(u − r)),
+  ``scale`` (u ← r + factor·(u − r)), ``gaussian`` (u ← u + std·N(0, I)), ``nan``, ``inf``.
+  For uploads that are models (the algorithm's ``model_uploads``) r is the model the server sent
+  this round, so the attack acts on the update; uploads that are updates already (its
+  ``update_uploads``: SCAFFOLD's Δx, Δc) have r = 0; anything else (a sample count) is left alone.
+* ``dropout``: the chosen participants receive the round's message and then drop out — no
+  upload, no state change, counted as ``dropouts``.
+
+With ``probability`` < 1 a chosen party misbehaves in each round independently (intermittent
+faults); nothing happens before ``start_round``. The coin and the noise come from each party's
+own stream (purpose "attack" or "dropout", the round, its id: :mod:`fedpd.streams`), so they do
+not depend on which other parties take part, in what order, or where they run.
 
 The screen (:func:`screen`): a row with a NaN/Inf entry, a missing key or a wrong shape is
 rejected — never averaged in — and counted in the metrics as ``rejected_uploads``. A rejected
@@ -29,16 +35,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import ClassVar, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedpd.errors import ConfigError
+from fedpd.options import SEED_MAX, NoOptions, Options, validate
 from fedpd.problems.base import ClientSplit, Problem
-
-DATA_KINDS = ("negate_inputs", "label_flip")
-UPDATE_KINDS = ("sign_flip", "scale", "gaussian", "nan", "inf")
-KINDS = ("none", *DATA_KINDS, *UPDATE_KINDS)
+from fedpd.streams import ClientStreams
 
 State = dict[str, Tensor]
 
@@ -52,26 +58,53 @@ def party_count(fraction: float, num_parties: int) -> int:
     return min(num_parties, max(1, math.floor(fraction * num_parties + 0.5 + 1e-9)))
 
 
-class Attack:
-    """A configured fault: ``kind`` (one of KINDS) and who / when / how strong."""
+# --- options -----------------------------------------------------------------------------------
+class TargetOptions(Options):
+    fraction: float = Field(0.1, ge=0, le=1, description="share of the parties (x N rounded half up, >= 1)")
+    parties: list[int] = Field(default_factory=list, description="explicit party ids (override fraction)")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="which parties (the attack's own seed)")
 
-    def __init__(self, kind: str = "none", fraction: float = 0.0, parties: list | tuple = (), seed: int = 0,
-                 probability: float = 1.0, start_round: int = 0, factor: float = 1.0, std: float = 1.0,
-                 splits: str = "train"):
-        if kind not in KINDS:
-            raise ConfigError(f"attack.name: unknown attack {kind!r} (allowed: {', '.join(KINDS)})")
-        if not 0 <= fraction <= 1:
-            raise ConfigError(f"attack.fraction: must lie in [0, 1] (got {fraction!r})")
-        if splits not in ("train", "both"):
-            raise ConfigError(f"attack.splits: {splits!r} (allowed: train, both)")
-        self.kind, self.fraction, self.parties, self.seed = kind, fraction, list(parties), seed
-        self.probability, self.start_round, self.factor, self.std, self.splits = probability, start_round, factor, std, splits
-        self.generator: torch.Generator | None = None  # the run's "attack" stream (bound by the runner)
-        self.mask: Tensor | None = None  # [N] bool: the misbehaving parties (bound by the runner)
+
+class DataAttackOptions(TargetOptions):
+    splits: Literal["train", "both"] = Field("train", description="poison the training data, or test data too")
+
+
+class RoundAttackOptions(TargetOptions):
+    probability: float = Field(1.0, gt=0, le=1, description="chance a chosen party misbehaves in a round")
+    start_round: int = Field(0, ge=0, description="first round with misbehaviour")
+
+
+class SignFlipOptions(RoundAttackOptions):
+    factor: float = Field(1.0, gt=0, description="u ← r − factor·(u − r)")
+
+
+class ScaleOptions(RoundAttackOptions):
+    factor: float = Field(10.0, description="u ← r + factor·(u − r)")
+
+
+class GaussianOptions(RoundAttackOptions):
+    std: float = Field(1.0, gt=0, description="standard deviation of the added noise")
+
+
+# --- the kinds ---------------------------------------------------------------------------------
+class Attack:
+    """No faults; the base of every kind. ``bind(num_clients)`` fixes who misbehaves."""
+
+    name: ClassVar[str] = "none"
+    description: ClassVar[str] = "no faults"
+    Options: ClassVar[type[Options]] = NoOptions
+    family: ClassVar[str] = "none"  # none, data, update, dropout
+
+    def __init__(self, fraction: float = 0.0, parties: list | tuple = (), seed: int = 0, probability: float = 1.0,
+                 start_round: int = 0, **settings):
+        self.fraction, self.parties, self.seed = fraction, list(parties), seed
+        self.probability, self.start_round = probability, start_round
+        self.settings = settings
+        self.mask: Tensor | None = None  # [N] bool: the misbehaving parties (bind)
 
     @property
     def active(self) -> bool:
-        return self.kind != "none"
+        return self.family != "none"
 
     def targets(self, num_clients: int) -> Tensor:
         """The misbehaving parties, sorted int64."""
@@ -84,60 +117,161 @@ class Attack:
         perm = torch.randperm(num_clients, generator=torch.Generator().manual_seed(self.seed))
         return perm[num_clients - m:].sort().values
 
-    def bind(self, num_clients: int, generator: torch.Generator) -> "Attack":
+    def bind(self, num_clients: int) -> "Attack":
         self.mask = torch.zeros(num_clients, dtype=torch.bool)
         if self.active:
             self.mask[self.targets(num_clients)] = True
-        self.generator = generator
         return self
 
-    # --- data attacks ---------------------------------------------------------------------
     def apply_data(self, problem: Problem) -> Problem:
-        """The problem with the chosen parties' data transformed (a data attack), else unchanged."""
-        if self.kind not in DATA_KINDS:
-            return problem
+        """The problem with the chosen parties' data transformed (data attacks), else unchanged."""
+        return problem
+
+    def misbehaving(self, ids: Tensor, round: int, rng: ClientStreams) -> Tensor:
+        """[K] bool: which of the participants ``ids`` misbehave this round (their own coins)."""
+        if round < self.start_round:
+            return torch.zeros(ids.numel(), dtype=torch.bool)
+        bad = self.mask[ids]
+        if self.probability < 1:
+            bad = bad & (rng.uniform() < self.probability)
+        return bad
+
+    def dropouts(self, ids: Tensor, round: int, seed: int) -> Tensor:
+        """[K] bool: participants that drop out of the round after receiving its message."""
+        return torch.zeros(ids.numel(), dtype=torch.bool)
+
+    def corrupt(self, upload: State, message: State, ids: Tensor, round: int, seed: int,
+                model_keys=(), update_keys=()) -> tuple[State, int]:
+        """The uploads of the participants ``ids`` (rows in ids order) with the chosen parties'
+        rows corrupted, and how many rows were."""
+        return upload, 0
+
+
+class DataAttack(Attack):
+    """Outliers by data: the chosen parties' samples transformed when the problem is built."""
+
+    family = "data"
+    Options = DataAttackOptions
+
+    def apply_data(self, problem: Problem) -> Problem:
         ids = self.targets(problem.num_clients)
         classes = problem.info.get("num_classes")
         if classes is None and not problem.train.y.is_floating_point():
             classes = int(max(problem.train.y.max(), problem.test.y.max(initial=0))) + 1
-        problem.train = transform_parties(problem.train, ids, self.kind, classes)
-        if self.splits == "both":
-            problem.test = transform_parties(problem.test, ids, self.kind, classes)
-        problem.info = {**problem.info, "attacked_parties": ids.tolist(), "attack": self.kind}
+        splits = self.settings.get("splits", "train")
+        problem.train = transform_parties(problem.train, ids, self.name, classes)
+        if splits == "both":
+            problem.test = transform_parties(problem.test, ids, self.name, classes)
+        problem.info = {**problem.info, "attacked_parties": ids.tolist(), "attack": self.name}
         problem.__dict__.pop("_vmapped_grad", None)
         return problem
 
-    # --- update attacks -------------------------------------------------------------------
-    def corrupt(self, upload: State, message: State, ids: Tensor, round: int, model_keys) -> tuple[State, int]:
-        """The uploads of the participants ``ids`` with the chosen parties' rows corrupted, and how
-        many rows were."""
-        if self.kind not in UPDATE_KINDS or round < self.start_round or not upload:
+
+class NegateInputs(DataAttack):
+    name = "negate_inputs"
+    description = "outliers by data: the chosen parties' inputs negated"
+
+
+class LabelFlip(DataAttack):
+    name = "label_flip"
+    description = "outliers by data: labels flipped (c -> C-1-c, y -> -y)"
+
+
+class UpdateAttack(Attack):
+    """An attack on the uploads: ``corrupted(u, ref, rng)`` maps the chosen rows of one key."""
+
+    family = "update"
+    Options = RoundAttackOptions
+
+    def corrupt(self, upload, message, ids, round, seed, model_keys=(), update_keys=()):
+        if not upload:
             return upload, 0
-        bad = self.mask[ids]
-        if self.probability < 1:
-            bad = bad & (torch.rand(ids.numel(), generator=self.generator) < self.probability)
+        rng = ClientStreams.of(seed, "attack", round, ids)
+        bad = self.misbehaving(ids, round, rng)
         n = int(bad.sum())
         if n == 0:
             return upload, 0
-        out = {}
-        for key, u in upload.items():
-            if key.startswith("metric_"):  # diagnostics, not part of the protocol
-                out[key] = u
-                continue
-            ref = message.get("x0") if key in model_keys else None
-            if ref is None or ref.shape != u.shape[1:]:
+        out = dict(upload)
+        for key in sorted(upload):  # a fixed order: each key's noise is its own draw
+            u = upload[key]
+            if key in model_keys:
+                ref = message.get("x0")
+                ref = ref if ref is not None and ref.shape == u.shape[1:] else torch.zeros((), dtype=u.dtype)
+            elif key in update_keys:
                 ref = torch.zeros((), dtype=u.dtype)
-            out[key] = torch.where(bad.view(-1, *([1] * (u.dim() - 1))), self._corrupt(u, ref), u)
+            else:  # diagnostics, sample or step counts: not the update
+                continue
+            ref = ref.to(u.device)
+            mask = bad.to(u.device).view(-1, *([1] * (u.dim() - 1)))
+            out[key] = torch.where(mask, self.corrupted(u, ref, rng), u)
         return out, n
 
-    def _corrupt(self, u: Tensor, ref: Tensor) -> Tensor:
-        if self.kind == "sign_flip":
-            return ref - self.factor * (u - ref)
-        if self.kind == "scale":
-            return ref + self.factor * (u - ref)
-        if self.kind == "gaussian":
-            return u + self.std * torch.randn(u.shape, generator=self.generator, dtype=u.dtype)
-        return torch.full_like(u, float("nan") if self.kind == "nan" else float("inf"))
+    def corrupted(self, u: Tensor, ref: Tensor, rng: ClientStreams) -> Tensor:
+        raise NotImplementedError
+
+
+class SignFlip(UpdateAttack):
+    name = "sign_flip"
+    description = "uploads: update sign flipped (times factor)"
+    Options = SignFlipOptions
+
+    def corrupted(self, u, ref, rng):
+        return ref - self.settings["factor"] * (u - ref)
+
+
+class Scale(UpdateAttack):
+    name = "scale"
+    description = "uploads: update scaled by factor"
+    Options = ScaleOptions
+
+    def corrupted(self, u, ref, rng):
+        return ref + self.settings["factor"] * (u - ref)
+
+
+class Gaussian(UpdateAttack):
+    name = "gaussian"
+    description = "uploads: Gaussian noise of std added"
+    Options = GaussianOptions
+
+    def corrupted(self, u, ref, rng):
+        return u + self.settings["std"] * rng.normal(*u.shape[1:], dtype=u.dtype).to(u.device)
+
+
+class NaNUpload(UpdateAttack):
+    name = "nan"
+    description = "uploads: all NaN (rejected and counted)"
+
+    def corrupted(self, u, ref, rng):
+        return torch.full_like(u, float("nan"))
+
+
+class InfUpload(UpdateAttack):
+    name = "inf"
+    description = "uploads: all +Inf (rejected and counted)"
+
+    def corrupted(self, u, ref, rng):
+        return torch.full_like(u, float("inf"))
+
+
+class Dropout(Attack):
+    """Clients that fail mid-round: they received the broadcast, send nothing back, keep their state."""
+
+    name = "dropout"
+    description = "faults: the chosen participants drop out after the broadcast (no upload, state kept)"
+    family = "dropout"
+    Options = RoundAttackOptions
+
+    def dropouts(self, ids, round, seed):
+        return self.misbehaving(ids, round, ClientStreams.of(seed, "dropout", round, ids))
+
+
+ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, Dropout)
+
+
+def make_attack(name: str, **options) -> Attack:
+    """The attack ``name`` with ``options`` checked by its options model (defaults filled in)."""
+    cls = {a.name: a for a in ATTACKS}[name]
+    return cls(**validate(cls.Options, options, "attack").model_dump())
 
 
 def transform_parties(split: ClientSplit, ids: Tensor, kind: str, num_classes: int | None = None) -> ClientSplit:
@@ -156,21 +290,20 @@ def transform_parties(split: ClientSplit, ids: Tensor, kind: str, num_classes: i
             c = num_classes if num_classes is not None else int(y.max()) + 1
             y = torch.where(hit, c - 1 - y, y)
     else:
-        raise ConfigError(f"attack.name: {kind!r} is not a data attack (allowed: {', '.join(DATA_KINDS)})")
+        raise ConfigError(f"attack.name: {kind!r} is not a data attack (allowed: negate_inputs, label_flip)")
     return ClientSplit(x, y, split.offsets)
 
 
 def screen(uploads: list[State], sizes: list[int]) -> tuple[State, Tensor]:
-    """Stack the uploads of several chunks of clients and flag the well-formed rows.
+    """Stack the uploads of several groups of clients and flag the well-formed rows.
 
-    ``uploads[j]`` holds chunk j's tensors ``[sizes[j], ...]``. Every key's expected trailing shape
-    is the one most clients sent (a chunk that disagrees, or lacks a key, or has the wrong number
-    of rows, is rejected whole: it cannot be stacked). Returns the stacked uploads of the chunks
-    that could be stacked (their rejected rows filled with NaN, so the row count stays K) and a
-    [K] bool mask of the rows that are well-formed and finite.
+    ``uploads[j]`` holds group j's tensors ``[sizes[j], ...]`` (a group: a chunk of an engine, a
+    node's reply). Every key's expected trailing shape is the one most clients sent (a group that
+    disagrees, or lacks a key, or has the wrong number of rows, is rejected whole: it cannot be
+    stacked). Returns the stacked uploads (rejected groups' rows filled with NaN, so the row count
+    stays K) and a [K] bool mask of the rows that are well-formed and finite.
     """
     keys = Counter(k for u in uploads for k in u)
-    n_chunks = len(uploads)
     shapes: dict[str, tuple] = {}
     for key in keys:
         votes = Counter()
@@ -185,13 +318,13 @@ def screen(uploads: list[State], sizes: list[int]) -> tuple[State, Tensor]:
     kept = [k for k in shapes if sum(n for u, n in zip(uploads, sizes) if k in u) * 2 > total]
     parts: dict[str, list[Tensor]] = {k: [] for k in kept}
     ok_parts = []
-    for j in range(n_chunks):
-        u, n = uploads[j], sizes[j]
+    for u, n in zip(uploads, sizes):
         good = all(isinstance(u.get(k), Tensor) and u[k].dim() >= 1 and u[k].shape[0] == n
                    and tuple(u[k].shape[1:]) == shapes[k] for k in kept)
         good = good and set(u) <= set(kept)
         for k in kept:
-            parts[k].append(u[k] if good else torch.full((n, *shapes[k]), float("nan"), dtype=_dtype(uploads, k)))
+            parts[k].append(u[k] if good else torch.full((n, *shapes[k]), float("nan"), dtype=_dtype(uploads, k),
+                                                         device=_device(uploads, k)))
         ok_parts.append(torch.full((n,), good, dtype=torch.bool))
     stacked = {k: torch.cat(v) for k, v in parts.items()}
     ok = torch.cat(ok_parts) if ok_parts else torch.zeros(0, dtype=torch.bool)
@@ -199,10 +332,10 @@ def screen(uploads: list[State], sizes: list[int]) -> tuple[State, Tensor]:
 
 
 def finite_rows(upload: State, k: int | None = None) -> Tensor:
-    """[K] bool: rows whose every entry, in every key, is finite (all True for no keys)."""
+    """[K] bool (on the CPU): rows whose every entry, in every key, is finite (all True for no keys)."""
     ok = torch.ones(k if k is not None else next(iter(upload.values())).shape[0], dtype=torch.bool)
     for t in upload.values():
-        ok &= torch.isfinite(t.reshape(t.shape[0], -1)).all(1)
+        ok &= torch.isfinite(t.reshape(t.shape[0], -1)).all(1).cpu()
     return ok
 
 
@@ -212,3 +345,11 @@ def _dtype(uploads: list[State], key: str) -> torch.dtype:
         if isinstance(t, Tensor) and t.is_floating_point():
             return t.dtype
     return torch.get_default_dtype()
+
+
+def _device(uploads: list[State], key: str) -> torch.device:
+    for u in uploads:
+        t = u.get(key)
+        if isinstance(t, Tensor):
+            return t.device
+    return torch.device("cpu")

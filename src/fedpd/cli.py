@@ -45,9 +45,7 @@ def _cmd_run(args) -> int:
 def _cmd_list(args) -> int:
     from fedpd import registry
 
-    for title, table in (("algorithms", registry.ALGORITHMS), ("problems", registry.PROBLEMS),
-                         ("solvers", registry.SOLVERS), ("samplers", registry.SAMPLERS),
-                         ("attacks", getattr(registry, "ATTACKS", {}))):
+    for title, table in registry.CATALOG.items():
         print(f"{title}:")
         width = max(len(k) for k in table)
         for name, entry in table.items():

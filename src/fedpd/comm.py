@@ -1,6 +1,6 @@
 """Communication is counted where messages pass, never estimated.
 
-The engine sends every message through one :class:`CommCounter`: floats down (server →
+The round protocol (:mod:`fedpd.protocol`) sends every message through one :class:`CommCounter`: floats down (server →
 clients) and up (clients → server), and the rounds in which anything was sent at all — so
 FedPD's skipped rounds and SCAFFOLD's control variates show up in the metrics.
 
@@ -23,7 +23,8 @@ class CommCounter:
         self.uplink_floats = 0
         self.downlink_floats = 0
         self.comm_rounds = 0
-        self.rejected_uploads = 0  # uploads the engine refused (NaN/Inf, wrong shape): see fedpd.attacks
+        self.rejected_uploads = 0  # uploads the server refused (NaN/Inf, wrong shape): see fedpd.attacks
+        self.dropouts = 0  # participants that received the round's message and sent nothing back
         self._active = False
 
     def down(self, message: dict[str, Tensor], recipients: int) -> None:
@@ -44,8 +45,8 @@ class CommCounter:
 
     def state_dict(self) -> dict:
         return {"uplink_floats": self.uplink_floats, "downlink_floats": self.downlink_floats, "comm_rounds": self.comm_rounds,
-                "rejected_uploads": self.rejected_uploads}
+                "rejected_uploads": self.rejected_uploads, "dropouts": self.dropouts}
 
     def load_state_dict(self, sd: dict) -> None:
         self.uplink_floats, self.downlink_floats, self.comm_rounds = sd["uplink_floats"], sd["downlink_floats"], sd["comm_rounds"]
-        self.rejected_uploads = sd.get("rejected_uploads", 0)
+        self.rejected_uploads, self.dropouts = sd["rejected_uploads"], sd["dropouts"]

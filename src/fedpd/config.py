@@ -10,14 +10,17 @@ and what is allowed.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, field_validator
 
+from fedpd import registry
 from fedpd.errors import ConfigError
+from fedpd.options import SEED_MAX, Options, validate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,77 +28,31 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
-
-
-class Options(BaseModel):
-    """Base of every section's options: strict types, unknown keys rejected, no inf or nan."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+#: run options a resume may change: the target, and how the run is executed (not what it computes)
+RESUMABLE = ("rounds", "device", "threads", "client_chunk")
 
 
 class RunOptions(Options):
-    rounds: int = Field(100, ge=1)
-    seed: int = Field(0, ge=0)
-    eval_every: int = Field(10, ge=1)
+    rounds: int = Field(100, ge=1, description="rounds to run")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="the run's seed: sampling, coins and every client's streams")
+    eval_every: int = Field(10, ge=1, description="metrics every this many rounds (and at the end)")
     checkpoint_every: int = Field(0, ge=0, description="0: checkpoint at every evaluation")
-    dtype: Literal["auto", "float32", "float64"] = "auto"
+    dtype: Literal["auto", "float32", "float64"] = Field("auto", description="auto: float64 for built-in problems, "
+                                                         "the problem's own (float32) for datasets")
+    device: str = Field("cpu", description="cpu, cuda, cuda:N, mps or auto (the best present)")
+    engine: Literal["inprocess"] = Field("inprocess", description="what runs the clients")
     client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
     personal_eval: Literal["auto", "always", "never"] = Field(
         "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
         "algorithm has personal models; always = also the server model per client")
 
-
-class GDOptions(Options):
-    lr: float = Field(0.01, gt=0)
-    local_steps: int = Field(8, ge=1)
-    momentum: float = Field(0.0, ge=0, lt=1)
-    weight_decay: float = Field(0.0, ge=0)
-    lr_decay: float = Field(1.0, gt=0, le=1)
-    straggler_fraction: float = Field(0.0, ge=0, le=1)
-    sam_radius: float = Field(0.0, ge=0, description="SAM perturbation radius r; 0: plain gradients")
-
-
-class SGDOptions(GDOptions):
-    batch_size: int = Field(32, ge=1)
-
-
-class ExactOptions(Options):
-    pass
-
-
-class SamplerAll(Options):
-    pass
-
-
-class SamplerUniform(Options):
-    clients_per_round: int = Field(10, ge=1)
-
-
-class SamplerBernoulli(Options):
-    q: float = Field(0.1, gt=0, le=1)
-
-
-class ModelOptions(Options):
-    model_config = ConfigDict(extra="allow", strict=True)
-
-
-def _format(section: str, err: ValidationError, model: type[BaseModel]) -> str:
-    e = err.errors()[0]
-    key = ".".join(str(p) for p in (section, *e["loc"]))
-    if e["type"] == "extra_forbidden":
-        allowed = ", ".join(["name", *model.model_fields]) if section != "run" else ", ".join(model.model_fields)
-        return f"{key}: unknown key (allowed: {allowed})"
-    if e["type"] == "missing":
-        return f"{key}: missing required key"
-    return f"{key}: {e['msg'][0].lower() + e['msg'][1:]} (got {e['input']!r})"
-
-
-def validate_section(section: str, model: type[BaseModel], values: dict) -> BaseModel:
-    try:
-        return model.model_validate(values)
-    except ValidationError as err:
-        raise ConfigError(_format(section, err, model)) from None
+    @field_validator("device")
+    @classmethod
+    def _device_form(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|cuda|cuda:\d+|mps|auto", value):
+            raise ValueError(f"unknown device {value!r} (allowed: cpu, cuda, cuda:N, mps, auto)")
+        return value
 
 
 def parse_value(text: str) -> Any:
@@ -136,8 +93,6 @@ class Config:
     and ``options[name]`` its validated options model."""
 
     def __init__(self, raw: dict):
-        from fedpd import registry
-
         unknown = [k for k in raw if k not in SECTIONS]
         if unknown:
             raise ConfigError(f"unknown section [{unknown[0]}] (allowed: {', '.join(SECTIONS)})")
@@ -156,8 +111,8 @@ class Config:
             if not isinstance(name, str) or name not in table:
                 raise ConfigError(f"{section}.name: unknown {section} {name!r} (allowed: {', '.join(table)})")
             self.names[section] = name
-            self.options[section] = validate_section(section, table[name].options, values)
-        self.options["run"] = validate_section("run", RunOptions, self.raw["run"])
+            self.options[section] = validate(table[name].options, values, section, also=("name",))
+        self.options["run"] = validate(RunOptions, self.raw["run"], "run")
         self.model = dict(self.raw["model"])
 
     @property
@@ -176,6 +131,13 @@ class Config:
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.resolved())
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint must match to be continued by this config: everything but the run
+        options a resume may change (:data:`RESUMABLE`)."""
+        out = self.resolved()
+        out["run"] = {k: v for k, v in out["run"].items() if k not in RESUMABLE}
+        return out
 
 
 def load_config(source: str | Path | dict | Config, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -1,77 +1,106 @@
-"""The in-process engine: runs an algorithm's rules for one round, counting every message.
+"""Engines run rounds; the in-process engine runs every client in this process.
 
-Participants are processed in chunks of ``chunk`` clients, each chunk as one vectorised
-[chunk, d] computation (``None``: all participants at once; 1: one client at a time). The
-engine knows nothing about which algorithm it runs.
+The contract an engine meets (:class:`Engine`), written down so that other engines — Flower
+SuperNodes, Ray workers — can be tested against the same suite (``tests/engine_conformance.py``):
 
-Every upload passes one screen here (:mod:`fedpd.attacks`): a configured update attack corrupts
-the chosen parties' rows first, then rows with NaN/Inf or a wrong shape are rejected — never
-aggregated, counted as ``rejected_uploads`` — and their clients keep their state of before the
-round, as if they had dropped out.
+* ``run_round(server, ids, round) -> server`` — one round of the protocol of
+  :mod:`fedpd.protocol` (coin, broadcast, dropouts, local work, counting, attack, screen,
+  aggregate, reply) with participants ``ids`` given in any order (possibly none). The result
+  depends only on (config, round, ids as a set, states): not on the order of ``ids``, on how
+  clients are grouped or where they run. Engines differ only in the client half
+  (:class:`fedpd.protocol.Clients`), and they share the server half by calling
+  :func:`fedpd.protocol.run_round`.
+* ``store`` — the client states (:class:`fedpd.store.ClientStore`), read by the evaluation path.
+* ``comm`` — the :class:`fedpd.comm.CommCounter` every message passes through.
+* ``sample_grads`` — per-sample gradients the clients have computed so far.
+* ``state_dict()`` / ``load_state_dict(sd)`` — everything above, for an exact resume.
+
+:class:`InProcessEngine` processes the participants in chunks of ``chunk`` clients, each chunk
+as one vectorised [chunk, d] computation (``None``: all participants at once; 1: one client at a
+time). A client's work depends only on itself (its data, state, id-keyed streams), so the chunk
+size changes speed and memory, never a result.
 """
 
 from __future__ import annotations
 
-import torch
+from typing import Protocol
 
-from fedpd.algorithms.base import Algorithm
-from fedpd.attacks import finite_rows, screen
+import torch
+from torch import Tensor
+
+from fedpd.algorithms.base import Algorithm, State
+from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
-from fedpd.store import ClientStore, State
+from fedpd.context import ClientContext
+from fedpd.problems.base import ClientData, Problem
+from fedpd.protocol import run_round
+from fedpd.store import ClientStore
+
+
+class Engine(Protocol):
+    """What every engine provides (see the module docstring)."""
+
+    store: ClientStore
+    comm: CommCounter
+
+    @property
+    def sample_grads(self) -> int: ...
+
+    def run_round(self, server: State, ids: Tensor, round: int) -> State: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, sd: dict) -> None: ...
 
 
 class InProcessEngine:
-    def __init__(self, chunk: int | None = None, attack=None):
-        self.chunk = chunk
-        self.attack = attack  # a bound fedpd.attacks.Attack corrupting uploads, or None
+    """Every client in this process, in vectorised chunks of ``chunk`` clients (None: all)."""
 
-    def run_round(self, algorithm: Algorithm, server: State, store: ClientStore, comm: CommCounter,
-                  ids: torch.Tensor, make_ctx, algo_gen: torch.Generator) -> State:
-        """One round with participants ``ids``; returns the new server state (store updated in place)."""
-        if ids.numel() == 0:
-            comm.end_round()
-            return server
-        communicates = algorithm.communicates(server, make_ctx(ids).round, algo_gen)
-        message = algorithm.broadcast(server)
-        comm.down(message, ids.numel())
+    def __init__(self, algorithm: Algorithm, problem: Problem, solver, store: ClientStore, *, seed: int,
+                 chunk: int | None = None, attack: Attack | None = None):
+        self.algorithm, self.problem, self.solver, self.store = algorithm, problem, solver, store
+        self.seed, self.chunk = seed, chunk
+        self.attack = attack if attack is not None else Attack().bind(store.num_clients)
+        self.comm = CommCounter()
+        self._pending: list[tuple[Tensor, State, ClientContext]] = []
+
+    @property
+    def sample_grads(self) -> int:
+        return int(self.problem.sample_grads)
+
+    def run_round(self, server: State, ids: Tensor, round: int) -> State:
+        return run_round(self.algorithm, server, ids, round, clients=self, comm=self.comm, attack=self.attack,
+                         seed=self.seed, num_clients=self.store.num_clients)
+
+    # --- the client half (fedpd.protocol.Clients) ------------------------------------------
+    def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State]]:
         parts = [ids] if self.chunk is None else list(torch.split(ids, self.chunk))
-        uploads, clients = [], []
+        self._pending, uploads = [], []
         for part in parts:
-            ctx = make_ctx(part)
-            up, cl = algorithm.local(message, store.get(part), ctx)
-            uploads.append(up)
-            clients.append(cl)
-        keep = None  # rows accepted by the screen (None: all)
-        if communicates:
-            for up in uploads:
-                comm.up(up)  # what was sent, rejected or not
-            # every upload passes here: faults are injected, then NaN/Inf/misshapen rows are
-            # rejected and counted, and a rejected client is treated as dropped out of the round
-            upload, keep = screen(uploads, [p.numel() for p in parts])
-            if self.attack is not None:
-                upload, _ = self.attack.corrupt(upload, message, ids, make_ctx(ids).round, algorithm.model_uploads)
-                keep = keep & finite_rows(upload, ids.numel())
-            comm.rejected_uploads += int((~keep).sum())
-            if bool(keep.all()):
-                keep = None
-            else:
-                upload = {k: v[keep] for k, v in upload.items()}
-            accepted = ids if keep is None else ids[keep]
-            if accepted.numel():
-                server, reply = algorithm.aggregate(server, upload, make_ctx(accepted))
-                comm.down(reply, accepted.numel())
-            else:
-                reply = {}
-        else:
-            reply = {}
-        kept = [None] * len(parts) if keep is None else torch.split(keep, [p.numel() for p in parts])
-        for part, cl, ok in zip(parts, clients, kept):
-            if ok is not None:  # rejected clients keep their old state
-                part, cl = part[ok], {k: v[ok] for k, v in cl.items()}
-                if not part.numel():
-                    continue
+            ctx = ClientContext(part, round, ClientData(self.problem, part), self.solver, self.seed)
+            up, new = self.algorithm.local(message, self.store.get(part), ctx)
+            self._pending.append((part, new, ctx))
+            uploads.append((part, up))
+        return uploads
+
+    def commit(self, ids: Tensor, reply: State, round: int) -> None:
+        for part, new, ctx in self._pending:
+            keep = torch.isin(part, ids)
+            if not bool(keep.any()):
+                continue  # rejected or dropped: the state of before the round stays
+            if not bool(keep.all()):
+                part, ctx = part[keep], ctx.select(keep)
+                new = {k: v[keep.to(v.device)] for k, v in new.items()}
             if reply:
-                cl = algorithm.receive(cl, reply, make_ctx(part))
-            store.put(part, cl)
-        comm.end_round()
-        return server
+                new = self.algorithm.receive(new, reply, ctx)
+            self.store.put(part, new)
+        self._pending = []
+
+    # --- checkpoints -----------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"store": self.store.state_dict(), "comm": self.comm.state_dict(), "sample_grads": self.sample_grads}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.store.load_state_dict(sd["store"])
+        self.comm.load_state_dict(sd["comm"])
+        self.problem.sample_grads = sd["sample_grads"]

@@ -80,8 +80,9 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1) -> d
     if split.y.shape[0] == 0:
         return {}
     sizes = split.sizes
-    loss_sum = torch.zeros(n_clients, dtype=torch.float64)
-    score_sum = torch.zeros(n_clients, dtype=torch.float64)  # correct predictions or squared errors
+    device = split.x.device
+    loss_sum = torch.zeros(n_clients, dtype=torch.float64, device=device)
+    score_sum = torch.zeros(n_clients, dtype=torch.float64, device=device)  # correct predictions or squared errors
     owner = split.owner
     if models.dim() == 1:
         for start in range(0, split.y.shape[0], CHUNK):
@@ -94,7 +95,7 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1) -> d
         per_sample = max(1, split.x[:1].numel())
         step = max(1, CHUNK * 64 // (per_sample * max(1, int(sizes.max()))))  # clients per chunk
         for start in range(0, n_clients, step):
-            ids = torch.arange(start, min(start + step, n_clients))
+            ids = torch.arange(start, min(start + step, n_clients), device=device)
             X, Y, W = split.padded(ids)
             out = model_fn(models[ids].to(X.dtype if X.is_floating_point() else models.dtype), X)
             k, m = Y.shape[:2]

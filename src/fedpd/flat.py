@@ -31,6 +31,12 @@ class FlatModel:
         self.dim = sum(self.numels)
         self.buffers = dict(module.named_buffers())
 
+    def to(self, device: torch.device | str) -> "FlatModel":
+        """Put the module (its buffers; parameters are only a template) on ``device``."""
+        self.module.to(device)
+        self.buffers = dict(self.module.named_buffers())
+        return self
+
     def initial(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """The module's current parameters as one flat vector."""
         with torch.no_grad():

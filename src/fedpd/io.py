@@ -11,6 +11,8 @@ from typing import BinaryIO, Callable
 
 import torch
 
+from fedpd.errors import ConfigError
+
 
 def create_temp(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
     """A new temporary file beside ``path``, created exclusively and opened for writing: (fd,
@@ -80,12 +82,27 @@ def append_jsonl(path: Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
+def remove_leftover_temps(folder: Path, names) -> list[Path]:
+    """Delete the temporary files a kill during an atomic write of ``names`` left in ``folder``."""
+    gone = []
+    for name in names:
+        for tmp in Path(folder).glob(f".{name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
+    return gone
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    """Complete lines only: a line cut short by a crash is dropped."""
+    """Complete lines only: a line cut short by a crash is dropped. A file that is not UTF-8 text
+    is a ConfigError naming it."""
     out = []
     if not Path(path).exists():
         return out
-    for line in Path(path).read_text().splitlines():
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start}); not a fedpd metrics file") from None
+    for line in text.splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

@@ -1,12 +1,19 @@
 """The run loop: sampling, rounds, evaluation, ``metrics.jsonl``, checkpoints, exact resume.
 
-A run directory holds the resolved ``config.toml`` and ``checkpoint.pt`` (server state, every
-client's state, the communication counters and all RNG states), both written atomically, and
-``metrics.jsonl`` (one JSON object per evaluation), appended and fsynced line by line and
-rewritten atomically on resume to the records up to the checkpoint. Resuming from the
-checkpoint replays the same random streams, so a run killed at any point and resumed writes the
-same ``metrics.jsonl`` as one that never stopped (``wall_s`` aside). ``run.rounds`` is the only
-key a resume may change.
+A run directory holds the resolved ``config.toml`` and ``checkpoint.pt`` (the server state, every
+client's state, the communication and computation counters, and the config it belongs to), both
+written atomically, and ``metrics.jsonl`` (one JSON object per evaluation), appended and fsynced
+line by line and rewritten atomically on resume to the records up to the checkpoint. Every random
+stream is a function of (seed, purpose, round, client) (:mod:`fedpd.streams`), so a checkpoint
+holds no generator state and a run killed at any point and resumed writes the same
+``metrics.jsonl`` as one that never stopped (``wall_s`` aside).
+
+A checkpoint is read without executing code (``torch.load(weights_only=True)``), every tensor in
+it lives on the CPU (a run started on a GPU resumes on a CPU and the other way round), and one
+that is foreign, damaged, of another format or of another config is refused with one line; so is
+a ``metrics.jsonl`` that is missing, not UTF-8 or shorter than the checkpoint. A resume may change
+``run.rounds`` (the target) and how the run is executed (``run.device``, ``run.threads``,
+``run.client_chunk``), nothing else.
 """
 
 from __future__ import annotations
@@ -17,29 +24,52 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from fedpd import registry
-from fedpd.algorithms.base import Algorithm, RoundContext
-from fedpd.comm import CommCounter
-from fedpd.config import Config, load_config
-from fedpd.engine import InProcessEngine
+from fedpd.algorithms.base import Algorithm
+from fedpd.attacks import Attack
+from fedpd.config import RESUMABLE, Config, load_config
+from fedpd.context import FederationInfo
+from fedpd.engine import Engine, InProcessEngine
 from fedpd.errors import ConfigError
 from fedpd.evaluation import evaluate, evaluate_personal
-from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl
+from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.problems.base import Problem
 from fedpd.progress import Progress
-from fedpd.store import ClientStore, State
+from fedpd.solvers import GradientSolver
+from fedpd.store import MemoryStore, State
+from fedpd.streams import server_generator
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 CONFIG = "config.toml"
-STREAMS = ("sampler", "algorithm", "solver", "attack")  # append only: earlier streams keep their seeds
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "fedpd-checkpoint", 2
 
 
-def build_problem(cfg: Config) -> Problem:
+def resolve_device(name: str) -> torch.device:
+    """``run.device`` as a torch device; a device this machine does not have is a ConfigError."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+    if name.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(name.partition(":")[2] or 0)
+        if index >= count:
+            have = f"{count} CUDA device(s)" if count else "no CUDA device"
+            raise ConfigError(f"run.device: {name!r} is not present (torch sees {have}; allowed: cpu, auto"
+                              f"{', cuda:0..cuda:' + str(count - 1) if count else ''})")
+    if name == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("run.device: 'mps' is not present on this machine (allowed: cpu, auto)")
+    return torch.device(name)
+
+
+def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     entry = registry.PROBLEMS[cfg.names["problem"]]
     takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem
     if not takes_model:
@@ -53,23 +83,48 @@ def build_problem(cfg: Config) -> Problem:
     # auto: float64 for the built-in problems, the problem's own choice (float32 for datasets)
     auto = problem.info.get("dtype", torch.float64)
     dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
-    return problem.to(dtype)
+    return problem.to(dtype, device)
 
 
-def build_attack(cfg: Config):
+def build_attack(cfg: Config) -> Attack:
     """The run's fault / attack (``[attack]``, default none), not yet bound to a run."""
     return registry.ATTACKS[cfg.names["attack"]].build(**cfg.options["attack"].model_dump())
 
 
-def build(cfg: Config, problem: Problem):
-    num_clients = problem.num_clients
-    if cfg.names["solver"] == "exact" and problem.quadratic is None:
-        raise ConfigError(f"solver.name: 'exact' needs a quadratic problem (least_squares); "
+def check_solver(cfg: Config, algorithm: Algorithm, solver, problem: Problem) -> None:
+    """The one place that checks the solver against the algorithm and the problem."""
+    name, solver_name = cfg.names["algorithm"], cfg.names["solver"]
+    options = cfg.options["solver"]
+    if not algorithm.uses_solver:
+        changed = [k for k, f in type(options).model_fields.items() if getattr(options, k) != f.default]
+        if solver_name != registry.DEFAULT_NAMES["solver"] or changed:
+            key = changed[0] if changed else "name"
+            raise ConfigError(f"solver.{key}: algorithm '{name}' runs no local solver (its step size is "
+                              f"algorithm.eta; allowed: no [solver] section)")
+        return
+    if solver_name == "exact" and problem.quadratic is None:
+        raise ConfigError(f"solver.name: 'exact' needs a quadratic problem (least_squares, fedplus_regression); "
                           f"'{cfg.names['problem']}' is not (allowed: gd, sgd)")
-    algo_entry = registry.ALGORITHMS[cfg.names["algorithm"]]
-    algorithm = algo_entry.build(**cfg.options["algorithm"].model_dump())
+    if algorithm.needs_gradient_solver and not isinstance(solver, GradientSolver):
+        raise ConfigError(f"solver.name: algorithm '{name}' takes local gradient steps (allowed: gd, sgd)")
+    fields = type(options).model_fields
+    for key in algorithm.unused_solver_options:
+        if key in fields and getattr(options, key) != fields[key].default:
+            raise ConfigError(f"solver.{key}: algorithm '{name}' has no use for it in its local steps "
+                              f"(allowed: {fields[key].default})")
+
+
+def federation_info(problem: Problem) -> FederationInfo:
+    return FederationInfo(problem.num_clients, problem.dim, problem.model, problem.x_init.dtype, problem.device,
+                          int(problem.train.sizes.max()) if problem.num_clients else 0)
+
+
+def build(cfg: Config, problem: Problem):
+    """(algorithm, solver, sampler) of a config, every cross-check done before anything runs."""
+    num_clients = problem.num_clients
+    algorithm = registry.ALGORITHMS[cfg.names["algorithm"]].build(**cfg.options["algorithm"].model_dump())
     solver = registry.SOLVERS[cfg.names["solver"]].build(**cfg.options["solver"].model_dump())
-    algorithm.setup(problem, solver)  # e.g. SAM presets need a gradient solver: fail before anything runs
+    check_solver(cfg, algorithm, solver, problem)
     sampler_opts = cfg.options["sampler"].model_dump()
     if sampler_opts.get("clients_per_round", 0) > num_clients:
         raise ConfigError(f"sampler.clients_per_round: {sampler_opts['clients_per_round']} exceeds the problem's "
@@ -78,12 +133,29 @@ def build(cfg: Config, problem: Problem):
         raise ConfigError(f"sampler.name: algorithm '{cfg.names['algorithm']}' needs every client every round "
                           f"(allowed: all)")
     sampler = registry.SAMPLERS[cfg.names["sampler"]].build(num_clients, **sampler_opts)
+    need = algorithm.min_uploads()
+    if need > 1:
+        aggregator = getattr(cfg.options["algorithm"], "aggregator", "the aggregator")
+        if sampler.per_round is None:
+            raise ConfigError(f"sampler.name: aggregator '{aggregator}' needs {need} uploads every round and "
+                              f"'{cfg.names['sampler']}' gives a varying number (allowed: uniform, all)")
+        if sampler.per_round < need:
+            raise ConfigError(f"algorithm.aggregator_options: aggregator '{aggregator}' with these options needs at "
+                              f"least {need} uploads per round; the sampler gives {sampler.per_round} (allowed: "
+                              f"fewer Byzantine clients or more participants)")
+    algorithm.setup(federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
     return algorithm, solver, sampler
 
 
-def _generators(seed: int) -> dict[str, torch.Generator]:
-    seeds = np.random.SeedSequence(seed).generate_state(len(STREAMS), dtype=np.uint64)
-    return {name: torch.Generator().manual_seed(int(s) & (2**63 - 1)) for name, s in zip(STREAMS, seeds)}
+def _to(obj, device):
+    """``obj`` (nested dicts / lists of tensors and plain values) with every tensor on ``device``."""
+    if isinstance(obj, Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
 
 
 class Simulation:
@@ -93,40 +165,48 @@ class Simulation:
         self.cfg = cfg
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
-        self.problem = build_problem(cfg)
+        self.device = resolve_device(cfg.run.device)
+        self.problem = build_problem(cfg, self.device)
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
         self.algorithm: Algorithm
-        self.gens = _generators(cfg.run.seed)
-        self.attack = build_attack(cfg).bind(self.num_clients, self.gens["attack"])
-        self.engine = InProcessEngine(cfg.run.client_chunk or None, attack=self.attack if self.attack.active else None)
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
-        self.store = ClientStore(self.algorithm.init_client(x0), self.num_clients)
-        self.comm = CommCounter()
+        store = MemoryStore(self.algorithm.init_client(x0), self.num_clients)
+        attack = build_attack(cfg).bind(self.num_clients)
+        self.engine: Engine = InProcessEngine(self.algorithm, self.problem, self.solver, store, seed=cfg.run.seed,
+                                              chunk=cfg.run.client_chunk or None, attack=attack)
         self.round = 0
         self.elapsed = 0.0
 
-    def _ctx(self, ids: Tensor) -> RoundContext:
-        return RoundContext(self.problem, self.solver, ids, self.round, self.gens["solver"], self.num_clients)
+    @property
+    def store(self):
+        return self.engine.store
+
+    @property
+    def comm(self):
+        return self.engine.comm
+
+    def participants(self, round: int) -> Tensor:
+        """Who takes part in ``round``: the sampler's draw from the server's stream of that round."""
+        drawn = self.sampler.sample(round, server_generator(self.cfg.run.seed, "sampler", round))
+        return self.algorithm.participants(round, drawn, self.num_clients)
 
     def step(self) -> None:
         t0 = time.perf_counter()
-        ids = self.algorithm.participants(self.round, self.sampler.sample(self.round, self.gens["sampler"]),
-                                          self.num_clients)
-        self.server = self.engine.run_round(self.algorithm, self.server, self.store, self.comm, ids, self._ctx,
-                                            self.gens["algorithm"])
+        self.server = self.engine.run_round(self.server, self.participants(self.round), self.round)
         self.round += 1
         self.elapsed += time.perf_counter() - t0
 
     def model(self) -> Tensor:
-        return self.algorithm.model(self.server, self.store)
+        """The model the metrics are taken at (the evaluation path)."""
+        return self.algorithm.evaluation_model(self.server, self.store)
 
     def metrics(self) -> dict:
         t0 = time.perf_counter()
-        record = {"round": self.round, **self.comm.state_dict(), "sample_grads": int(self.problem.sample_grads)}
+        record = {"round": self.round, **self.comm.state_dict(), "sample_grads": self.engine.sample_grads}
         record.update(evaluate(self.problem, self.model()))
-        record.update(self.algorithm.diagnostics(self.server, self.store))
+        record.update(self.algorithm.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)
             if personal is None and self.cfg.run.personal_eval == "always":
@@ -138,18 +218,75 @@ class Simulation:
         return record
 
     def state_dict(self) -> dict:
-        return {"version": 1, "round": self.round, "elapsed": self.elapsed, "server": self.server,
-                "store": self.store.state_dict(), "comm": self.comm.state_dict(),
-                "sample_grads": int(self.problem.sample_grads), "rng": {k: g.get_state() for k, g in self.gens.items()}}
+        """All run state, every tensor on the CPU (a checkpoint reads back on any device)."""
+        return _to({"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": self.cfg.fingerprint(),
+                    "round": self.round, "elapsed": self.elapsed, "server": self.server,
+                    "engine": self.engine.state_dict()}, "cpu")
 
     def load_state_dict(self, sd: dict) -> None:
+        sd = _to(sd, self.device)
         self.round, self.elapsed = sd["round"], sd["elapsed"]
         self.server = sd["server"]
-        self.store = ClientStore.from_state_dict(sd["store"])
-        self.comm.load_state_dict(sd["comm"])
-        self.problem.sample_grads = sd.get("sample_grads", 0)
-        for k, g in self.gens.items():
-            g.set_state(sd["rng"][k])
+        self.engine.load_state_dict(sd["engine"])
+
+
+def _first_difference(a, b, prefix: str = "") -> str:
+    """The first key where two resolved configs differ ("" if none)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            where = _first_difference(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
+            if where:
+                return where
+        return ""
+    return "" if a == b else prefix
+
+
+def read_checkpoint(path: Path, cfg: Config) -> dict:
+    """The checkpoint at ``path``, loaded without executing code (``weights_only``) and checked to
+    belong to ``cfg``; otherwise one line naming the file and the reason (nothing is changed)."""
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        if type(err).__name__ == "UnpicklingError":
+            raise ConfigError(f"{path}: not a fedpd checkpoint (it holds objects a checkpoint never contains; "
+                              f"refused without loading them)") from None
+        raise ConfigError(f"{path}: damaged, cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:120]})") from None
+    if not isinstance(sd, dict) or sd.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"{path}: not a fedpd checkpoint")
+    if sd.get("version") != CHECKPOINT_VERSION:
+        raise ConfigError(f"{path}: checkpoint format version {sd.get('version')!r}; this fedpd reads version "
+                          f"{CHECKPOINT_VERSION} (start the run again with --overwrite)")
+    differs = _first_difference(sd.get("config"), cfg.fingerprint())
+    if differs:
+        raise ConfigError(f"{path}: belongs to a run with another config ({differs} differs from "
+                          f"{CONFIG}); refusing to continue it")
+    return sd
+
+
+def _restore(sim: Simulation, out: Path) -> None:
+    """Load the run directory's checkpoint into ``sim`` (none yet: the run starts at round 0)."""
+    if (out / CHECKPOINT).exists():
+        sim.load_state_dict(read_checkpoint(out / CHECKPOINT, sim.cfg))
+
+
+def _kept_history(out: Path, cfg: Config, round: int) -> list[dict]:
+    """The records of metrics.jsonl an uninterrupted run of ``cfg`` has written by ``round`` (a
+    changed target drops the old target's final record); a file that cannot give them is refused."""
+    path = out / METRICS
+    if not path.exists():
+        if round > 0:
+            raise ConfigError(f"{path}: missing, but the checkpoint is at round {round} (restore the file, or start "
+                              f"again with --overwrite)")
+        return []
+    every = cfg.run.eval_every
+    history = [r for r in read_jsonl(path) if r.get("round", 0) <= round
+               and (r.get("round", 0) % every == 0 or r.get("round") == cfg.run.rounds)]
+    have = {r.get("round") for r in history}
+    lost = [t for t in range(0, round + 1, every) if t not in have] if round > 0 else []
+    if lost:
+        raise ConfigError(f"{path}: has no record of round {lost[0]}, but the checkpoint is at round {round} "
+                          f"(the file was cut short or edited; start again with --overwrite)")
+    return history
 
 
 @dataclass
@@ -204,8 +341,9 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         cfg = load_config(out / CONFIG, overrides)
         for item in overrides:  # anything else would continue the checkpoint under another run
             key = item.partition("=")[0].strip()
-            if key != "run.rounds":
-                raise ConfigError(f"--set {key}: run.rounds is the only key that can change on resume")
+            if key not in {f"run.{k}" for k in RESUMABLE}:
+                raise ConfigError(f"--set {key}: a resume may change only {', '.join('run.' + k for k in RESUMABLE)} "
+                                  f"(the target, and how the run is executed)")
     else:
         if config is None:
             raise ConfigError("no config given")
@@ -220,17 +358,14 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if resume is None:
             atomic_write_text(out / CONFIG, cfg.to_toml())
         else:
-            _restore(sim, out)
+            _restore(sim, out)  # every check first: a refused resume changes nothing
             if cfg.run.rounds < sim.round:
                 raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
                                   f"(allowed: {sim.round} or more)")
+            history = _kept_history(out, cfg, sim.round)
+            remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG))  # from a kill during a write
             if overrides:  # a new target: config.toml keeps saying what the run is
                 atomic_write_text(out / CONFIG, cfg.to_toml())
-        # what an uninterrupted run of cfg.run.rounds writes up to the checkpoint (a changed target
-        # drops the old target's final record)
-        history = [r for r in read_jsonl(out / METRICS) if r.get("round", 0) <= sim.round
-                   and (r.get("round", 0) % cfg.run.eval_every == 0 or r.get("round") == cfg.run.rounds)]
-        if resume is not None:
             atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
     return _loop(sim, cfg, out, history, progress, label)
 

@@ -4,22 +4,47 @@ An algorithm contributes the extra terms of its local objective,
 
     minimise_x  f_i(x) + ⟨v_i, x⟩ + (μ/2)‖x − c_i‖²        (:class:`LocalObjective`),
 
-and a solver minimises it for K clients at once (leading client axis [K, d]): a few steps of
-full-batch GD, minibatch SGD (momentum, weight decay, per-round lr decay, SAM), or — for quadratic
-f_i — exactly. FedProx is (v = 0, μ, c = x0); SCAFFOLD (v = c − c_i, μ = 0); FedPD / FedDyn
-(v = λ_i, μ = 1/η, c = x0).
+and a solver minimises it for the K clients of a call at once (leading client axis [K, d]): a
+few steps of full-batch GD, minibatch SGD (momentum, weight decay, per-round lr decay, SAM,
+stragglers), or — for quadratic f_i — exactly. FedProx is (v = 0, μ, c = x0); SCAFFOLD
+(v = c − c_i, μ = 0); FedPD / FedDyn (v = λ_i, μ = 1/η, c = x0).
+
+Local-step logic exists once: :meth:`GradientSolver.start` gives a :class:`LocalRun` — this
+round's step size, each client's step count, its batches, the gradient of f_i (with SAM and
+weight decay) and the straggler-aware update — and :meth:`GradientSolver.solve` is one loop over
+it. Algorithms whose local step the objective form cannot express (Fed+'s implicit step, APFL,
+pFedMe, Per-FedAvg, FedPD-VR's SARAH oracle) write their own loop over the same LocalRun.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
+from pydantic import Field
 from torch import Tensor
-from torch.func import grad, vmap
 
-from fedpd.errors import ConfigError
-from fedpd.problems.base import Problem
+from fedpd.options import NoOptions, Options
+from fedpd.problems.base import ClientData
+from fedpd.streams import ClientStreams
+
+if TYPE_CHECKING:
+    from fedpd.context import ClientContext
+
+
+class GDOptions(Options):
+    lr: float = Field(0.01, gt=0, description="local step size η1")
+    local_steps: int = Field(8, ge=1, description="Q: local steps per round")
+    momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (torch.optim.SGD's), buffer reset each round")
+    weight_decay: float = Field(0.0, ge=0, description="L2 weight decay added to the gradient")
+    lr_decay: float = Field(1.0, gt=0, le=1, description="step size of round t: lr · lr_decay^t")
+    straggler_fraction: float = Field(0.0, ge=0, le=1, description="chance a participant takes a uniform number of steps in [1, Q]")
+    sam_radius: float = Field(0.0, ge=0, description="SAM perturbation radius r; 0: plain gradients")
+
+
+class SGDOptions(GDOptions):
+    batch_size: int = Field(32, ge=1, description="samples per client and step, drawn with replacement")
 
 
 @dataclass
@@ -49,103 +74,162 @@ class LocalResult:
     start_grad_sq: Tensor | None = None
 
 
-def client_gradients(problem: Problem, counted: bool = True):
-    """∇f_i at x for K clients: vmap over (x [K, d], X [K, B, ...], Y [K, B], W [K, B]).
+@dataclass
+class LocalRun:
+    """One call's local steps for the K clients of a context: the pieces of every local loop."""
 
-    Computation is counted where it is spent, as communication is: every call adds the batch's
-    real samples (W ≠ 0) to ``problem.sample_grads`` — the clients' per-sample gradient
-    evaluations, the budget FedPD-VR is compared by. ``counted=False`` for evaluation work."""
-    key = "_counted_grad" if counted else "_vmapped_grad"
-    fn = problem.__dict__.get(key)
-    if fn is None:
-        vmapped = problem.__dict__.setdefault("_vmapped_grad", vmap(grad(problem.client_loss)))
-        if counted:
-            def fn(x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
-                problem.sample_grads = problem.sample_grads + W.count_nonzero()
-                return vmapped(x, X, Y, W)
-        else:
-            fn = vmapped
-        problem.__dict__[key] = fn
-    return fn
+    data: ClientData
+    lr: float  # η1 of this round (lr decay applied)
+    steps: Tensor  # [K] steps each client takes
+    batch_size: int | None  # None: full batch
+    weight_decay: float
+    sam_radius: float
+    rng: ClientStreams  # the call's batch streams; step q draws from rng.child(q)
+
+    @property
+    def rounds(self) -> int:
+        """Iterations of the loop: the most steps any client of the call takes."""
+        return int(self.steps.max()) if self.steps.numel() else 0
+
+    def active(self, q: int) -> Tensor | None:
+        """[K] bool of the clients that take step q (None: all of them)."""
+        return None if int(self.steps.min()) > q else self.steps > q
+
+    def batch(self, q: int, j: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Batch j of step q: every own sample (gd) or ``batch_size`` draws per client (sgd)."""
+        if self.batch_size is None:
+            return self.data.all()
+        return self.data.minibatch(self.batch_size, self.rng.child(q, j))
+
+    def f_grad(self, x: Tensor, batch, q: int) -> Tensor:
+        """∇f_i at x [K, d] on ``batch``, counted for the clients active at step q."""
+        return self.data.gradient(x, *batch, active=self.active(q))
+
+    def sam(self, x: Tensor, g: Tensor, batch, q: int) -> Tensor:
+        """SAM (Foret et al., ICLR 2021): with radius r > 0, ∇f_i at the ascent point
+        x + r·g/‖g‖ (g = ∇f_i(x) on the same batch), per client; else g."""
+        if not self.sam_radius:
+            return g
+        return self.f_grad(x + self.sam_radius * g / g.norm(dim=1, keepdim=True).clamp_min(1e-12), batch, q)
+
+    def grad(self, x: Tensor, batch, q: int) -> Tensor:
+        """The solver's gradient of f_i at step q: SAM if configured, plus weight decay."""
+        g = self.sam(x, self.f_grad(x, batch, q), batch, q)
+        return g + self.weight_decay * x if self.weight_decay else g
+
+    def advance(self, q: int, x: Tensor, x_new: Tensor) -> Tensor:
+        """x_new for the clients that take step q, x for those already done (stragglers)."""
+        active = self.active(q)
+        return x_new if active is None else torch.where(active.to(x.device)[:, None], x_new, x)
 
 
+@dataclass(frozen=True)
 class GradientSolver:
-    """Q steps of (stochastic) gradient descent on the local objective.
+    """Q steps of gradient descent on the local objective (full batch: FedPD's Oracle I, GD).
 
-    ``batch_size=None`` is full-batch GD (FedPD Oracle I, GD option); otherwise each step draws
-    ``batch_size`` samples per client uniformly with replacement. Momentum and weight decay
-    follow ``torch.optim.SGD`` (momentum buffer reset every round). The step size of round t is
-    ``lr · lr_decay^t``. Stragglers: each participant is, with probability
-    ``straggler_fraction``, a straggler that takes a uniform number of steps in [1, Q].
-
-    SAM (Foret et al., ICLR 2021; FedSAM, FedSpeed, A-FedPDSAM): with ``sam_radius`` r > 0 the
-    gradient of f_i is taken at the ascent point x + r·g/‖g‖, g = ∇f_i(x) on the same batch,
-    per client. Only f_i is perturbed; the algorithm's linear and proximal terms are not. Each
-    step then costs two gradient evaluations.
+    Momentum and weight decay follow ``torch.optim.SGD`` (momentum buffer reset every round). The
+    step size of round t is ``lr · lr_decay^t``. Stragglers: each participant is, with probability
+    ``straggler_fraction``, a straggler that takes a uniform number of steps in [1, Q] (drawn
+    from its own stream). SAM (FedSAM, FedSpeed, A-FedPDSAM): see :meth:`LocalRun.sam`; only f_i
+    is perturbed, not the algorithm's terms, and each step costs two gradient evaluations.
     """
 
-    def __init__(self, lr: float, local_steps: int, batch_size: int | None = None, momentum: float = 0.0,
-                 weight_decay: float = 0.0, lr_decay: float = 1.0, straggler_fraction: float = 0.0,
-                 sam_radius: float = 0.0):
-        self.lr, self.local_steps, self.batch_size = lr, local_steps, batch_size
-        self.momentum, self.weight_decay, self.lr_decay = momentum, weight_decay, lr_decay
-        self.straggler_fraction = straggler_fraction
-        self.sam_radius = sam_radius
+    name = "gd"
+    description = "full-batch gradient descent, local_steps steps per round (momentum, weight decay, lr decay, SAM)"
+    Options = GDOptions
 
-    def step_counts(self, k: int, generator: torch.Generator) -> Tensor:
-        steps = torch.full((k,), self.local_steps, dtype=torch.int64)
+    lr: float = 0.01
+    local_steps: int = 8
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    lr_decay: float = 1.0
+    straggler_fraction: float = 0.0
+    sam_radius: float = 0.0
+    batch_size: int | None = None
+
+    def lr_at(self, round: int) -> float:
+        """The step size of round ``round`` (the one place the schedule is computed)."""
+        return self.lr * self.lr_decay**round
+
+    def with_options(self, **changes) -> "GradientSolver":
+        """A copy with some settings changed (e.g. a SAM radius, a scaled step)."""
+        return replace(self, **changes)
+
+    def step_counts(self, rng: ClientStreams) -> Tensor:
+        """[K] local steps: Q, or for stragglers a uniform count in [1, Q]."""
+        steps = torch.full((len(rng),), self.local_steps, dtype=torch.int64)
         if self.straggler_fraction > 0:
-            slow = torch.rand(k, generator=generator) < self.straggler_fraction
-            fewer = torch.randint(1, self.local_steps + 1, (k,), generator=generator)
-            steps = torch.where(slow, fewer, steps)
+            u = rng.uniform(2)
+            steps = torch.where(u[:, 0] < self.straggler_fraction, 1 + (u[:, 1] * self.local_steps).long(), steps)
         return steps
 
-    def solve(self, problem: Problem, ids: Tensor, x: Tensor, objective: LocalObjective, round: int,
-              generator: torch.Generator) -> LocalResult:
-        grad_f = client_gradients(problem)
-        steps = self.step_counts(ids.numel(), generator)
-        lr = self.lr * self.lr_decay**round
-        full = problem.train.padded(ids) if self.batch_size is None else None
-        x, buf, start_gap = x.clone(), None, None
-        for q in range(int(steps.max()) if steps.numel() else 0):
-            X, Y, W = full if full is not None else problem.train.minibatch(ids, self.batch_size, generator)
-            g_f = grad_f(x, X, Y, W)
+    def start(self, ctx: "ClientContext", steps: Tensor | None = None) -> LocalRun:
+        """The local steps of this call; ``steps`` overrides the step counts (Fed+'s E_k)."""
+        if steps is None:
+            steps = self.step_counts(ctx.rng("stragglers"))
+        return LocalRun(ctx.data, self.lr_at(ctx.round), steps, self.batch_size, self.weight_decay,
+                        self.sam_radius, ctx.rng("batches"))
+
+    def solve(self, ctx: "ClientContext", x: Tensor, objective: LocalObjective, tol: float = 0.0) -> LocalResult:
+        """Minimise f_i + the objective's terms from x [K, d]. ``tol`` > 0: a client stops once
+        ‖∇(local objective)‖² <= tol at its iterate on the step's batch (FedPD's criterion (12));
+        its step count is then the steps it took."""
+        run = self.start(ctx)
+        buf, start_gap = None, None
+        for q in range(run.rounds):
+            if q >= run.rounds:  # every client met its criterion
+                break
+            batch = run.batch(q)
+            g_f = run.f_grad(x, batch, q)
+            decay = self.weight_decay * x if self.weight_decay else 0.0
+            g_L = g_f + objective.grad(x) + decay
             if q == 0:
-                g0 = g_f + objective.grad(x) + (self.weight_decay * x if self.weight_decay else 0.0)
-                start_gap = (g0 * g0).sum(1)
-            if self.sam_radius:
-                norm = g_f.norm(dim=1, keepdim=True).clamp_min(1e-12)
-                g_f = grad_f(x + self.sam_radius * g_f / norm, X, Y, W)
-            g = g_f + objective.grad(x)
-            if self.weight_decay:
-                g = g + self.weight_decay * x
+                start_gap = (g_L * g_L).sum(1)
+            if tol:
+                met = ((g_L * g_L).sum(1) <= tol).cpu()
+                run.steps = torch.where(met & (run.steps > q), q, run.steps)
+            g = run.sam(x, g_f, batch, q) + objective.grad(x) + decay
             if self.momentum:
                 buf = g if buf is None else self.momentum * buf + g
                 g = buf
-            if int(steps.min()) > q:
-                x = x - lr * g
-            else:  # stragglers that are done keep their iterate
-                x = torch.where((steps > q)[:, None], x - lr * g, x)
-        return LocalResult(x, steps, lr, start_gap)
+            x = run.advance(q, x, x - run.lr * g)
+        return LocalResult(x, run.steps, run.lr, start_gap)
 
 
+@dataclass(frozen=True)
+class SGDSolver(GradientSolver):
+    """:class:`GradientSolver` on minibatches of ``batch_size`` samples per client and step, drawn
+    uniformly with replacement from each client's own stream (FedPD's Oracle I, SGD)."""
+
+    name = "sgd"
+    description = "minibatch SGD (momentum, weight decay, per-round lr decay, SAM, stragglers)"
+    Options = SGDOptions
+
+    batch_size: int | None = 32
+
+
+@dataclass(frozen=True)
 class ExactSolver:
     """Exact minimiser of the local objective for quadratic f_i = ½xᵀH_i x − g_iᵀx:
     (H_i + μI) x = g_i − v_i + μ c_i. Used to check the algorithms against closed forms."""
 
-    def solve(self, problem: Problem, ids: Tensor, x: Tensor, objective: LocalObjective, round: int,
-              generator: torch.Generator) -> LocalResult:
-        if problem.quadratic is None:
-            raise ConfigError(f"solver.name: 'exact' needs a quadratic problem (least_squares); problem '{problem.name}' is not")
-        H, g = problem.quadratic(problem.train, ids)
+    name = "exact"
+    description = "exact minimiser of the local objective (quadratic problems)"
+    Options = NoOptions
+
+    def solve(self, ctx: "ClientContext", x: Tensor, objective: LocalObjective, tol: float = 0.0) -> LocalResult:
+        H, g = ctx.data.quadratic
         H, g = H.to(x.dtype), g.to(x.dtype)
         g0 = (H @ x.unsqueeze(-1)).squeeze(-1) - g + objective.grad(x)
         rhs = g
         if objective.linear is not None:
             rhs = rhs - objective.linear
         if objective.mu:
-            H = H + objective.mu * torch.eye(H.shape[-1], dtype=H.dtype)
+            H = H + objective.mu * torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
             rhs = rhs + objective.mu * objective.center
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
-        steps = torch.ones(ids.numel(), dtype=torch.int64)
+        steps = torch.ones(ctx.ids.numel(), dtype=torch.int64)
         return LocalResult(sol, steps, 1.0, (g0 * g0).sum(1))
+
+
+SOLVERS = (GradientSolver, SGDSolver, ExactSolver)

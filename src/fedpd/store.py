@@ -1,12 +1,29 @@
-"""Where clients' states live between rounds.
+"""Where clients' states live between rounds: the client-store contract and the in-memory store.
 
-A client's state is a small named collection of tensors. The store materialises a row only
-when a client first participates (before that its state is the algorithm's initial state), so
-memory grows with the clients that have participated, not with N: 10⁵ registered clients cost
-nothing until they train. Rows are gathered and scattered with one index op per key.
+A client's state is a small named collection of tensors (the algorithm's ``init_client``). A
+store must meet :class:`ClientStore`:
+
+* ``get(ids)`` — the states of clients ``ids`` stacked on a leading axis, in the order of
+  ``ids`` (copies: the caller may change them). A client that never took part has its initial
+  state; reading it does not make it "taken part".
+* ``put(ids, state)`` — store the rows of ``state`` as the new states of ``ids`` (distinct ids).
+* ``mean(key)`` — the mean of ``key`` over all N clients (untouched clients count with their
+  initial state), computed in ascending client order so that it does not depend on the order in
+  which clients first took part. It serves the evaluation path (FedPD's server model between
+  communications is the mean of the clients' anchors); an algorithm's rules never read it.
+* ``full(key)`` — ``key`` of all N clients, [N, ...] (evaluation: personalised metrics).
+* ``state_dict()`` / ``load_state_dict(sd)`` — everything needed to continue bit-exactly after a
+  restart (plain tensors, ints, strings, lists and dicts: a checkpoint is loaded without
+  executing code). ``len(store)`` is the number of clients that have taken part.
+
+:class:`MemoryStore` materialises a row only when a client first takes part, so memory grows
+with the clients that have taken part, not with N: 10⁵ registered clients cost nothing until
+they train. Rows are gathered and scattered with one index op per key.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -14,7 +31,29 @@ from torch import Tensor
 State = dict[str, Tensor]
 
 
-class ClientStore:
+class ClientStore(Protocol):
+    """The contract every client store meets (see the module docstring)."""
+
+    num_clients: int
+
+    def __len__(self) -> int: ...
+
+    def get(self, ids: Tensor) -> State: ...
+
+    def put(self, ids: Tensor, state: State) -> None: ...
+
+    def mean(self, key: str) -> Tensor: ...
+
+    def full(self, key: str) -> Tensor: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, sd: dict) -> None: ...
+
+
+class MemoryStore:
+    """Client states in memory, one growing [rows, ...] tensor per key."""
+
     def __init__(self, init: State, num_clients: int):
         self.init = {k: v.clone() for k, v in init.items()}
         self.num_clients = num_clients
@@ -24,9 +63,10 @@ class ClientStore:
     def __len__(self) -> int:
         return len(self.row_of)
 
-    def _rows(self, ids: Tensor) -> Tensor:
+    def _rows(self, ids: Tensor, create: bool) -> Tensor:
+        """Row of every id (``create``: materialise new ones; else -1 for untouched clients)."""
         ids_list = ids.tolist()
-        new = [i for i in dict.fromkeys(ids_list) if i not in self.row_of]
+        new = [i for i in dict.fromkeys(ids_list) if i not in self.row_of] if create else []
         if new:
             used = len(self.row_of)
             for i in new:
@@ -38,44 +78,68 @@ class ClientStore:
                     grown[:used] = buf[:used]
                     self.data[k] = buf = grown
                 buf[used : used + len(new)] = self.init[k]
-        return torch.tensor([self.row_of[i] for i in ids_list], dtype=torch.int64)
+        return torch.tensor([self.row_of.get(i, -1) for i in ids_list], dtype=torch.int64)
 
     def get(self, ids: Tensor) -> State:
         """States of clients ``ids`` stacked on a leading axis (copies)."""
         if not self.data:
             return {}
-        rows = self._rows(ids)
-        return {k: v.index_select(0, rows) for k, v in self.data.items()}
+        rows = self._rows(ids, create=False)
+        if bool((rows >= 0).all()):
+            return {k: v.index_select(0, rows.to(v.device)) for k, v in self.data.items()}
+        out = {}
+        for k, v in self.data.items():
+            rows_d = rows.to(v.device)
+            block = self.init[k].expand(len(rows), *self.init[k].shape).clone()
+            have = rows_d >= 0
+            block[have] = v.index_select(0, rows_d[have])
+            out[k] = block
+        return out
 
     def put(self, ids: Tensor, state: State) -> None:
         if not self.data:
             return
-        rows = self._rows(ids)
+        rows = self._rows(ids, create=True)
         for k, v in self.data.items():
-            v.index_copy_(0, rows, state[k].to(v.dtype))
+            v.index_copy_(0, rows.to(v.device), state[k].to(v.dtype))
+
+    def _sorted_rows(self) -> tuple[Tensor, Tensor]:
+        """(ids ascending, their rows) of the clients that have taken part."""
+        if not self.row_of:
+            return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
+        ids, rows = zip(*sorted(self.row_of.items()))
+        return torch.tensor(ids, dtype=torch.int64), torch.tensor(rows, dtype=torch.int64)
 
     def mean(self, key: str) -> Tensor:
-        """Mean of ``key`` over all N clients (untouched clients count with their initial state)."""
-        n = len(self.row_of)
-        total = self.data[key][:n].sum(0) + (self.num_clients - n) * self.init[key]
+        """Mean of ``key`` over all N clients, summed in ascending client order."""
+        _, rows = self._sorted_rows()
+        buf = self.data[key]
+        total = buf.index_select(0, rows.to(buf.device)).sum(0) + (self.num_clients - len(rows)) * self.init[key]
         return total / self.num_clients
 
     def full(self, key: str) -> Tensor:
         """``key`` of all N clients, [N, ...] (untouched clients hold the initial state). A copy;
         materialises no row (personalised evaluation reads every client's model this way)."""
         out = self.init[key].expand(self.num_clients, *self.init[key].shape).clone()
-        if self.row_of:
-            out[torch.tensor(list(self.row_of), dtype=torch.int64)] = self.data[key][: len(self.row_of)]
+        ids, rows = self._sorted_rows()
+        if len(ids):
+            buf = self.data[key]
+            out[ids.to(out.device)] = buf.index_select(0, rows.to(buf.device))
         return out
 
     def state_dict(self) -> dict:
-        n = len(self.row_of)
-        return {"init": self.init, "num_clients": self.num_clients, "ids": list(self.row_of),
-                "data": {k: v[:n].clone() for k, v in self.data.items()}}
+        ids, rows = self._sorted_rows()
+        return {"init": self.init, "num_clients": self.num_clients, "ids": ids.tolist(),
+                "data": {k: v.index_select(0, rows.to(v.device)).clone() for k, v in self.data.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.init = {k: v.clone() for k, v in sd["init"].items()}
+        self.num_clients = sd["num_clients"]
+        self.row_of = {int(i): r for r, i in enumerate(sd["ids"])}
+        self.data = {k: v.clone() for k, v in sd["data"].items()}
 
     @classmethod
-    def from_state_dict(cls, sd: dict) -> "ClientStore":
+    def from_state_dict(cls, sd: dict) -> "MemoryStore":
         store = cls(sd["init"], sd["num_clients"])
-        store.row_of = {int(i): r for r, i in enumerate(sd["ids"])}
-        store.data = {k: v.clone() for k, v in sd["data"].items()}
+        store.load_state_dict(sd)
         return store

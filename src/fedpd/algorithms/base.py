@@ -1,34 +1,42 @@
 """What an algorithm is: explicit state and pure update rules (after FedJAX's init/apply).
 
-One round, as the engine runs it:
+One round, as every engine runs it (:mod:`fedpd.protocol`):
 
     message          = broadcast(server)                  # server → each participant (counted)
     uploads, clients = local(message, clients, ctx)       # on the clients, [K, ...] tensors
-    if communicates:                                      # decided by plan(), e.g. FedPD's coin
-        server, reply = aggregate(server, uploads, ctx)   # clients → server (counted)
+    if communicates:                                      # e.g. FedPD's coin
+        server, reply = aggregate(server, uploads, sctx)  # clients → server (counted)
         clients       = receive(clients, reply, ctx)      # server → participants (counted)
 
-Every rule broadcasts over the leading client axis, so the engine may run the K participants
-one at a time or all at once. An algorithm never knows which engine runs it.
+Every rule broadcasts over the leading client axis, so an engine may run the K participants one
+at a time or all at once, in any order, anywhere. An algorithm never knows which engine runs it.
+The rules see only what messages give them (:mod:`fedpd.context`): ``local`` and ``receive`` a
+:class:`~fedpd.context.ClientContext` (own data, ids, round, streams), ``aggregate`` a
+:class:`~fedpd.context.ServerContext` (the senders' ids, the round, N). ``setup`` gets the
+static :class:`~fedpd.context.FederationInfo` and the solver once, before the first round.
+
+Evaluation is a separate path, outside the protocol and never counted: ``evaluation_model``
+(the point where the metrics are taken) and ``personal_models`` (each client's own model) read
+the client states through a :class:`ClientStates` view and, where they must, the problem.
 
 Diagnostics: upload keys that start with ``metric_`` are per-client scalars ([K]) for the
-metrics (e.g. ``metric_primal_residual``), not part of the algorithm's protocol; the engine
-hands them to ``aggregate`` but does not count them as communication. ``aggregate`` keeps the
-round's values in the server state as 0-d tensors under the names in :data:`DIAGNOSTICS`,
-which the default :meth:`Algorithm.diagnostics` reports.
+metrics (e.g. ``metric_primal_residual``), not part of the algorithm's protocol; engines hand
+them to ``aggregate`` but do not count them as communication. ``aggregate`` keeps the round's
+values in the server state as 0-d tensors under the names in :data:`DIAGNOSTICS`, which the
+default :meth:`Algorithm.diagnostics` reports.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
-from fedpd.problems.base import Problem
-from fedpd.store import ClientStore, State
+from fedpd.context import ClientContext, FederationInfo, ServerContext
+from fedpd.options import NoOptions, Options
 
+State = dict[str, Tensor]
 EMPTY: State = {}
 METRIC_PREFIX = "metric_"
 #: server-state keys (0-d tensors) reported as metrics by the default ``diagnostics``:
@@ -38,30 +46,43 @@ METRIC_PREFIX = "metric_"
 DIAGNOSTICS = ("primal_residual", "dual_drift")
 
 
-@dataclass
-class RoundContext:
-    """What a rule may look at besides its state: the problem, the local solver, who takes part."""
+class ClientStates(Protocol):
+    """Read access to every client's state, for the evaluation path only (a client store)."""
 
-    problem: Problem
-    solver: object
-    ids: Tensor  # the participating clients, int64 [K]
-    round: int  # 0-based index of this round
-    generator: torch.Generator  # the solver's stream (minibatches, stragglers)
     num_clients: int
+
+    def mean(self, key: str) -> Tensor: ...
+
+    def full(self, key: str) -> Tensor: ...
 
 
 class Algorithm:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = NoOptions
     #: "sampled": the sampler picks the participants; "all": every client, every round.
     participation: ClassVar[str] = "sampled"
-    #: upload keys that are models (update attacks act on their difference to the broadcast x0);
-    #: other uploads (SCAFFOLD's Δx, Δc) are updates already. See fedpd.attacks.
+    #: upload keys that are models (update attacks act on their difference to the broadcast x0)
+    #: and keys that are updates already (SCAFFOLD's Δx, Δc; attacks act on them directly).
+    #: Other uploads (a sample count, a step count) are left alone by attacks. See fedpd.attacks.
     model_uploads: ClassVar[tuple[str, ...]] = ("x", "z", "w")
+    update_uploads: ClassVar[tuple[str, ...]] = ()
+    #: the local rule runs the ``[solver]`` (False: Xu's methods; a changed solver option is refused)
+    uses_solver: ClassVar[bool] = True
+    #: the local rule takes gradient steps (solver gd or sgd; not the exact solver)
+    needs_gradient_solver: ClassVar[bool] = False
+    #: options of the gradient solver this algorithm's own local loop does not apply: refused
+    #: (one line, before anything runs) when set to anything but their default
+    unused_solver_options: ClassVar[tuple[str, ...]] = ()
 
-    def setup(self, problem: Problem, solver: object) -> None:
-        """Called once before ``init_server``: check that the solver fits (raise ConfigError if
-        not) and read static facts of the problem (e.g. client sizes). Keeps no state."""
+    def setup(self, info: FederationInfo, solver: object) -> None:
+        """Called once before ``init_server`` with the federation's static facts and the local
+        solver: check what the registry's generic checks cannot (raise ConfigError) and keep
+        static facts the rules need. Keeps no run state."""
+
+    def min_uploads(self) -> int:
+        """The fewest accepted uploads ``aggregate`` can work with (Krum needs 2f + 3)."""
+        return 1
 
     def init_server(self, x0: Tensor) -> State:
         return {"x0": x0.clone()}
@@ -76,31 +97,36 @@ class Algorithm:
         return sampled
 
     def communicates(self, server: State, round: int, generator: torch.Generator) -> bool:
+        """Whether the clients upload this round (the server's own seeded coin, e.g. FedPD's)."""
         return True
 
     def broadcast(self, server: State) -> State:
         return {"x0": server["x0"]}
 
-    def local(self, message: State, clients: State, ctx: RoundContext) -> tuple[State, State]:
+    def local(self, message: State, clients: State, ctx: ClientContext) -> tuple[State, State]:
+        """(uploads, new client states) of the clients of ``ctx`` ([K, ...] each)."""
         raise NotImplementedError
 
-    def aggregate(self, server: State, uploads: State, ctx: RoundContext) -> tuple[State, State]:
+    def aggregate(self, server: State, uploads: State, ctx: ServerContext) -> tuple[State, State]:
+        """(new server state, reply to the senders) from the accepted uploads (rows by ascending id)."""
         raise NotImplementedError
 
-    def receive(self, clients: State, reply: State, ctx: RoundContext) -> State:
+    def receive(self, clients: State, reply: State, ctx: ClientContext) -> State:
         return clients
 
-    def model(self, server: State, store: ClientStore) -> Tensor:
-        """The point where metrics are evaluated (the server model)."""
+    # --- the evaluation path (not part of the protocol, never counted) ---------------------
+    def evaluation_model(self, server: State, clients: ClientStates) -> Tensor:
+        """The point where the metrics are evaluated (the server model)."""
         return server["x0"]
 
-    def diagnostics(self, server: State, store: ClientStore) -> dict[str, float]:
+    def diagnostics(self, server: State) -> dict[str, float]:
         """Extra metric keys: the :data:`DIAGNOSTICS` the server state holds."""
         return {k: float(server[k]) for k in DIAGNOSTICS if k in server}
 
-    def personal_models(self, server: State, store: ClientStore, problem: Problem | None = None) -> Tensor | None:
+    def personal_models(self, server: State, clients: ClientStates, problem=None) -> Tensor | None:
         """Every client's own model, [N, d], for personalised evaluation (each client's model on its
-        own test split: ``personal_*`` metrics); None (the default) when all use the server model."""
+        own test split: ``personal_*`` metrics); None (the default) when all use the server model.
+        ``problem`` is the evaluation path's access to every client's data (Per-FedAvg adapts)."""
         return None
 
 

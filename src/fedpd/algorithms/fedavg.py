@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
-from fedpd.algorithms.robust import RobustAveraging
+from pydantic import Field
+
+from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
+from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
+from fedpd.context import ClientContext, ServerContext
 from fedpd.solvers import LocalObjective
-from fedpd.store import State
 
 
 class FedAvg(RobustAveraging, Algorithm):
-    """FedAvg (McMahan et al., AISTATS 2017; FedPD seed 004, Alg. 1, eqs. (8)–(9)).
+    """FedAvg (McMahan et al., AISTATS 2017; in the FedPD paper — Zhang, Hong, Dhople, Yin, Liu,
+    "FedPD: a federated learning framework with adaptivity to non-IID data", 2021 — Alg. 1,
+    eqs. (8)–(9)).
 
     Each participant starts from the server model x0 and runs the local solver on f_i
     (Q steps of GD — Option 2, eq. (9) — or SGD — Option 1, eq. (8)); the server averages:
@@ -18,29 +22,33 @@ class FedAvg(RobustAveraging, Algorithm):
 
     ``aggregator`` replaces the mean by a robust aggregator of :mod:`fedpd.aggregators`
     (geometric_median: RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al.
-    2018; krum: Blanchard et al. 2017); ``weights = "samples"`` weighs clients by data size. The
-    metrics then add ``agg_iterations`` and ``agg_unconverged_rounds`` (rounds that hit the
-    aggregator's ``max_iter``).
+    2018; krum: Blanchard et al. 2017); ``weights = "samples"`` weighs clients by data size (each
+    sends n_i: one float more up). The metrics then add ``agg_iterations`` and
+    ``agg_unconverged_rounds`` (rounds that hit the aggregator's ``max_iter``).
     """
 
     name = "fedavg"
     description = "FedAvg: local GD/SGD from the server model, server averages the local models"
+    Options = AggregatorOptions
 
     def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
         self.use_aggregator(aggregator, aggregator_options, weights)
 
-    def objective(self, message: State, clients: State, k: int) -> LocalObjective:
+    def objective(self, message, clients, k: int) -> LocalObjective:
         return LocalObjective()
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
-        start = expand(message["x0"], k)
-        res = ctx.solver.solve(ctx.problem, ctx.ids, start, self.objective(message, clients, k), ctx.round, ctx.generator)
-        return {"x": res.x}, clients
+        res = ctx.solver.solve(ctx, expand(message["x0"], k), self.objective(message, clients, k))
+        return self.upload({"x": res.x}, ctx), clients
 
-    def aggregate(self, server, uploads, ctx):
-        x0, counts = self.average(server, uploads["x"], ctx)
+    def aggregate(self, server, uploads, ctx: ServerContext):
+        x0, counts = self.average(server, uploads)
         return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
+
+
+class FedProxOptions(AggregatorOptions):
+    mu: float = Field(0.1, ge=0, description="μ of the proximal term (μ/2)‖x − x0‖²")
 
 
 class FedProx(FedAvg):
@@ -49,6 +57,7 @@ class FedProx(FedAvg):
 
     name = "fedprox"
     description = "FedProx: FedAvg with the proximal term (mu/2)||x - x0||^2 in the local objective"
+    Options = FedProxOptions
 
     def __init__(self, mu: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
                  weights: str = "uniform"):

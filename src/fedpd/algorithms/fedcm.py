@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import copy
+from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
-from fedpd.errors import ConfigError
-from fedpd.solvers import GradientSolver, LocalObjective
+from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
+from fedpd.context import ClientContext, FederationInfo, ServerContext
+from fedpd.options import Options
+from fedpd.solvers import LocalObjective
+
+
+class FedCMOptions(Options):
+    alpha: float = Field(0.1, gt=0, le=1, description="weight of the local gradient in the direction")
+    server_lr: float = Field(1.0, gt=0)
 
 
 class FedCM(Algorithm):
-    """FedCM (Xu, Wang, Wang, Chen 2021, Alg. 1; seed 001, Table 2).
+    """FedCM (Xu, Wang, Wang, Chen 2021, Alg. 1; in the results table of Sun, Shen, Tao, A-FedPD,
+    Table 2).
 
     The server sends x0 and Δ, the clients' average local direction of the last round. Each
     participant starts from x0 and steps along the mixed direction
@@ -24,20 +31,23 @@ class FedCM(Algorithm):
     In the solver layer v = α(∇f_i(x) + ⟨((1 − α)/α)Δ, ·⟩'s gradient): the configured gradient
     solver runs with step α·η1 and the linear term ((1 − α)/α)·Δ, so momentum, minibatches, SAM
     and stragglers work unchanged (weight decay counts as part of f_i and is scaled by α too).
-    Per participant: 2d floats down (x0, Δ), d up. With stragglers (``solver.straggler_fraction``)
-    a participant also sends its step count Q_i (1 float) and Δ ← mean_P (x0 − x_i)/(Q_i·η1), so
-    a straggler's short walk is not mistaken for a small gradient.
+    Per participant: 2d floats down (x0, Δ), d up. The server's η1 (with its schedule) and Q are
+    the run's solver settings, which the server knows from the config: taken once in ``setup``,
+    never from a client. With stragglers (``solver.straggler_fraction``) a participant also sends
+    its step count Q_i (1 float) and Δ ← mean_P (x0 − x_i)/(Q_i·η1), so a straggler's short walk
+    is not mistaken for a small gradient.
     """
 
     name = "fedcm"
     description = "FedCM: local steps along alpha*grad + (1 - alpha)*(server's last global direction)"
+    Options = FedCMOptions
+    needs_gradient_solver = True
 
     def __init__(self, alpha: float = 0.1, server_lr: float = 1.0):
         self.alpha, self.server_lr = alpha, server_lr
 
-    def setup(self, problem, solver):
-        if not isinstance(solver, GradientSolver):
-            raise ConfigError("solver.name: FedCM needs a gradient solver (allowed: gd, sgd)")
+    def setup(self, info: FederationInfo, solver):
+        self.local_solver = solver  # η1 of round t (solver.lr_at) and Q, as the config sets them
 
     def init_server(self, x0):
         return {"x0": x0.clone(), "delta": x0.new_zeros(x0.shape)}
@@ -45,22 +55,20 @@ class FedCM(Algorithm):
     def broadcast(self, server):
         return {"x0": server["x0"], "delta": server["delta"]}
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         k, a = ctx.ids.numel(), self.alpha
-        solver = copy.copy(ctx.solver)
-        solver.lr = ctx.solver.lr * a  # v = α(∇f_i + ((1 − α)/α)Δ), stepped with η1
+        solver = ctx.solver.with_options(lr=ctx.solver.lr * a)  # v = α(∇f_i + ((1 − α)/α)Δ), stepped with η1
         objective = LocalObjective(linear=expand(message["delta"], k) * ((1 - a) / a))
-        res = solver.solve(ctx.problem, ctx.ids, expand(message["x0"], k), objective, ctx.round, ctx.generator)
+        res = solver.solve(ctx, expand(message["x0"], k), objective)
         upload = {"x": res.x}
         if solver.straggler_fraction > 0:  # Q_i differs per client: the server needs it for Δ
-            upload["steps"] = res.steps.to(res.x.dtype)
+            upload["steps"] = res.steps.to(res.x.device, res.x.dtype)
         return upload, clients
 
-    def aggregate(self, server, uploads, ctx: RoundContext):
-        solver = ctx.solver
-        lr = solver.lr * solver.lr_decay**ctx.round
+    def aggregate(self, server, uploads, ctx: ServerContext):
+        lr = self.local_solver.lr_at(ctx.round)
         x, x0 = uploads["x"], server["x0"]
-        steps = uploads["steps"][:, None] if "steps" in uploads else solver.local_steps
+        steps = uploads["steps"][:, None] if "steps" in uploads else self.local_solver.local_steps
         delta = ((x0 - x) / (steps * lr)).mean(0)
         return {"x0": x0 + self.server_lr * (x.mean(0) - x0), "delta": delta,
                 "primal_residual": mean_sq_dist(x, x0)}, {}

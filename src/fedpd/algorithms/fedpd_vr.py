@@ -1,15 +1,28 @@
-"""FedPD-VR: FedPD with the variance-reduced local oracle (seed 004, Oracle II)."""
+"""FedPD-VR: FedPD with the variance-reduced local oracle (the FedPD paper's Oracle II)."""
 
 from __future__ import annotations
 
-from fedpd.algorithms.base import RoundContext
-from fedpd.algorithms.primal_dual import PrimalDual
-from fedpd.errors import ConfigError
-from fedpd.solvers import GradientSolver, LocalObjective, client_gradients
+from typing import Literal
+
+from pydantic import Field
+
+from fedpd.algorithms.primal_dual import FedPDOptions, PrimalDual
+from fedpd.context import ClientContext
+from fedpd.options import Options
+from fedpd.solvers import LocalObjective
+
+
+class FedPDVROptions(Options):
+    eta: float = FedPDOptions.model_fields["eta"]
+    p: float = FedPDOptions.model_fields["p"]
+    skip: Literal["random", "periodic"] = FedPDOptions.model_fields["skip"]
+    refresh_every: int = Field(20, ge=1, description="I: full local gradient every I rounds")
 
 
 class FedPDVR(PrimalDual):
-    """FedPD with Oracle II (seed 004, Alg. 2 with Alg. 4, analysed in App. G; REFERENCE_NOTES.md).
+    """FedPD with Oracle II (Zhang, Hong, Dhople, Yin, Liu, "FedPD: a federated learning framework
+    with optimal rates and adaptivity to non-IID data", 2021: Alg. 2 with Alg. 4, analysed in
+    App. G).
 
     FedPD's protocol (every client, every round; warm start; λ_i ← λ_i + (x_i − x0_i)/η;
     x0_i⁺ = x_i + ηλ_i; skip communication with probability p) with a SARAH estimator g_i of
@@ -21,8 +34,9 @@ class FedPDVR(PrimalDual):
 
     with the same minibatch B (drawn uniformly with replacement) at both points. η1, Q and B
     are the solver's ``lr`` (times ``lr_decay``^r), ``local_steps`` and ``batch_size``
-    (``gd``: B = the whole local data); its momentum, weight decay, SAM and stragglers do not
-    apply. Paper: B = 1, Q = 8, I = 20.
+    (``gd``: B = the whole local data). The solver's momentum, weight decay, SAM radius and
+    stragglers have no place in Oracle II and are refused; FedPD's ``local_tol`` is not an
+    option here (the oracle runs its Q steps). Paper: B = 1, Q = 8, I = 20.
 
     Cost per client and round: Q·2B sample gradients, plus n_i on refresh rounds. Client state:
     x_i, x0_i, λ_i, g_i (4d floats). Communication: FedPD's (d up, d down when communicating).
@@ -30,33 +44,26 @@ class FedPDVR(PrimalDual):
 
     name = "fedpd_vr"
     description = "FedPD-VR: FedPD with the SARAH variance-reduced local oracle (Oracle II)"
+    Options = FedPDVROptions
+    needs_gradient_solver = True
+    unused_solver_options = ("momentum", "weight_decay", "sam_radius", "straggler_fraction")
 
     def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", refresh_every: int = 20):
         super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip)
         self.refresh_every = refresh_every
 
-    def setup(self, problem, solver):
-        if not isinstance(solver, GradientSolver):
-            raise ConfigError("solver.name: FedPD-VR takes its step size, Q and batch size from a gradient "
-                              "solver (allowed: sgd, gd)")
-
     def init_client(self, x0):
         return {**super().init_client(x0), "g": x0.new_zeros(x0.shape)}
 
-    def local_solve(self, ctx: RoundContext, clients, start, objective: LocalObjective):
-        problem, ids, solver = ctx.problem, ctx.ids, ctx.solver
-        grad_f = client_gradients(problem)
+    def local_solve(self, ctx: ClientContext, clients, start, objective: LocalObjective):
+        run = ctx.solver.start(ctx)  # η1 of the round, Q (no stragglers: refused), the batches
         x, g = start, clients["g"]
         if ctx.round % self.refresh_every == 0:
-            g = grad_f(x, *problem.train.padded(ids))
+            g = ctx.data.gradient(x, *ctx.data.all())
         gap = ((g + objective.grad(x)) ** 2).sum(1)
-        lr = solver.lr * solver.lr_decay**ctx.round
-        for _ in range(solver.local_steps):
-            x_new = x - lr * (g + objective.grad(x))
-            if solver.batch_size is None:
-                X, Y, W = problem.train.padded(ids)
-            else:
-                X, Y, W = problem.train.minibatch(ids, solver.batch_size, ctx.generator)
-            g = g + grad_f(x_new, X, Y, W) - grad_f(x, X, Y, W)
+        for q in range(run.rounds):
+            x_new = x - run.lr * (g + objective.grad(x))
+            batch = run.batch(q)
+            g = g + run.f_grad(x_new, batch, q) - run.f_grad(x, batch, q)
             x = x_new
-        return x, {"g": g}, gap
+        return x, {"g": g}, gap, run.steps

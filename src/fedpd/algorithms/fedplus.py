@@ -1,5 +1,5 @@
 """Fed+ (Kundu, Yu, Wynter, Lim — "Robustness and personalization in federated learning: a
-unified approach via regularization", seed 002) as one rule parametrised by Ψ, σ, δ, λ and the
+unified approach via regularization", 2022) as one rule parametrised by Ψ, σ, δ, λ and the
 aggregation 𝒜, with every row of the paper's Table 1 as a preset.
 
 Alg. 1, for each participating party k (all tensors [K, d]):
@@ -39,23 +39,94 @@ in eq. (25).
 from __future__ import annotations
 
 from fnmatch import fnmatch
+from typing import Annotated, Any, Literal
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
-from fedpd.aggregators import fedplus_aggregate
-from fedpd.algorithms.base import Algorithm, RoundContext, expand
-from fedpd.algorithms.local_loop import LocalLoop, is_plain_gradient_solver
-from fedpd.algorithms.robust import WEIGHTS, ServerAggregator, counter_metrics, counters, initial_counters
+from fedpd.aggregators import fedplus_aggregate, min_rows
+from fedpd.algorithms.base import Algorithm, expand
+from fedpd.algorithms.robust import (NAMES as ROBUST_NAMES, SAMPLES, WEIGHTS, ServerAggregator,
+                                     check_aggregator_options, counter_metrics, counters, initial_counters,
+                                     sample_weights, with_sizes)
+from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.errors import ConfigError
-from fedpd.prox import PROX_KINDS, prox, prox_grouped
-from fedpd.solvers import LocalObjective
+from fedpd.options import Options, refuse
+from fedpd.prox import prox, prox_grouped
+from fedpd.solvers import GradientSolver, LocalObjective
 
-AGGREGATORS = ("fedplus", "mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum")
+ProxKind = Literal["zero", "sq_l2", "l2", "l1", "indicator"]
+PartySteps = list[Annotated[int, Field(ge=0)]]
+FedPlusAggregator = Literal[("fedplus", *ROBUST_NAMES)]  # type: ignore[valid-type]
+
+
+class FedPlusGroup(Options):
+    pattern: str = Field(description="fnmatch pattern on parameter names, e.g. 'linear.*'")
+    psi: ProxKind = "l2"
+    delta: float = Field(0.1, ge=0)
+
+
+class _FedPlusCommon(Options):
+    aggregate_over: Literal["all", "participants"] = Field("all", description="all: every party's latest model "
+                                                           "(Alg. 1); participants: this round's uploads")
+    weights: WEIGHTS = Field("uniform", description="uniform (the paper's 1/N) or samples (each party sends n_k)")
+    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: solver.local_steps")
+    local_step: Literal["implicit", "explicit"] = Field("implicit", description="eq. (14)'s implicit step or a "
+                                                        "gradient step on the σ-term")
+
+
+class _Eq25Options(Options):
+    tol: float = Field(1e-7, gt=0, description="eq. (25): stop when the aggregate moves less")
+    max_iter: int = Field(1000, ge=1, description="eq. (25): iteration cap")
+    init: Literal["mean", "median", "previous"] = Field("mean", description="eq. (25)'s start")
+
+
+class FedPlusVariantOptions(_FedPlusCommon, _Eq25Options):
+    sigma: float = Field(1.0, gt=0, description="σ, the penalty of eq. (3)")
+    delta: float = Field(0.1, ge=0, description="δ, the smoothing of Ψ")
+    lam: float = Field(0.0, ge=0, le=1, description="λ, line 18's mix of w̃ into the local start")
+
+
+class FedPlusOptions(FedPlusVariantOptions):
+    psi: ProxKind = Field("l2", description="Ψ: zero, sq_l2 (FedAvg+), l2 (FedGeoMed+), l1 (FedCoMed+), indicator")
+    sigma: float = Field(1.0, ge=0, description="σ, the penalty of eq. (3)")
+    groups: list[FedPlusGroup] = Field(default_factory=list, description="hybrid: per-parameter-group psi and delta")
+    aggregator: FedPlusAggregator = Field("fedplus", description="fedplus (eq. (25) with Ψ) or a robust aggregator")
+    aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of a robust aggregator")
+
+    @model_validator(mode="after")
+    def _aggregator_options(self):
+        if self.aggregator != "fedplus":
+            check_aggregator_options(self.aggregator, self.aggregator_options)
+        elif self.aggregator_options:
+            raise refuse("aggregator_options", "not used by aggregator 'fedplus' (its options are algorithm.tol, "
+                         "max_iter, init)")
+        return self
+
+
+class FedPlusLocalOptions(Options):
+    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: solver.local_steps")
+
+
+class FedPlusServerOptions(Options):
+    aggregate_over: Literal["all", "participants"] = "participants"
+    weights: WEIGHTS = "uniform"
+    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: solver.local_steps")
+    aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the preset's aggregator")
+
+
+class FedPlusFedProxOptions(Options):
+    sigma: float = Field(0.1, gt=0, description="FedProx's mu")
+    aggregate_over: Literal["all", "participants"] = "participants"
+    weights: WEIGHTS = "uniform"
+    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: solver.local_steps")
+    local_step: Literal["implicit", "explicit"] = "implicit"
 
 
 class FedPlus(Algorithm):
-    """Fed+ (seed 002, Alg. 1): see the module docstring.
+    """Fed+ (Kundu, Yu, Wynter, Lim, "Robustness and personalization in federated learning: a
+    unified approach via regularization", 2022; Alg. 1): see the module docstring.
 
     Args:
         psi: Ψ — "zero", "sq_l2" (FedAvg+), "l2" (FedGeoMed+), "l1" (FedCoMed+), "indicator" (FedProx).
@@ -67,7 +138,9 @@ class FedPlus(Algorithm):
         aggregator: "fedplus" (eq. (25) with Ψ) or a robust aggregator of :mod:`fedpd.aggregators`.
         aggregator_options: options of that aggregator (not for "fedplus": use tol/max_iter/init).
         aggregate_over: "all" (Alg. 1: every party's latest model) or "participants".
-        weights: "uniform" (the paper's 1/N) or "samples" (by local data size).
+        weights: "uniform" (the paper's 1/N) or "samples" (by local data size: each party sends its
+            n_k with its upload; with aggregate_over = "all" the server keeps the last n_k it
+            heard, and a party it never heard from weighs 0).
         party_steps: E_k per party (length N); empty: the solver's local_steps (and stragglers).
         local_step: "implicit" (eq. (14)) or "explicit" (a gradient step on the σ-term).
         tol, max_iter, init: eq. (25)'s tolerance, iteration cap and start ("mean" as the paper,
@@ -76,105 +149,72 @@ class FedPlus(Algorithm):
 
     name = "fedplus"
     description = "Fed+: personalised w_k pulled to w~ + prox(w_k - w~); robust aggregation (choose psi yourself)"
+    Options = FedPlusOptions
+    unused_solver_options = ("momentum",)  # eq. (14) has no momentum
 
     def __init__(self, psi: str = "l2", sigma: float = 1.0, delta: float = 0.1, lam: float = 0.0,
                  groups: list | tuple = (), aggregator: str = "fedplus", aggregator_options: dict | None = None,
                  aggregate_over: str = "all", weights: str = "uniform", party_steps: list | tuple = (),
                  local_step: str = "implicit", tol: float = 1e-7, max_iter: int = 1000, init: str = "mean"):
-        if psi not in PROX_KINDS:
-            raise ConfigError(f"algorithm.psi: {psi!r} (allowed: {', '.join(PROX_KINDS)})")
-        if aggregator not in AGGREGATORS:
-            raise ConfigError(f"algorithm.aggregator: {aggregator!r} (allowed: {', '.join(AGGREGATORS)})")
-        if aggregate_over not in ("all", "participants"):
-            raise ConfigError(f"algorithm.aggregate_over: {aggregate_over!r} (allowed: all, participants)")
-        if local_step not in ("implicit", "explicit"):
-            raise ConfigError(f"algorithm.local_step: {local_step!r} (allowed: implicit, explicit)")
-        if init not in ("mean", "median", "previous"):
-            raise ConfigError(f"algorithm.init: {init!r} (allowed: mean, median, previous)")
-        if weights not in WEIGHTS:
-            raise ConfigError(f"algorithm.weights: {weights!r} (allowed: {', '.join(WEIGHTS)})")
-        if not 0 <= lam <= 1:
-            raise ConfigError(f"algorithm.lam: must lie in [0, 1] (got {lam!r})")
-        if sigma < 0 or delta < 0:
-            raise ConfigError(f"algorithm.sigma / delta: must be >= 0 (got {sigma!r}, {delta!r})")
         self.psi, self.sigma, self.delta, self.lam = psi, float(sigma), float(delta), float(lam)
-        self.groups = [self._group(i, g) for i, g in enumerate(groups)]
+        self.groups = [(g["pattern"], g.get("psi", "l2"), float(g.get("delta", 0.1))) for g in groups]
         self.aggregate_over, self.weights, self.local_step = aggregate_over, weights, local_step
         self.party_steps = torch.tensor(list(party_steps), dtype=torch.int64)
-        if self.party_steps.numel() and int(self.party_steps.min()) < 0:
-            raise ConfigError("algorithm.party_steps: every E_k must be >= 0")
         self.tol, self.max_iter, self.init = tol, max_iter, init
         self.aggregator_name = aggregator
-        if aggregator == "fedplus":
-            if aggregator_options:
-                raise ConfigError("algorithm.aggregator_options: not used by aggregator 'fedplus' "
-                                  "(its options are algorithm.tol, max_iter, init)")
-            self.robust = None
-        else:
-            self.robust = ServerAggregator(aggregator, aggregator_options, weights)
+        self.robust = None if aggregator == "fedplus" else ServerAggregator(aggregator, aggregator_options, weights)
         # σ = λ = 0: w~ never reaches a party, so nothing is sent (Table 1, "local SGD without FL")
         self.federated = self.sigma > 0 or self.lam > 0
-        self._plan_cache: dict = {}
+        self._plan: list[tuple[Tensor, str, float]] | None = None
 
-    @staticmethod
-    def _group(i: int, g) -> tuple[str, str, float]:
-        if not isinstance(g, dict) or set(g) - {"pattern", "psi", "delta"} or "pattern" not in g:
-            raise ConfigError(f"algorithm.groups[{i}]: expected a table with pattern, psi, delta (got {g!r})")
-        kind = g.get("psi", "l2")
-        if kind not in PROX_KINDS:
-            raise ConfigError(f"algorithm.groups[{i}].psi: {kind!r} (allowed: {', '.join(PROX_KINDS)})")
-        delta = g.get("delta", 0.1)
-        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or delta < 0:
-            raise ConfigError(f"algorithm.groups[{i}].delta: must be a number >= 0 (got {delta!r})")
-        return str(g["pattern"]), kind, float(delta)
+    def min_uploads(self) -> int:
+        if self.robust is None or self.aggregate_over == "all":  # eq. (25), or the table of all N
+            return 1
+        return min_rows(self.robust.name, self.robust.options)
 
     # --- hybrid Ψ: parameter-name patterns -> blocks of the flat vector ---------------------
-    def plan(self, problem) -> list[tuple[Tensor, str, float]] | None:
+    def _make_plan(self, info: FederationInfo) -> list[tuple[Tensor, str, float]] | None:
         """``[(coordinates, Ψ, δ), ...]`` for the hybrid, or None without groups."""
         if not self.groups:
             return None
-        key = id(problem.model)
-        if key not in self._plan_cache:
-            slices = problem.model.slices()
-            owned: dict[int, list[slice]] = {}
-            for name, sl in slices.items():
-                for gi, (pattern, _, _) in enumerate(self.groups):
-                    if fnmatch(name, pattern):
-                        owned.setdefault(gi, []).append(sl)
-                        break
-            plan = []
-            for gi, (pattern, kind, delta) in enumerate(self.groups):
-                if gi not in owned:
-                    raise ConfigError(f"algorithm.groups[{gi}].pattern: {pattern!r} matches no parameter "
-                                      f"(parameters: {', '.join(slices)})")
-                plan.append((torch.cat([torch.arange(s.start, s.stop) for s in owned[gi]]), kind, delta))
-            self._plan_cache[key] = plan
-        return self._plan_cache[key]
+        slices = info.model.slices()
+        owned: dict[int, list[slice]] = {}
+        for name, sl in slices.items():
+            for gi, (pattern, _, _) in enumerate(self.groups):
+                if fnmatch(name, pattern):
+                    owned.setdefault(gi, []).append(sl)
+                    break
+        plan = []
+        for gi, (pattern, kind, delta) in enumerate(self.groups):
+            if gi not in owned:
+                raise ConfigError(f"algorithm.groups[{gi}].pattern: {pattern!r} matches no parameter "
+                                  f"(parameters: {', '.join(slices)})")
+            index = torch.cat([torch.arange(s.start, s.stop) for s in owned[gi]]).to(info.device)
+            plan.append((index, kind, delta))
+        return plan
 
-    def theta(self, v: Tensor, problem) -> Tensor:
+    def theta(self, v: Tensor) -> Tensor:
         """θ = prox_Ψ^{1/σ}(v), row-wise (eq. (11))."""
-        plan = self.plan(problem)
-        if plan is None:
+        if self._plan is None:
             return prox(self.psi, v, self.delta)
-        return prox_grouped(v, plan, default=(self.psi, self.delta))
+        return prox_grouped(v, self._plan, default=(self.psi, self.delta))
 
-    def setup(self, problem, solver):
-        self.plan(problem)  # unmatched group patterns fail here, before anything runs
-        plain = is_plain_gradient_solver(solver)
+    def setup(self, info: FederationInfo, solver):
+        self._plan = self._make_plan(info)  # unmatched group patterns fail here, before anything runs
         if self.party_steps.numel():
-            if self.party_steps.numel() != problem.num_clients:
-                raise ConfigError(f"algorithm.party_steps: needs one E_k per party ({problem.num_clients}), "
+            if self.party_steps.numel() != info.num_clients:
+                raise ConfigError(f"algorithm.party_steps: needs one E_k per party ({info.num_clients}), "
                                   f"got {self.party_steps.numel()}")
-            if not plain:
+            if not isinstance(solver, GradientSolver):
                 raise ConfigError("algorithm.party_steps: needs solver gd or sgd (allowed: [] otherwise)")
-        if plain and solver.momentum:
-            raise ConfigError(f"solver.momentum: {self.name}'s local step (eq. (14)) has no momentum (allowed: 0)")
 
     # --- state ----------------------------------------------------------------------------
     def init_server(self, x0):
         server = {"x0": x0.clone(), **initial_counters()}
         if self.aggregate_over == "all":
             server["W"] = x0.new_empty((0, *x0.shape))  # the [N, d] table, filled at the first aggregation
+            if self.weights == "samples":
+                server["sizes"] = x0.new_empty((0,))  # the last n_k each party sent (0: never heard)
         return server
 
     def init_client(self, x0):
@@ -187,108 +227,107 @@ class FedPlus(Algorithm):
     def broadcast(self, server):
         return {"x0": server["x0"]} if self.federated else {}
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
         w = clients["w"]
         center = None
         if self.federated:
             wt = expand(message["x0"], k)
             if self.sigma > 0:
-                center = wt + self.theta(w - wt, ctx.problem)  # w̃ + θ_k, fixed for the round
+                center = wt + self.theta(w - wt)  # w̃ + θ_k, fixed for the round
             if self.lam == 1:
                 w = wt.clone()
             elif self.lam > 0:
                 w = (1 - self.lam) * w + self.lam * wt
         w = self._local_solve(ctx, w, center)
-        return {"w": w}, {"w": w}
+        return with_sizes({"w": w}, ctx, self.weights), {"w": w}
 
-    def _steps(self, ctx: RoundContext) -> Tensor | None:
-        if not self.party_steps.numel():
-            return None
-        if self.party_steps.numel() != ctx.num_clients:
-            raise ConfigError(f"algorithm.party_steps: needs one E_k per party ({ctx.num_clients}), "
-                              f"got {self.party_steps.numel()}")
-        return self.party_steps[ctx.ids]
-
-    def _local_solve(self, ctx: RoundContext, w: Tensor, center: Tensor | None) -> Tensor:
-        if not is_plain_gradient_solver(ctx.solver):
+    def _local_solve(self, ctx: ClientContext, w: Tensor, center: Tensor | None) -> Tensor:
+        if not isinstance(ctx.solver, GradientSolver):
             # exact (eq. (12) solved exactly) or another solver: hand it Prop. 1's sub-problem
-            if self.party_steps.numel():
-                raise ConfigError("algorithm.party_steps: needs solver gd or sgd (allowed: [] otherwise)")
             objective = LocalObjective(mu=self.sigma, center=center) if center is not None else LocalObjective()
-            return ctx.solver.solve(ctx.problem, ctx.ids, w, objective, ctx.round, ctx.generator).x
-        loop = LocalLoop.of(ctx, self.name, self._steps(ctx))
-        eta, sigma = loop.lr, self.sigma
+            return ctx.solver.solve(ctx, w, objective).x
+        steps = self.party_steps[ctx.ids] if self.party_steps.numel() else None
+        run = ctx.solver.start(ctx, steps)
+        eta, sigma = run.lr, self.sigma
         kappa = 1.0 / (1.0 + eta * sigma)
-        for q in range(loop.rounds):
-            g = loop.grad(w, loop.batch())
+        for q in range(run.rounds):
+            g = run.grad(w, run.batch(q), q)
             if center is None:
                 w_new = w - eta * g
             elif self.local_step == "implicit":
                 w_new = kappa * (w - eta * g) + (1 - kappa) * center  # eq. (14)
             else:
                 w_new = w - eta * (g + sigma * (w - center))
-            w = loop.advance(q, w, w_new)
+            w = run.advance(q, w, w_new)
         return w
 
-    def aggregate(self, server, uploads, ctx: RoundContext):
-        rows, ids, new = uploads["w"], ctx.ids, dict(server)
+    def aggregate(self, server, uploads, ctx: ServerContext):
+        rows, new = uploads["w"], dict(server)
+        weights = sample_weights(uploads) if self.weights == "samples" else None
         if self.aggregate_over == "all":
+            n = ctx.num_clients
             table = server["W"]
-            if table.shape[0] != ctx.num_clients:  # first aggregation: every party still holds w̃⁰
-                table = expand(server["x0"], ctx.num_clients)
+            if table.shape[0] != n:  # first aggregation: every party still holds w̃⁰
+                table = expand(server["x0"], n)
             table = table.clone()
-            table[ids] = rows
-            new["W"], rows, ids = table, table, torch.arange(ctx.num_clients)
+            table[ctx.ids] = rows
+            new["W"], rows = table, table
+            if weights is not None:
+                sizes = server["sizes"] if server["sizes"].shape[0] == n else rows.new_zeros(n)
+                sizes = sizes.clone()
+                sizes[ctx.ids] = uploads[SAMPLES]
+                new["sizes"] = weights = sizes
         if self.robust is not None:
-            x0, info = self.robust(rows, ctx.problem, ids)
+            x0, info = self.robust(rows, weights)
         else:
-            weights = ctx.problem.train.sizes[ids].to(rows.dtype) if self.weights == "samples" else None
-            plan = self.plan(ctx.problem)
             init = server["x0"] if self.init == "previous" else self.init
             x0, info = fedplus_aggregate(rows, self.psi, self.delta, tol=self.tol, max_iter=self.max_iter,
-                                         groups=plan, weights=weights, init=init)
+                                         groups=self._plan, weights=weights, init=init)
         return {**new, "x0": x0, **counters(server, info)}, {}
 
     # --- evaluation -----------------------------------------------------------------------
-    def model(self, server, store):
-        return server["x0"] if self.federated else store.mean("w")
+    def evaluation_model(self, server, clients):
+        return server["x0"] if self.federated else clients.mean("w")
 
-    def personal_models(self, server, store, problem=None):
-        return store.full("w")
+    def personal_models(self, server, clients, problem=None):
+        return clients.full("w")
 
-    def diagnostics(self, server, store):
+    def diagnostics(self, server):
         return counter_metrics(server) if self.federated else {}
 
 
 # --- Table 1 presets ---------------------------------------------------------------------------
 class FedAvgPlus(FedPlus):
-    """FedAvg+ (seed 002 §4.4.1): Ψ = σδ/2‖·‖², θ_k = (w_k − w̃)/(1 + δ), 𝒜 = mean."""
+    """FedAvg+ (the Fed+ paper §4.4.1): Ψ = σδ/2‖·‖², θ_k = (w_k − w̃)/(1 + δ), 𝒜 = mean."""
 
     name = "fedavg_plus"
     description = "FedAvg+: Fed+ with psi = sigma*delta/2 ||.||^2 (mean aggregation, personalised)"
+    Options = FedPlusVariantOptions
 
     def __init__(self, **options):
         super().__init__(psi="sq_l2", **options)
 
 
 class FedGeoMedPlus(FedPlus):
-    """FedGeoMed+ (seed 002 §4.4.1, eq. (16)): Ψ = σδ‖·‖₂, θ_k = block soft-threshold of
+    """FedGeoMed+ (the Fed+ paper §4.4.1, eq. (16)): Ψ = σδ‖·‖₂, θ_k = block soft-threshold of
     w_k − w̃, 𝒜 = δ-approximate geometric median."""
 
     name = "fedgeomed_plus"
     description = "FedGeoMed+: Fed+ with psi = sigma*delta ||.||_2 (delta-geometric median, personalised)"
+    Options = FedPlusVariantOptions
 
     def __init__(self, **options):
         super().__init__(psi="l2", **options)
 
 
 class FedCoMedPlus(FedPlus):
-    """FedCoMed+ (seed 002 §4.4.1, eqs. (19), (22)): Ψ = σδ‖·‖₁, θ_k = soft-threshold of
+    """FedCoMed+ (the Fed+ paper §4.4.1, eqs. (19), (22)): Ψ = σδ‖·‖₁, θ_k = soft-threshold of
     w_k − w̃, 𝒜 = δ-approximate coordinate-wise median."""
 
     name = "fedcomed_plus"
     description = "FedCoMed+: Fed+ with psi = sigma*delta ||.||_1 (delta-coordinate-wise median, personalised)"
+    Options = FedPlusVariantOptions
 
     def __init__(self, **options):
         super().__init__(psi="l1", **options)
@@ -300,6 +339,7 @@ class FedPlusLocal(FedPlus):
 
     name = "fedplus_local"
     description = "Fed+ preset, Table 1 row 1: local training without federation (sigma = lam = 0)"
+    Options = FedPlusLocalOptions
 
     def __init__(self, **options):
         super().__init__(psi="zero", sigma=0.0, lam=0.0, **options)
@@ -311,6 +351,7 @@ class FedPlusFedAvg(FedPlus):
 
     name = "fedplus_fedavg"
     description = "Fed+ preset, Table 1: FedAvg (lam = 1, sigma = 0, mean)"
+    Options = FedPlusServerOptions
     default_aggregator = "mean"
 
     def __init__(self, **options):
@@ -341,6 +382,7 @@ class FedPlusFedProx(FedPlus):
 
     name = "fedplus_fedprox"
     description = "Fed+ preset, Table 1: FedProx (theta = 0, lam = 1, sigma = mu)"
+    Options = FedPlusFedProxOptions
 
     def __init__(self, **options):
         options.setdefault("aggregate_over", "participants")

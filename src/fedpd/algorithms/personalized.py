@@ -1,31 +1,53 @@
-"""Personalised baselines of Fed+'s Table 2 (seed 002 §5.1): Ditto, APFL, pFedMe, Per-FedAvg (FO),
-and local training without federation (Table 1's first row, standalone).
+"""Personalised baselines of Fed+'s Table 2 (Kundu, Yu, Wynter, Lim, "Robustness and personalization
+in federated learning: a unified approach via regularization", 2022, §5.1): Ditto, APFL, pFedMe,
+Per-FedAvg (FO), and local training without federation (Table 1's first row, standalone).
 
 Each keeps a personal model per client (client state) besides the server model, and exposes it
 through :meth:`personal_models`, so the run reports ``personal_*`` metrics (each client's own
 model on its own test split) next to the server model's. All but Ditto and local training take
-steps the shared solver has no form for and run their own loop on the run's gradient solver
-(:mod:`fedpd.algorithms.local_loop`: its η, step counts, batches, weight decay).
+steps the shared solver has no form for and run their own loop over the run's gradient solver
+(:meth:`fedpd.solvers.GradientSolver.start`: its η, step counts, batches, SAM, weight decay; not
+its momentum, which is refused).
 """
 
 from __future__ import annotations
 
 import torch
+from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
+from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
 from fedpd.algorithms.fedavg import FedAvg
-from fedpd.algorithms.local_loop import LocalLoop
-from fedpd.algorithms.robust import RobustAveraging
-from fedpd.errors import ConfigError
-from fedpd.solvers import GradientSolver, LocalObjective, client_gradients
+from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
+from fedpd.context import ClientContext
+from fedpd.solvers import LocalObjective
 
 
-def _needs_gradient_solver(name: str, solver) -> None:
-    if not isinstance(solver, GradientSolver):
-        raise ConfigError(f"solver.name: algorithm '{name}' runs its own local steps (allowed: gd, sgd)")
-    if solver.momentum:
-        raise ConfigError(f"solver.momentum: algorithm '{name}' runs its own local steps, which have no momentum "
-                          f"(allowed: 0)")
+class DittoOptions(AggregatorOptions):
+    lam: float = Field(0.1, ge=0, description="lambda of h_k(v; w) = F_k(v) + lambda/2 ||v - w||^2")
+
+
+class APFLOptions(AggregatorOptions):
+    alpha: float = Field(0.25, ge=0, le=1, description="initial mixing weight")
+    adaptive: bool = Field(True, description="adapt alpha by its gradient")
+    alpha_lr: float = Field(0.0, ge=0, description="step for alpha; 0: the solver's lr")
+
+
+class PFedMeOptions(AggregatorOptions):
+    lam: float = Field(15.0, gt=0, description="lambda of the Moreau envelope")
+    inner_steps: int = Field(5, ge=1, description="K: GD steps on the inner (Moreau) problem")
+    personal_lr: float = Field(0.01, gt=0, description="step size of the inner steps")
+    beta: float = Field(1.0, gt=0, description="server mixing: w = (1 - beta) w + beta mean")
+
+
+class PerFedAvgOptions(AggregatorOptions):
+    alpha: float = Field(0.01, gt=0, description="inner (adaptation) step size")
+
+
+class _OwnLoop:
+    """Marks an algorithm that runs its own loop over the gradient solver's pieces."""
+
+    needs_gradient_solver = True
+    unused_solver_options = ("momentum",)
 
 
 class LocalOnly(Algorithm):
@@ -45,18 +67,18 @@ class LocalOnly(Algorithm):
     def broadcast(self, server):
         return {}
 
-    def local(self, message, clients, ctx: RoundContext):
-        res = ctx.solver.solve(ctx.problem, ctx.ids, clients["x"], LocalObjective(), ctx.round, ctx.generator)
+    def local(self, message, clients, ctx: ClientContext):
+        res = ctx.solver.solve(ctx, clients["x"], LocalObjective())
         return {}, {"x": res.x}
 
     def aggregate(self, server, uploads, ctx):
         return server, {}
 
-    def model(self, server, store):
-        return store.mean("x")
+    def evaluation_model(self, server, clients):
+        return clients.mean("x")
 
-    def personal_models(self, server, store, problem=None):
-        return store.full("x")
+    def personal_models(self, server, clients, problem=None):
+        return clients.full("x")
 
 
 class Ditto(FedAvg):
@@ -71,6 +93,7 @@ class Ditto(FedAvg):
 
     name = "ditto"
     description = "Ditto: FedAvg global model + personal models regularised towards it (lam/2 ||v - w||^2)"
+    Options = DittoOptions
 
     def __init__(self, lam: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
                  weights: str = "uniform"):
@@ -80,19 +103,18 @@ class Ditto(FedAvg):
     def init_client(self, x0):
         return {"v": x0.clone()}
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
         w_t = expand(message["x0"], k)
-        solve = ctx.solver.solve
-        w = solve(ctx.problem, ctx.ids, w_t, LocalObjective(), ctx.round, ctx.generator).x
-        v = solve(ctx.problem, ctx.ids, clients["v"], LocalObjective(mu=self.lam, center=w_t), ctx.round, ctx.generator).x
-        return {"x": w}, {"v": v}
+        w = ctx.solver.solve(ctx, w_t, LocalObjective()).x
+        v = ctx.solver.solve(ctx, clients["v"], LocalObjective(mu=self.lam, center=w_t)).x
+        return self.upload({"x": w}, ctx), {"v": v}
 
-    def personal_models(self, server, store, problem=None):
-        return store.full("v")
+    def personal_models(self, server, clients, problem=None):
+        return clients.full("v")
 
 
-class APFL(RobustAveraging, Algorithm):
+class APFL(_OwnLoop, RobustAveraging, Algorithm):
     """APFL (Deng, Kamani, Mahdavi, "Adaptive Personalized Federated Learning", 2020, Alg. 1).
 
     Each participant keeps v_i and a mixing weight α_i. From the server model w it takes, on the
@@ -110,45 +132,41 @@ class APFL(RobustAveraging, Algorithm):
 
     name = "apfl"
     description = "APFL: personal model alpha*v + (1 - alpha)*w, v trained on the mixture, alpha adapted"
+    Options = APFLOptions
 
     def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0, aggregator: str = "mean",
                  aggregator_options: dict | None = None, weights: str = "uniform"):
-        if not 0 <= alpha <= 1:
-            raise ConfigError(f"algorithm.alpha: must lie in [0, 1] (got {alpha!r})")
         self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
         self.use_aggregator(aggregator, aggregator_options, weights)
-
-    def setup(self, problem, solver):
-        _needs_gradient_solver(self.name, solver)
 
     def init_client(self, x0):
         return {"v": x0.clone(), "alpha": torch.full((1,), self.alpha, dtype=x0.dtype)}
 
-    def local(self, message, clients, ctx: RoundContext):
-        loop = LocalLoop.of(ctx, self.name)
-        eta = loop.lr
+    def local(self, message, clients, ctx: ClientContext):
+        run = ctx.solver.start(ctx)
+        eta = run.lr
         eta_a = self.alpha_lr or eta
         w, v, a = expand(message["x0"], ctx.ids.numel()).clone(), clients["v"], clients["alpha"]
-        for q in range(loop.rounds):
-            batch = loop.batch()
+        for q in range(run.rounds):
+            batch = run.batch(q)
             v_bar = a * v + (1 - a) * w
-            g_w, g_bar = loop.grad(w, batch), loop.grad(v_bar, batch)
+            g_w, g_bar = run.grad(w, batch, q), run.grad(v_bar, batch, q)
             v_new = v - eta * a * g_bar
             a_new = (a - eta_a * ((v - w) * g_bar).sum(1, keepdim=True)).clamp(0, 1) if self.adaptive else a
             w_new = w - eta * g_w
-            v, a, w = loop.advance(q, v, v_new), loop.advance(q, a, a_new), loop.advance(q, w, w_new)
-        return {"x": w}, {"v": v, "alpha": a}
+            v, a, w = run.advance(q, v, v_new), run.advance(q, a, a_new), run.advance(q, w, w_new)
+        return self.upload({"x": w}, ctx), {"v": v, "alpha": a}
 
     def aggregate(self, server, uploads, ctx):
-        x0, counts = self.average(server, uploads["x"], ctx)
+        x0, counts = self.average(server, uploads)
         return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
 
-    def personal_models(self, server, store, problem=None):
-        a = store.full("alpha")
-        return a * store.full("v") + (1 - a) * server["x0"]
+    def personal_models(self, server, clients, problem=None):
+        a = clients.full("alpha")
+        return a * clients.full("v") + (1 - a) * server["x0"]
 
 
-class PFedMe(RobustAveraging, Algorithm):
+class PFedMe(_OwnLoop, RobustAveraging, Algorithm):
     """pFedMe (T. Dinh, Tran, Nguyen, NeurIPS 2020, Alg. 1).
 
     Each participant starts its local model w from the server's w^t and, for each of R local
@@ -165,44 +183,42 @@ class PFedMe(RobustAveraging, Algorithm):
 
     name = "pfedme"
     description = "pFedMe: Moreau-envelope personalisation (inner solve for theta, outer step on w, server beta)"
+    Options = PFedMeOptions
 
     def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
                  aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
         self.lam, self.inner_steps, self.personal_lr, self.beta = lam, inner_steps, personal_lr, beta
         self.use_aggregator(aggregator, aggregator_options, weights)
 
-    def setup(self, problem, solver):
-        _needs_gradient_solver(self.name, solver)
-
     def init_client(self, x0):
         return {"theta": x0.clone()}
 
-    def local(self, message, clients, ctx: RoundContext):
-        loop = LocalLoop.of(ctx, self.name)
-        eta, lam, plr = loop.lr, self.lam, self.personal_lr
+    def local(self, message, clients, ctx: ClientContext):
+        run = ctx.solver.start(ctx)
+        eta, lam, plr = run.lr, self.lam, self.personal_lr
         w = expand(message["x0"], ctx.ids.numel()).clone()
         theta = w.clone()
-        for q in range(loop.rounds):
-            batch = loop.batch()
+        for q in range(run.rounds):
+            batch = run.batch(q)
             th = theta
             for _ in range(self.inner_steps):
-                th = th - plr * (loop.grad(th, batch) + lam * (th - w))
+                th = th - plr * (run.grad(th, batch, q) + lam * (th - w))
             w_new = w - eta * lam * (w - th)
-            theta = loop.advance(q, theta, th)
-            w = loop.advance(q, w, w_new)
-        return {"x": w}, {"theta": theta}
+            theta = run.advance(q, theta, th)
+            w = run.advance(q, w, w_new)
+        return self.upload({"x": w}, ctx), {"theta": theta}
 
     def aggregate(self, server, uploads, ctx):
         x = uploads["x"]
-        avg, counts = self.average(server, x, ctx)
+        avg, counts = self.average(server, uploads)
         x0 = avg if self.beta == 1 else (1 - self.beta) * server["x0"] + self.beta * avg
         return {"x0": x0, "primal_residual": mean_sq_dist(x, server["x0"]), **counts}, {}
 
-    def personal_models(self, server, store, problem=None):
-        return store.full("theta")
+    def personal_models(self, server, clients, problem=None):
+        return clients.full("theta")
 
 
-class PerFedAvg(FedAvg):
+class PerFedAvg(_OwnLoop, FedAvg):
     """Per-FedAvg, first-order version (Fallah, Mokhtari, Ozdaglar, NeurIPS 2020, Alg. 1 with the
     FO approximation of §5): from the server model, each local step draws two independent batches
     D, D' and takes
@@ -216,30 +232,28 @@ class PerFedAvg(FedAvg):
 
     name = "perfedavg"
     description = "Per-FedAvg (first-order MAML): personal model = one local gradient step from the server model"
+    Options = PerFedAvgOptions
 
     def __init__(self, alpha: float = 0.01, aggregator: str = "mean", aggregator_options: dict | None = None,
                  weights: str = "uniform"):
         super().__init__(aggregator, aggregator_options, weights)
         self.alpha = alpha
 
-    def setup(self, problem, solver):
-        _needs_gradient_solver(self.name, solver)
-
-    def local(self, message, clients, ctx: RoundContext):
-        loop = LocalLoop.of(ctx, self.name)
+    def local(self, message, clients, ctx: ClientContext):
+        run = ctx.solver.start(ctx)
         w = expand(message["x0"], ctx.ids.numel()).clone()
-        for q in range(loop.rounds):
-            inner, outer = loop.batch(), loop.batch()
-            w_tilde = w - self.alpha * loop.grad(w, inner)
-            w = loop.advance(q, w, w - loop.lr * loop.grad(w_tilde, outer))
-        return {"x": w}, clients
+        for q in range(run.rounds):
+            inner, outer = run.batch(q, 0), run.batch(q, 1)
+            w_tilde = w - self.alpha * run.grad(w, inner, q)
+            w = run.advance(q, w, w - run.lr * run.grad(w_tilde, outer, q))
+        return self.upload({"x": w}, ctx), clients
 
-    def personal_models(self, server, store, problem=None):
+    def personal_models(self, server, clients, problem=None):
         if problem is None:
             return None
         x0, n = server["x0"], problem.num_clients
-        grad_f = client_gradients(problem, counted=False)  # evaluation, not training work
-        out = torch.empty((n, *x0.shape), dtype=x0.dtype)
+        grad_f = problem.gradients()  # evaluation, not training work: not counted
+        out = torch.empty((n, *x0.shape), dtype=x0.dtype, device=x0.device)
         step = max(1, 4096 // max(1, int(problem.train.sizes.max())))
         for start in range(0, n, step):
             ids = torch.arange(start, min(start + step, n))

@@ -1,6 +1,6 @@
 """The primal-dual family as one parametrised rule: FedPD, FedADMM, FedDyn, A-FedPD.
 
-All four minimise the same local augmented Lagrangian (FedPD seed 004, eq. (11))
+All four minimise the same local augmented Lagrangian (the FedPD paper, Zhang et al. 2021, eq. (11))
 
     L_i(x) = f_i(x) + ⟨λ_i, x − x0⟩ + ‖x − x0‖²/(2η),
 
@@ -8,7 +8,7 @@ take the same dual step λ_i ← λ_i + (x_i − x0)/η, and set the server mode
 
     x0 ← mean_{S1} x_i + η · mean_{S2} λ_i.
 
-They differ only in the sets (A-FedPD seed 001, Table 1; REFERENCE_NOTES.md):
+They differ only in the sets (the A-FedPD paper, Sun, Shen, Tao, Table 1):
 
     preset    participation   S1 (consensus)  S2 (dual mean)               local start
     fedpd     all N           all N           all N                        warm (x_i)
@@ -21,11 +21,11 @@ x_i and the server keeps mean_N λ_i in O(d), adding (1/N)Σ_P (x_i − x0)/η e
 
 Where the metrics are taken (``output``): "server" is x0, the model the next round trains from;
 "average" is x̄ = mean_P x_i of the last communicating round — A-FedPD's "global average model"
-(seed 001, Alg. 1 line 14; Theorem 1 bounds ‖∇f(x̄)‖²) and what FedDyn's authors report. The
+(Alg. 1 line 14; Theorem 1 bounds ‖∇f(x̄)‖²) and what FedDyn's authors report. The
 two differ by η·mean_N λ_i; "average" needs the x_i uploads, i.e. dual_mean = "all".
 
 A-FedPD's virtual update gives every absent client λ_i += (x̄ − x0)/η (x̄ = mean of the
-participants' x_i, seed 001 Alg. 1). It is the same vector for all absent clients, so it is
+participants' x_i, A-FedPD Alg. 1). It is the same vector for all absent clients, so it is
 applied lazily: the server keeps the running sum D of these increments, each client the value
 D_i of D after its last participation, and a returning client adds D − D_i before training.
 Work and memory per round are O(|P|·d), never O(N·d). Cost: D is sent with x0 and again after
@@ -34,12 +34,71 @@ aggregation (2d extra floats down per participant), which the metrics count.
 
 from __future__ import annotations
 
+from fractions import Fraction
+from typing import Literal
 
 import torch
+from pydantic import Field, model_validator
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand, with_metrics
-from fedpd.errors import ConfigError
+from fedpd.algorithms.base import Algorithm, expand, with_metrics
+from fedpd.context import ClientContext, ServerContext
+from fedpd.options import Options, refuse
 from fedpd.solvers import LocalObjective
+
+
+class PrimalDualOptions(Options):
+    eta: float = Field(1.0, gt=0, description="η, the penalty parameter (ρ = α = 1/η elsewhere)")
+    participation: Literal["all", "sampled"] = Field("sampled", description="all: every client every round (FedPD)")
+    dual_mean: Literal["participants", "all"] = Field("all", description="S2, the set the dual mean averages over")
+    virtual_dual: bool = Field(False, description="A-FedPD's virtual dual update of absent clients")
+    start: Literal["warm", "server"] = Field("server", description="local training from x_i (warm) or from x0")
+    p: float = Field(0.0, ge=0, lt=1, description="probability of skipping communication in a round (FedPD)")
+    skip: Literal["random", "periodic"] = Field("random", description="random: a seeded coin; periodic: a fixed "
+                                                "schedule with exactly the rate 1 - p")
+    output: Literal["server", "average"] = Field("server", description="metrics at x0 or at the participants' mean x̄")
+    local_tol: float = Field(0.0, ge=0, description="ε₁ of FedPD's criterion (12): a client stops its local steps once "
+                             "‖∇L_i‖² <= ε₁ on its batch; 0: always the solver's Q steps")
+
+    @model_validator(mode="after")
+    def _sets(self):
+        if self.virtual_dual and self.dual_mean != "all":
+            raise refuse("virtual_dual", "needs dual_mean = 'all' (A-FedPD averages the duals over all clients)")
+        if self.p > 0 and self.participation != "all":
+            raise refuse("p", "communication skipping needs participation = 'all' (FedPD)")
+        if self.p > 0 and self.dual_mean == "all":
+            # the server's O(d) dual mean would miss the dual steps of the skipped rounds; with
+            # everyone taking part both sets are all N, so 'participants' is the same rule
+            raise refuse("dual_mean", "communication skipping (p > 0) needs dual_mean = 'participants' "
+                         "(with participation = 'all' both sets are all clients)")
+        if self.output == "average" and (self.dual_mean != "all" or self.participation == "all"):
+            raise refuse("output", "'average' needs the participants' x_i at the server "
+                         "(dual_mean = 'all', participation = 'sampled'; allowed here: server)")
+        return self
+
+
+class FedPDOptions(Options):
+    eta: float = Field(1.0, gt=0, description="η, the penalty parameter")
+    p: float = Field(0.0, ge=0, lt=1, description="probability of skipping communication in a round")
+    skip: Literal["random", "periodic"] = Field("random", description="random: a seeded coin (the paper); periodic: "
+                                                "a fixed schedule with exactly the rate 1 - p (the authors' code)")
+    local_tol: float = Field(0.0, ge=0, description="ε₁ of criterion (12): a client stops its local steps once "
+                             "‖∇L_i‖² <= ε₁ on its batch; 0: always the solver's Q steps")
+
+
+class PenaltyOptions(Options):
+    eta: float = Field(10.0, gt=0, description="η = 1/ρ (ρ = α of FedDyn, A-FedPD)")
+
+
+class DualMeanOptions(PenaltyOptions):
+    output: Literal["server", "average"] = Field("server", description="metrics at x0 or at the participants' mean x̄")
+
+
+def communicates_periodically(round: int, p: float) -> bool:
+    """Whether round ``round`` (0-based) communicates on the periodic schedule of skip rate p:
+    round t communicates iff ⌊(t + 1)(1 − p)⌋ > ⌊t(1 − p)⌋, so the first T rounds communicate
+    exactly ⌊T(1 − p)⌋ times for every p (exact rational arithmetic on p as written)."""
+    rate = 1 - Fraction(repr(p))
+    return (round + 1) * rate // 1 > round * rate // 1
 
 
 class PrimalDual(Algorithm):
@@ -52,33 +111,24 @@ class PrimalDual(Algorithm):
         virtual_dual: A-FedPD's virtual dual update of absent clients (needs dual_mean="all").
         start: "warm" (from the client's last x_i, FedPD) or "server" (from x0).
         p: FedPD's probability of skipping communication in a round (participation="all").
-        skip: "random" (seeded coin, the paper) or "periodic" (communicate every
-            round(1/(1 − p)) rounds, as the authors' Python code).
+        skip: "random" (the server's seeded coin, the paper) or "periodic" (a fixed schedule that
+            communicates in exactly ⌊T(1 − p)⌋ of the first T rounds; the authors' Python code
+            communicates every round(1/(1 − p)) rounds, which misses that rate for most p).
         output: "server" (x0) or "average" (x̄ = mean_P x_i) — the model the metrics evaluate.
+        local_tol: ε₁ of FedPD's local criterion (12): each client stops once ‖∇L_i‖² <= ε₁ on
+            its batch (its steps are then fewer than Q; reported as ``local_steps``).
     """
 
     name = "primal_dual"
     description = "the parametrised primal-dual rule (choose the sets yourself)"
+    Options = PrimalDualOptions
 
     def __init__(self, eta: float = 1.0, participation: str = "sampled", dual_mean: str = "all",
                  virtual_dual: bool = False, start: str = "server", p: float = 0.0, skip: str = "random",
-                 output: str = "server"):
-        if virtual_dual and dual_mean != "all":
-            raise ConfigError("algorithm.virtual_dual: needs dual_mean = 'all' (A-FedPD averages the duals over all clients)")
-        if p > 0 and participation != "all":
-            raise ConfigError("algorithm.p: communication skipping needs participation = 'all' (FedPD)")
-        if p > 0 and dual_mean == "all":
-            # the server's O(d) dual mean would miss the dual steps of the skipped rounds; with
-            # everyone taking part both sets are all N, so 'participants' is the same rule
-            raise ConfigError("algorithm.dual_mean: communication skipping (p > 0) needs dual_mean = 'participants' "
-                              "(with participation = 'all' both sets are all clients)")
-        if output == "average" and (dual_mean != "all" or participation == "all"):
-            raise ConfigError("algorithm.output: 'average' needs the participants' x_i at the server "
-                              "(dual_mean = 'all', participation = 'sampled'; allowed here: server)")
+                 output: str = "server", local_tol: float = 0.0):
         self.eta, self.participation, self.dual_mean = eta, participation, dual_mean
         self.virtual_dual, self.start, self.p, self.skip = virtual_dual, start, p, skip
-        self.output = output
-        self.period = max(1, round(1 / (1 - p)))
+        self.output, self.local_tol = output, local_tol
         # FedPD's clients keep their own anchor x0_i between communications.
         self.own_anchor = participation == "all"
 
@@ -106,8 +156,8 @@ class PrimalDual(Algorithm):
         if self.p == 0:
             return True
         if self.skip == "periodic":
-            return (round + 1) % self.period == 0
-        return bool(torch.rand((), generator=generator) >= self.p)
+            return communicates_periodically(round, self.p)
+        return bool(torch.rand((), generator=generator, dtype=torch.float64) >= self.p)
 
     def broadcast(self, server):
         if self.own_anchor:
@@ -117,17 +167,19 @@ class PrimalDual(Algorithm):
             message["D"] = server["D"]
         return message
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
         anchor = clients["x0"] if self.own_anchor else expand(message["x0"], k)
         lam = clients["lam"]
         if self.virtual_dual:  # catch up on the virtual updates missed while absent
             lam = lam + (message["D"] - clients["D_last"])
         start = clients["x"] if self.start == "warm" else anchor
-        x, extra, gap = self.local_solve(ctx, clients, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor))
+        x, extra, gap, steps = self.local_solve(ctx, clients, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor))
         metrics = {"metric_primal_residual": ((x - anchor) ** 2).sum(1)}
         if gap is not None:
             metrics["metric_dual_drift"] = gap
+        if self.local_tol:
+            metrics["metric_local_steps"] = steps.to(x.device, x.dtype)
         lam = lam + (x - anchor) / self.eta
         new = dict(clients, lam=lam, **extra)
         if self.start == "warm":
@@ -138,13 +190,13 @@ class PrimalDual(Algorithm):
         upload = {"z": z} if self.dual_mean == "participants" else {"x": x}
         return {**upload, **metrics}, new
 
-    def local_solve(self, ctx: RoundContext, clients, start, objective: LocalObjective):
+    def local_solve(self, ctx: ClientContext, clients, start, objective: LocalObjective):
         """Minimise L_i from ``start``: (x [K, d], extra client-state entries, ‖∇L_i(start)‖² [K]
-        or None). FedPD-VR replaces this with its SARAH oracle."""
-        res = ctx.solver.solve(ctx.problem, ctx.ids, start, objective, ctx.round, ctx.generator)
-        return res.x, {}, res.start_grad_sq
+        or None, steps taken [K]). FedPD-VR replaces this with its SARAH oracle."""
+        res = ctx.solver.solve(ctx, start, objective, tol=self.local_tol)
+        return res.x, {}, res.start_grad_sq, res.steps
 
-    def aggregate(self, server, uploads, ctx: RoundContext):
+    def aggregate(self, server, uploads, ctx: ServerContext):
         server = with_metrics(server, uploads)
         if self.dual_mean == "participants":
             x0 = uploads["z"].mean(0)
@@ -176,16 +228,24 @@ class PrimalDual(Algorithm):
             new["D_last"] = expand(reply["D"], ctx.ids.numel()).clone()
         return new
 
-    def model(self, server, store):
+    def evaluation_model(self, server, clients):
         if self.own_anchor:  # between communications the server model is the mean of the x0_i
-            return store.mean("x0")
+            return clients.mean("x0")
         return server["x_bar"] if self.output == "average" else server["x0"]
+
+    def diagnostics(self, server):
+        out = super().diagnostics(server)
+        if "local_steps" in server:
+            out["local_steps"] = float(server["local_steps"])
+        return out
 
 
 class FedPD(PrimalDual):
-    """FedPD (Zhang, Hong, Dhople, Yin, Liu — seed 004, Alg. 2 with Oracle I, Alg. 3).
+    """FedPD (Zhang, Hong, Dhople, Yin, Liu, "FedPD: a federated learning framework with optimal
+    rates and adaptivity to non-IID data", 2021; Alg. 2 with Oracle I, Alg. 3).
 
-    Every client, every round: Q steps of GD/SGD on L_i warm-started from x_i (eq. (12));
+    Every client, every round: Q steps of GD/SGD on L_i warm-started from x_i (eq. (12); with
+    ``local_tol`` > 0 a client stops early once its criterion ‖∇L_i‖² <= ε₁ holds);
     λ_i ← λ_i + (x_i − x0_i)/η (Alg. 2 line 5); x0_i⁺ = x_i + ηλ_i with the new λ_i (line 6).
     With probability 1 − p the server averages x0 = mean_i x0_i⁺ over all N and sends it back;
     otherwise nobody communicates and each client keeps x0_i = x0_i⁺ (line 7–8).
@@ -193,13 +253,16 @@ class FedPD(PrimalDual):
 
     name = "fedpd"
     description = "FedPD: all clients solve the augmented Lagrangian; communication skipped with prob. p"
+    Options = FedPDOptions
 
-    def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random"):
-        super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip)
+    def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", local_tol: float = 0.0):
+        super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip,
+                         local_tol=local_tol)
 
 
 class FedDyn(PrimalDual):
-    """FedDyn (Acar et al., ICLR 2021) in the notation of seed 000, Alg. 2.
+    """FedDyn (Acar et al., ICLR 2021) in the notation of Zhang & Hong, "On the connection between
+    FedDyn and FedPD" (2021), Alg. 2.
 
     Participants minimise f_i(x) + ⟨g_i, x − x0⟩ + ‖x − x0‖²/(2η) from x0 and update
     g_i ← g_i + (x_i − x0)/η; the server keeps h = mean_N g_i:
@@ -209,28 +272,35 @@ class FedDyn(PrimalDual):
 
     name = "feddyn"
     description = "FedDyn: dynamic regulariser; dual mean over all clients, consensus over participants"
+    Options = DualMeanOptions
 
     def __init__(self, eta: float = 10.0, output: str = "server"):
         super().__init__(eta=eta, participation="sampled", dual_mean="all", start="server", output=output)
 
 
 class FedADMM(PrimalDual):
-    """FedADMM (Wang et al. 2022 / Gong et al. 2022; seed 001, Table 1 row 2): participants solve
-    L_i from x0, λ_i ← λ_i + (x_i − x0)/η, upload x_i + ηλ_i; x0 = mean_P (x_i + ηλ_i)."""
+    """FedADMM as the A-FedPD paper's Table 1 defines it (Sun, Shen, Tao, "A-FedPD: aligning
+    dual-drift is all federated primal-dual learning needs", row "FedADMM"):
+    participants solve L_i from x0, λ_i ← λ_i + (x_i − x0)/η, upload x_i + ηλ_i, and the server
+    sets x0 = mean_P (x_i + ηλ_i) — consensus and dual mean over the participants only. (Wang et
+    al. 2022 and Gong et al. 2022 publish variants of FedADMM; this is the table's rule.)"""
 
     name = "fedadmm"
     description = "FedADMM: consensus and dual mean over the participants only"
+    Options = PenaltyOptions
 
     def __init__(self, eta: float = 10.0):
         super().__init__(eta=eta, participation="sampled", dual_mean="participants", start="server")
 
 
 class AFedPD(PrimalDual):
-    """A-FedPD (Sun, Shen, Tao — seed 001, Alg. 1): FedDyn's sets plus the virtual dual update
+    """A-FedPD (Sun, Shen, Tao, "A-FedPD: aligning dual-drift is all federated primal-dual
+    learning needs", 2024; Alg. 1): FedDyn's sets plus the virtual dual update
     λ_i ← λ_i + (x̄ − x0)/η for every absent client, applied lazily (module docstring)."""
 
     name = "afedpd"
     description = "A-FedPD: FedDyn plus virtual dual updates for absent clients (lazy, O(|P| d) per round)"
+    Options = DualMeanOptions
 
     def __init__(self, eta: float = 10.0, output: str = "server"):
         super().__init__(eta=eta, participation="sampled", dual_mean="all", virtual_dual=True, start="server",

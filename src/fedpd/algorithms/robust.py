@@ -2,14 +2,18 @@
 
 The aggregators themselves live in one place, :mod:`fedpd.aggregators` (weighted mean, geometric
 median by smoothed Weiszfeld, coordinate-wise median, trimmed mean, Krum / multi-Krum, Fed+'s
-eq. (25)). This module is the glue an algorithm needs: it checks the config's ``aggregator`` /
-``aggregator_options`` / ``weights`` once (one-line :class:`ConfigError` naming the key), and
-aggregates K rows with uniform or sample-size weights. So RFA (Pillutla et al. 2022) is FedAvg
-with ``aggregator = "geometric_median"``, and Yin et al.'s median / trimmed-mean servers are
-FedAvg with those names.
+eq. (25)). This module is the glue an algorithm needs: the config's ``aggregator`` /
+``aggregator_options`` / ``weights`` (:class:`AggregatorOptions`, checked once with the config),
+and K rows aggregated with uniform or sample-size weights. So RFA (Pillutla et al. 2022) is
+FedAvg with ``aggregator = "geometric_median"``, and Yin et al.'s median / trimmed-mean servers
+are FedAvg with those names.
+
+With ``weights = "samples"`` each participant sends its number of training samples n_i with its
+upload (key ``n``, one float, counted as communication, as Flower's clients send
+``num-examples``): the server never reads the clients' data sizes from anywhere else.
 
 :class:`RobustAveraging` is the mixin for algorithms whose server takes a mean of models (FedAvg,
-FedProx, FedSAM, Ditto, APFL, pFedMe, Per-FedAvg): ``self.average(server, rows, ctx)`` is the
+FedProx, FedSAM, Ditto, APFL, pFedMe, Per-FedAvg): ``self.average(server, uploads, key)`` is the
 plain mean or the configured aggregate, and the server state then keeps two counters, reported
 as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
 ``agg_unconverged_rounds`` (rounds so far whose iterative aggregator stopped at its cap
@@ -18,44 +22,70 @@ as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
-from fedpd.aggregators import AGGREGATORS, make_aggregator
+from fedpd.aggregators import AGGREGATORS, make_aggregator, min_rows
 from fedpd.errors import ConfigError
-from fedpd.problems.base import Problem
+from fedpd.options import Options, refuse
 
 #: aggregator names a config may give (Fed+'s own eq. (25) is chosen by Fed+'s Ψ, not here)
 NAMES = tuple(n for n in AGGREGATORS if n != "fedplus")
-WEIGHTS = ("uniform", "samples")
+AggregatorName = Literal[NAMES]  # type: ignore[valid-type]
+WEIGHTS = Literal["uniform", "samples"]
+SAMPLES = "n"  # the upload key of a client's sample count
+
+
+class AggregatorOptions(Options):
+    aggregator: AggregatorName = Field("mean", description="server aggregation (fedpd list: aggregators)")
+    aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
+    weights: WEIGHTS = Field("uniform", description="uniform, or samples: by each client's data size (sent with the upload)")
+
+    @model_validator(mode="after")
+    def _aggregator_options(self):
+        check_aggregator_options(self.aggregator, self.aggregator_options)
+        return self
+
+
+def check_aggregator_options(name: str, options: dict) -> None:
+    """``options`` against aggregator ``name``'s own options model (inside an options validator)."""
+    try:
+        make_aggregator(name, **options)
+    except ConfigError as err:
+        raise refuse("aggregator_options", str(err).removeprefix("aggregator_options.").lstrip(": ")) from None
 
 
 class ServerAggregator:
-    """``agg(rows [K, d], problem, ids) -> (aggregate [d], info)`` for a named aggregator.
+    """``agg(rows [K, d], weights [K] or None) -> (aggregate [d], info)`` for a named aggregator.
 
-    ``weights="samples"`` weighs client i by its number of training samples (FedAvg's n_i / n);
-    aggregators without weights (trimmed mean, Krum) then ignore them, as their papers do.
-    """
+    ``weights`` (the senders' sample counts with ``weights="samples"``): aggregators without
+    weights (trimmed mean, Krum) ignore them, as their papers do."""
 
-    def __init__(self, name: str = "mean", options: dict | None = None, weights: str = "uniform",
-                 key: str = "algorithm"):
-        if name not in NAMES:
-            raise ConfigError(f"{key}.aggregator: unknown aggregator {name!r} (allowed: {', '.join(NAMES)})")
-        if weights not in WEIGHTS:
-            raise ConfigError(f"{key}.weights: {weights!r} (allowed: {', '.join(WEIGHTS)})")
-        try:
-            self.fn = make_aggregator(name, **dict(options or {}))
-        except ConfigError as err:
-            raise ConfigError(f"{key}.aggregator_options: {err}") from None
-        self.name, self.weights = name, weights
+    def __init__(self, name: str = "mean", options: dict | None = None, weights: str = "uniform"):
+        self.fn = make_aggregator(name, **dict(options or {}))
+        self.name, self.weights, self.options = name, weights, dict(options or {})
         #: the plain unweighted mean: callers keep their exact ``rows.mean(0)`` path
         self.is_mean = name == "mean" and weights == "uniform"
 
-    def __call__(self, rows: Tensor, problem: Problem, ids: Tensor) -> tuple[Tensor, dict]:
+    def __call__(self, rows: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
         if self.is_mean:
             return rows.mean(0), {"iterations": 0, "converged": True}
-        w = problem.train.sizes[ids].to(rows.dtype) if self.weights == "samples" else None
-        return self.fn(rows, weights=w)
+        return self.fn(rows, weights=weights if self.weights == "samples" else None)
+
+
+def sample_weights(uploads: dict) -> Tensor | None:
+    """The senders' sample counts, if they sent them."""
+    return uploads.get(SAMPLES)
+
+
+def with_sizes(upload: dict, ctx, weights: str) -> dict:
+    """``upload`` plus the clients' sample counts when the server weighs by them."""
+    if weights != "samples":
+        return upload
+    return {**upload, SAMPLES: ctx.data.sizes.to(next(iter(upload.values())).dtype)}
 
 
 # --- the aggregation counters in the server state ----------------------------------------------
@@ -79,26 +109,37 @@ def counter_metrics(server: dict) -> dict[str, int]:
 
 class RobustAveraging:
     """Mixin for an algorithm whose server averages models: call :meth:`use_aggregator` in
-    ``__init__`` and :meth:`average` in ``aggregate`` (which must keep the returned counters in
-    the new server state)."""
+    ``__init__``, :meth:`upload` on the client side and :meth:`average` in ``aggregate`` (which
+    must keep the returned counters in the new server state)."""
 
     robust: ServerAggregator | None = None  # None: the plain mean
+    weights: str = "uniform"
 
     def use_aggregator(self, aggregator: str = "mean", aggregator_options: dict | None = None,
                        weights: str = "uniform") -> None:
         robust = ServerAggregator(aggregator, aggregator_options, weights)
         self.robust = None if robust.is_mean else robust
+        self.weights = weights
+
+    def min_uploads(self) -> int:
+        """The fewest uploads the configured aggregator accepts (checked against the sampler)."""
+        return 1 if self.robust is None else min_rows(self.robust.name, self.robust.options)
 
     def init_server(self, x0: Tensor) -> dict:
         server = super().init_server(x0)
         return server if self.robust is None else {**server, **initial_counters()}
 
-    def average(self, server: dict, rows: Tensor, ctx) -> tuple[Tensor, dict]:
-        """(the aggregate of ``rows`` [K, d], the counters to store in the server state)."""
+    def upload(self, upload: dict, ctx) -> dict:
+        """What a client sends: ``upload`` plus its sample count n_i with weights = "samples"."""
+        return with_sizes(upload, ctx, self.weights)
+
+    def average(self, server: dict, uploads: dict, key: str = "x") -> tuple[Tensor, dict]:
+        """(the aggregate of ``uploads[key]`` [K, d], the counters to store in the server state)."""
+        rows = uploads[key]
         if self.robust is None:
             return rows.mean(0), {}
-        agg, info = self.robust(rows, ctx.problem, ctx.ids)
+        agg, info = self.robust(rows, sample_weights(uploads))
         return agg, counters(server, info)
 
-    def diagnostics(self, server, store):
-        return {**super().diagnostics(server, store), **counter_metrics(server)}
+    def diagnostics(self, server):
+        return {**super().diagnostics(server), **counter_metrics(server)}

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand
-from fedpd.errors import ConfigError
-from fedpd.solvers import GradientSolver, LocalObjective
+from pydantic import Field
+
+from fedpd.algorithms.base import Algorithm, expand
+from fedpd.context import ClientContext, ServerContext
+from fedpd.options import Options
+from fedpd.solvers import LocalObjective
+
+
+class ScaffoldOptions(Options):
+    server_lr: float = Field(1.0, gt=0, description="η_g: the server's step on the mean Δx")
 
 
 class Scaffold(Algorithm):
@@ -14,18 +21,17 @@ class Scaffold(Algorithm):
     after K_i local steps of size η1:  c_i⁺ = c_i − c + (x0 − x_i)/(K_i η1).
     Uploads Δx_i = x_i − x0 and Δc_i = c_i⁺ − c_i; server x0 ← x0 + η_g · mean Δx,
     c ← c + (|P|/N) · mean Δc. Per participant: 2d floats down and 2d up.
+    c_i⁺ is built from the number and size of local steps, so it needs a gradient solver.
     """
 
     name = "scaffold"
     description = "SCAFFOLD (option II): control variates correct the client drift"
+    Options = ScaffoldOptions
+    needs_gradient_solver = True
+    update_uploads = ("dx", "dc")
 
     def __init__(self, server_lr: float = 1.0):
         self.server_lr = server_lr
-
-    def setup(self, problem, solver):
-        # c_i⁺ is built from the number and size of local steps: an exact solve has neither
-        if not isinstance(solver, GradientSolver):
-            raise ConfigError("solver.name: SCAFFOLD's control variates need local gradient steps (allowed: gd, sgd)")
 
     def init_server(self, x0):
         return {"x0": x0.clone(), "c": x0.new_zeros(x0.shape)}
@@ -36,14 +42,15 @@ class Scaffold(Algorithm):
     def broadcast(self, server):
         return {"x0": server["x0"], "c": server["c"]}
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
         x0, c, ci = expand(message["x0"], k), expand(message["c"], k), clients["c"]
-        res = ctx.solver.solve(ctx.problem, ctx.ids, x0, LocalObjective(linear=c - ci), ctx.round, ctx.generator)
-        ci_new = ci - c + (x0 - res.x) / (res.steps[:, None].to(x0.dtype) * res.lr)
+        res = ctx.solver.solve(ctx, x0, LocalObjective(linear=c - ci))
+        steps = res.steps.to(x0.device, x0.dtype)[:, None]
+        ci_new = ci - c + (x0 - res.x) / (steps * res.lr)
         return {"dx": res.x - x0, "dc": ci_new - ci}, {"c": ci_new}
 
-    def aggregate(self, server, uploads, ctx):
+    def aggregate(self, server, uploads, ctx: ServerContext):
         k = uploads["dx"].shape[0]
         return {
             "x0": server["x0"] + self.server_lr * uploads["dx"].mean(0),

@@ -1,8 +1,9 @@
-"""Seed 003 (J. Xu, "Possible algorithms for federated learning", 2020): Parallel SAGA and
-Parallel ADMM, each with its stochastic (minibatch) version.
+"""Xu, "Possible algorithms for federated learning" (2020): Parallel SAGA and Parallel ADMM, each
+with its stochastic (minibatch) version.
 
 None of them runs a local solver: a client evaluates one (full or minibatch) gradient per round,
-so the ``[solver]`` section is not used. Their step size is ``algorithm.eta``, as in the text.
+so they take no ``[solver]`` settings (a changed one is refused). Their step size is
+``algorithm.eta``, as in the text.
 
 The text minimises f = Σ_i f_i with f_i a *sum* over the client's samples; fedpd's f_i is the
 client's *mean* loss (plus the regulariser), as everywhere in the package. Both methods are
@@ -11,14 +12,36 @@ written for that f_i; what changes is only the scale of η (η_text = η / n_i f
 
 from __future__ import annotations
 
-import torch
+from typing import Literal
 
-from fedpd.algorithms.base import Algorithm, RoundContext, expand, mean_sq_dist
-from fedpd.solvers import client_gradients
+import torch
+from pydantic import Field
+
+from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
+from fedpd.context import ClientContext, FederationInfo
+from fedpd.options import Options
+
+
+class SAGAOptions(Options):
+    eta: float = Field(0.01, gt=0, description="step size (on the sum of the f_i)")
+    init: Literal["gradients", "zero"] = Field("gradients", description="y_j at the start: ∇f_j(w⁰) (round 0 "
+                                               "takes every client, as the text) or 0")
+
+
+class StochasticSAGAOptions(SAGAOptions):
+    batch_size: int = Field(1, ge=1, description="samples per client and round, without replacement")
+
+
+class ADMMOptions(Options):
+    eta: float = Field(0.1, gt=0, description="step size")
+
+
+class StochasticADMMOptions(ADMMOptions):
+    batch_size: int = Field(1, ge=1, description="samples per client and round, with replacement")
 
 
 class ParallelSAGA(Algorithm):
-    """Parallel "SAGA" (seed 003, Alg. 1), adapted from Push-Pull / SAGA.
+    """Parallel "SAGA" (Xu 2020, Alg. 1), adapted from Push-Pull / SAGA.
 
     The server keeps w (= x0) and y, an estimate of Σ_i ∇f_i(w) — the gradient of the *sum*
     f = Σ_i f_i, not of fedpd's mean objective (1/N)Σ_i f_i: the server step is on the sum, so
@@ -38,7 +61,10 @@ class ParallelSAGA(Algorithm):
     """
 
     name = "parallel_saga"
-    description = "Parallel SAGA (seed 003, Alg. 1): server steps on a table of the clients' last full gradients"
+    description = "Parallel SAGA (Xu 2020, Alg. 1): server steps on a table of the clients' last full gradients"
+    Options = SAGAOptions
+    uses_solver = False
+    update_uploads = ("dg",)
 
     def __init__(self, eta: float = 0.01, init: str = "gradients"):
         self.eta, self.init = eta, init
@@ -54,12 +80,12 @@ class ParallelSAGA(Algorithm):
     def init_client(self, x0):
         return {"y": torch.zeros_like(x0)}
 
-    def fresh_gradients(self, message, clients, ctx: RoundContext):
+    def fresh_gradients(self, message, clients, ctx: ClientContext):
         """(Δg [K, d], new client state)."""
-        g = client_gradients(ctx.problem)(expand(message["x0"], ctx.ids.numel()), *ctx.problem.train.padded(ctx.ids))
+        g = ctx.data.gradient(expand(message["x0"], ctx.ids.numel()), *ctx.data.all())
         return g - clients["y"], {"y": g}
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         dg, new = self.fresh_gradients(message, clients, ctx)
         return {"dg": dg}, new
 
@@ -69,7 +95,7 @@ class ParallelSAGA(Algorithm):
 
 
 class StochasticSAGA(ParallelSAGA):
-    """Stochastic / batch Parallel "SAGA" (seed 003, Alg. 2).
+    """Stochastic / batch Parallel "SAGA" (Xu 2020, Alg. 2).
 
     Each client keeps a table of per-sample gradients y_{i,j}, one row per local sample, of
     ∇(l_j + r)(w)/n_i so that Σ_j y_{i,j} estimates ∇f_i (fedpd's f_i is the mean loss plus
@@ -80,53 +106,56 @@ class StochasticSAGA(ParallelSAGA):
     full participation it is again exactly gradient descent on Σ_i f_i.
 
     Memory: each client that has taken part holds an [n_max, d] table (n_max = the largest
-    client), i.e. n_max·d floats per materialised client — fine for small problems, the price
-    of a per-sample SAGA table. ``init = "gradients"`` is the text's y_{i,j}⁰ = ∇l_j(w⁰)/n_i for
-    every sample: round 0 takes every client and refreshes every row of its table (as
-    :class:`ParallelSAGA`'s initial pass); ``"zero"`` starts from empty tables.
+    client, a static fact of the federation), i.e. n_max·d floats per materialised client —
+    fine for small problems, the price of a per-sample SAGA table. ``init = "gradients"`` is
+    the text's y_{i,j}⁰ = ∇l_j(w⁰)/n_i for every sample: round 0 takes every client and
+    refreshes every row of its table (as :class:`ParallelSAGA`'s initial pass); ``"zero"``
+    starts from empty tables.
     """
 
     name = "stochastic_saga"
-    description = "Stochastic Parallel SAGA (seed 003, Alg. 2): per-sample gradient tables on the clients"
+    description = "Stochastic Parallel SAGA (Xu 2020, Alg. 2): per-sample gradient tables on the clients"
+    Options = StochasticSAGAOptions
 
     def __init__(self, eta: float = 0.01, batch_size: int = 1, init: str = "gradients"):
         super().__init__(eta, init)
         self.batch_size = batch_size
         self.table_rows = 0
 
-    def setup(self, problem, solver):
-        self.table_rows = int(problem.train.sizes.max())  # a static fact of the data, not state
+    def setup(self, info: FederationInfo, solver):
+        self.table_rows = info.max_client_samples  # a static fact of the federation, not state
 
     def init_client(self, x0):
         return {"table": x0.new_zeros((self.table_rows, *x0.shape))}
 
-    def fresh_gradients(self, message, clients, ctx: RoundContext):
-        split, ids, table = ctx.problem.train, ctx.ids, clients["table"]
+    def fresh_gradients(self, message, clients, ctx: ClientContext):
+        table = clients["table"]
         k, rows, d = table.shape
-        sizes = split.sizes[ids]
+        sizes = ctx.data.sizes.cpu()
         # the text's initial pass (init = "gradients", round 0: every client) fills the whole table
         b = rows if ctx.round == 0 and self.init == "gradients" else min(self.batch_size, rows)
-        # B distinct samples per client: rank uniform keys, padding rows sorted last
-        keys = torch.rand(k, rows, generator=ctx.generator, dtype=torch.float64)
+        # B distinct samples per client: rank uniform keys from its own stream, padding rows last
+        keys = ctx.rng("batches").uniform(rows)
         keys = torch.where(torch.arange(rows)[None, :] < sizes[:, None], keys, 2.0)
         pick = keys.argsort(1)[:, :b]  # [K, b] local sample indices
         valid = torch.arange(b)[None, :] < sizes[:, None]  # only min(B, n_i) of them are real
-        rows_global = split.offsets[ids][:, None] + torch.where(valid, pick, 0)
-        X, Y = split.x[rows_global], split.y[rows_global]  # [K, b, ...]
+        X, Y = ctx.data.samples(torch.where(valid, pick, 0))  # [K, b, ...]
         real = valid.reshape(-1)  # one gradient per real sample (none for the padding of small clients)
         m = int(real.sum())
+        real_dev = real.to(table.device)
         per_sample = table.new_zeros(k * b, d)
-        per_sample[real] = client_gradients(ctx.problem)(
-            expand(message["x0"], m), X.reshape(k * b, 1, *X.shape[2:])[real], Y.reshape(k * b, 1)[real],
-            torch.ones(m, 1, dtype=table.dtype))
-        new_rows = per_sample.view(k, b, d) / sizes[:, None, None].to(table.dtype)
+        per_sample[real_dev] = ctx.data.gradient(
+            expand(message["x0"], m), X.reshape(k * b, 1, *X.shape[2:])[real_dev], Y.reshape(k * b, 1)[real_dev],
+            torch.ones(m, 1, dtype=table.dtype, device=table.device))
+        new_rows = per_sample.view(k, b, d) / sizes[:, None, None].to(table.device, table.dtype)
+        pick, valid = pick.to(table.device), valid.to(table.device)
         index = pick[..., None].expand(k, b, d)
         old_rows = table.gather(1, index) * valid[..., None]
         return (new_rows - old_rows).sum(1), {"table": table.scatter(1, index, new_rows)}
 
 
 class ParallelADMM(Algorithm):
-    """Parallel "ADMM" (seed 003, Alg. 3; ID-FBBS of Xu et al. 2018 with W = 11ᵀ/K).
+    """Parallel "ADMM" (Xu 2020, Alg. 3; ID-FBBS of Xu et al. 2018 with W = 11ᵀ/K).
 
     Every client, every round. The server averages w_av = mean_i w_i (= x0); each client keeps
     w_i and y_i (y_i⁰ = 0) and updates
@@ -146,8 +175,10 @@ class ParallelADMM(Algorithm):
     """
 
     name = "parallel_admm"
-    description = "Parallel ADMM (seed 003, Alg. 3): consensus ADMM with one gradient step per round, all clients"
+    description = "Parallel ADMM (Xu 2020, Alg. 3): consensus ADMM with one gradient step per round, all clients"
+    Options = ADMMOptions
     participation = "all"
+    uses_solver = False
 
     def __init__(self, eta: float = 0.1):
         self.eta = eta
@@ -155,10 +186,10 @@ class ParallelADMM(Algorithm):
     def init_client(self, x0):
         return {"w": x0.clone(), "y": torch.zeros_like(x0)}
 
-    def gradients(self, w, ctx: RoundContext):
-        return client_gradients(ctx.problem)(w, *ctx.problem.train.padded(ctx.ids))
+    def gradients(self, w, ctx: ClientContext):
+        return ctx.data.gradient(w, *ctx.data.all())
 
-    def local(self, message, clients, ctx: RoundContext):
+    def local(self, message, clients, ctx: ClientContext):
         w_av = expand(message["x0"], ctx.ids.numel())
         w = clients["w"]
         y = clients["y"] + w - w_av  # the dual step of the previous round, with its new average
@@ -171,18 +202,18 @@ class ParallelADMM(Algorithm):
 
 
 class StochasticADMM(ParallelADMM):
-    """Stochastic / batch Parallel "ADMM" (seed 003, Alg. 4): Parallel ADMM with ∇f_i(w_i)
+    """Stochastic / batch Parallel "ADMM" (Xu 2020, Alg. 4): Parallel ADMM with ∇f_i(w_i)
     replaced by the mean gradient over B samples drawn uniformly with replacement (the text's
     Σ_{j∈B} is a sum; the mean keeps it an unbiased estimate of fedpd's mean-loss ∇f_i). The
     dual step uses the new average w_av⁺, as Alg. 4 writes it."""
 
     name = "stochastic_admm"
-    description = "Stochastic Parallel ADMM (seed 003, Alg. 4): minibatch gradient, new average in the dual step"
+    description = "Stochastic Parallel ADMM (Xu 2020, Alg. 4): minibatch gradient, new average in the dual step"
+    Options = StochasticADMMOptions
 
     def __init__(self, eta: float = 0.1, batch_size: int = 1):
         super().__init__(eta)
         self.batch_size = batch_size
 
-    def gradients(self, w, ctx: RoundContext):
-        batch = ctx.problem.train.minibatch(ctx.ids, self.batch_size, ctx.generator)
-        return client_gradients(ctx.problem)(w, *batch)
+    def gradients(self, w, ctx: ClientContext):
+        return ctx.data.gradient(w, *ctx.data.minibatch(self.batch_size, ctx.rng("batches")))

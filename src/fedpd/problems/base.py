@@ -16,8 +16,10 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+from torch.func import grad, vmap
 
 from fedpd.flat import FlatModel
+from fedpd.streams import ClientStreams
 
 
 @dataclass
@@ -39,7 +41,7 @@ class ClientSplit:
     @property
     def owner(self) -> Tensor:
         """The client of every sample, int64 [n]."""
-        return torch.repeat_interleave(torch.arange(self.num_clients), self.sizes)
+        return torch.repeat_interleave(torch.arange(self.num_clients, device=self.offsets.device), self.sizes)
 
     @classmethod
     def from_parts(cls, xs: list[Tensor], ys: list[Tensor]) -> "ClientSplit":
@@ -52,17 +54,24 @@ class ClientSplit:
         with W = 1 on real samples and 0 on padding."""
         sizes = self.sizes[ids]
         m = int(sizes.max()) if ids.numel() else 0
-        j = torch.arange(m)
+        j = torch.arange(m, device=sizes.device)
         mask = j[None, :] < sizes[:, None]
         index = torch.where(mask, self.offsets[ids][:, None] + j[None, :], self.offsets[ids][:, None])
         return self.x[index], self.y[index], mask.to(self.x.dtype if self.x.is_floating_point() else torch.float32)
 
-    def minibatch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-        """``batch_size`` samples per client drawn uniformly with replacement: X [K, B, ...], Y [K, B], W."""
-        u = torch.rand(ids.numel(), batch_size, generator=generator, dtype=torch.float64)
+    def minibatch(self, ids: Tensor, batch_size: int, rng: ClientStreams) -> tuple[Tensor, Tensor, Tensor]:
+        """``batch_size`` samples per client drawn uniformly with replacement from each client's own
+        stream (``rng``, one row per client of ``ids``): X [K, B, ...], Y [K, B], W [K, B]."""
+        u = rng.uniform(batch_size).to(self.offsets.device)
         index = self.offsets[ids][:, None] + (u * self.sizes[ids][:, None]).long()
         dtype = self.x.dtype if self.x.is_floating_point() else torch.float32
-        return self.x[index], self.y[index], torch.ones(index.shape, dtype=dtype)
+        return self.x[index], self.y[index], torch.ones(index.shape, dtype=dtype, device=self.x.device)
+
+    def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "ClientSplit":
+        """The same split with float data in ``dtype`` and everything on ``device`` (same class)."""
+        x = self.x.to(dtype) if dtype is not None and self.x.is_floating_point() else self.x
+        y = self.y.to(dtype) if dtype is not None and self.y.is_floating_point() else self.y
+        return replace(self, x=x.to(device), y=y.to(device), offsets=self.offsets.to(device))
 
 
 @dataclass
@@ -95,6 +104,25 @@ class Problem:
     def dim(self) -> int:
         return self.model.dim
 
+    @property
+    def device(self) -> torch.device:
+        return self.x_init.device
+
+    def gradients(self, counted: bool = True):
+        """∇f_i at x for a leading axis of clients (or samples): vmap over (x [K, d], X [K, B, ...],
+        Y [K, B], W [K, B]) -> [K, d]. ``counted=False`` for evaluation work (not in sample_grads)."""
+        fn = self.__dict__.get("_vmapped_grad")
+        if fn is None:
+            fn = self.__dict__["_vmapped_grad"] = vmap(grad(self.client_loss))
+        return fn
+
+    def count(self, W: Tensor, active: Tensor | None = None) -> None:
+        """Add the real samples of a gradient call to ``sample_grads`` (rows ``active`` only:
+        a straggler that is done computes nothing, whatever a vectorised loop does)."""
+        if active is not None:
+            W = W[active.to(W.device)]
+        self.sample_grads = self.sample_grads + W.count_nonzero()
+
     def client_loss(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
         """f_i at x on a (weighted) batch of one client; vmap over clients for [K, d]."""
         per_sample = self.loss(self.model(x, X), Y)
@@ -103,14 +131,57 @@ class Problem:
             value = value + self.regularizer(x)
         return value
 
-    def to(self, dtype: torch.dtype) -> "Problem":
-        """The same problem with float data, parameters and x_init in ``dtype``."""
-
-        def cast(split: ClientSplit) -> ClientSplit:
-            x = split.x.to(dtype) if split.x.is_floating_point() else split.x
-            y = split.y.to(dtype) if split.y.is_floating_point() else split.y
-            return replace(split, x=x, y=y)  # keeps subclasses (e.g. augmented minibatches)
-
-        self.train, self.test = cast(self.train), cast(self.test)
-        self.x_init = self.x_init.to(dtype)
+    def to(self, dtype: torch.dtype, device: torch.device | str = "cpu") -> "Problem":
+        """The same problem with float data and x_init in ``dtype``, data, model and x_init on
+        ``device`` (the model's parameters are only a template: fedpd evaluates it at flat vectors)."""
+        self.train, self.test = self.train.to(dtype, device), self.test.to(dtype, device)
+        self.x_init = self.x_init.to(dtype).to(device)
+        self.model.to(device)
+        self.__dict__.pop("_vmapped_grad", None)
+        self.__dict__.pop("_eval_weights", None)
         return self
+
+
+class ClientData:
+    """What a client rule may read of the problem: the training data of the clients ``ids`` of one
+    call — nobody else's — with its model and loss. Rows follow ``ids``.
+
+    ``batch(...)`` draws come from each client's own stream, and every gradient is counted in
+    the problem's ``sample_grads`` where it is computed."""
+
+    def __init__(self, problem: Problem, ids: Tensor):
+        self._problem, self.ids = problem, ids
+        self.sizes = problem.train.sizes[ids.to(problem.train.offsets.device)]
+        self._all = None
+
+    def __len__(self) -> int:
+        return self.ids.numel()
+
+    @property
+    def quadratic(self) -> tuple[Tensor, Tensor] | None:
+        """(H [K, d, d], g [K, d]) of quadratic f_i = ½xᵀH_i x − g_iᵀx + c_i, or None."""
+        q = self._problem.quadratic
+        return None if q is None else q(self._problem.train, self.ids)
+
+    def all(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Every own sample, padded to the largest client of the call (W = 0 on padding)."""
+        if self._all is None:
+            self._all = self._problem.train.padded(self.ids)
+        return self._all
+
+    def minibatch(self, batch_size: int, rng: ClientStreams) -> tuple[Tensor, Tensor, Tensor]:
+        """``batch_size`` own samples per client, uniformly with replacement (augmented if the
+        problem augments), drawn from ``rng``."""
+        return self._problem.train.minibatch(self.ids, batch_size, rng)
+
+    def samples(self, local: Tensor) -> tuple[Tensor, Tensor]:
+        """Own samples by local index (``local`` [K, b], entries < each client's size): X, Y."""
+        split = self._problem.train
+        index = split.offsets[self.ids.to(split.offsets.device)][:, None] + local.to(split.offsets.device)
+        return split.x[index], split.y[index]
+
+    def gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None) -> Tensor:
+        """∇f at x [M, d] on (X, Y, W) per leading row (clients, or single samples), counted
+        (rows ``active`` only)."""
+        self._problem.count(W, active)
+        return self._problem.gradients()(x, X, Y, W)

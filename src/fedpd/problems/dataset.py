@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import Tensor
 
 from fedpd.data import (load_dataset, load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
@@ -31,8 +33,10 @@ from fedpd.data.loaders import DATASETS, canonical_name, dataset_options
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import MODELS, build_model, model_options
+from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
+from fedpd.streams import ClientStreams
 
 #: the model a dataset gets when ``[model]`` names none
 DEFAULT_MODELS = {
@@ -48,9 +52,9 @@ VERIFIED = ("mnist", "fashion-mnist", "cifar10", "cifar100")
 class AugmentedSplit(ClientSplit):
     """A training split whose minibatches are randomly cropped and flipped (images [n, C, H, W])."""
 
-    def minibatch(self, ids: Tensor, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-        X, Y, W = super().minibatch(ids, batch_size, generator)
-        return random_crop_flip(X, generator), Y, W
+    def minibatch(self, ids: Tensor, batch_size: int, rng: ClientStreams) -> tuple[Tensor, Tensor, Tensor]:
+        X, Y, W = super().minibatch(ids, batch_size, rng)
+        return random_crop_flip(X, rng.uniform(batch_size, 3)), Y, W  # the crops: each client's own draws
 
 
 def _split(x: Tensor, y: Tensor, parts: list[np.ndarray], cls: type[ClientSplit] = ClientSplit) -> ClientSplit:
@@ -67,6 +71,31 @@ def _subsample(x: Tensor, y: Tensor, users: Tensor | None, limit: int | None, rn
     return x[keep], y[keep], (users[keep] if users is not None else None)
 
 
+class DatasetOptions(Options):
+    dataset: str = Field(description="dataset name (fedpd data list)")
+    data_dir: str | None = Field(None, description="default: $FEDPD_DATA, else ~/.cache/fedpd/data")
+    clients: int = Field(100, ge=1, description="ignored by the natural partition (one client per user)")
+    partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = "iid"
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
+    classes_per_client: int = Field(2, ge=1, description="shards: labels per client")
+    min_size: int = Field(1, ge=0, description="dirichlet / power_law: fewest samples per client")
+    exponent: float = Field(1.5, gt=0, description="power_law exponent")
+    test: Literal["pooled", "per_client"] = "pooled"
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="per_client: share of each client's samples")
+    max_samples: int | None = Field(None, ge=1, description="random training subsample (quick runs)")
+    max_test_samples: int | None = Field(None, ge=1, description="random test subsample")
+    normalize: bool = Field(True, description="standardise image channels with training statistics")
+    augment: bool = Field(False, description="random crop + flip on SGD minibatches (images)")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="partition, subsample and model initialisation")
+    verify: bool = Field(True, description="check canonical file sizes and SHA-256 (mnist, fashion-mnist, cifar)")
+    path: str | None = Field(None, description="image-folder: folder or .tar.gz (absolute or under data_dir)")
+    vocab_size: int | None = Field(None, ge=3, description="sent140: words kept incl. <pad>, <unk> (default 10000)")
+    seq_len: int | None = Field(None, ge=1, description="sent140: tokens per tweet, front-padded (default 25)")
+    label_mode: Literal["fine", "coarse"] | None = Field(None, description="cifar100: 100 fine or 20 coarse labels")
+    glove_path: str | None = Field(None, description="sent140: GloVe text file for the word embedding")
+
+
+@declares("dataset", DatasetOptions, "a real dataset (fedpd data list) partitioned over clients; model from [model]")
 def dataset_problem(
     *,
     dataset: str,

@@ -1,4 +1,5 @@
-"""Fed+'s §5.1 problems (seed 002): the personalised synthetic regression with an outlier party,
+"""Fed+'s §5.1 problems (Kundu, Yu, Wynter, Lim, "Robustness and personalization in federated
+learning: a unified approach via regularization", 2022): the personalised synthetic regression with an outlier party,
 and the MNIST-robust / MNIST-personal constructions as transforms of any image dataset.
 
 Synthetic regression (N = 10, d = 1000): party k draws x ~ N(μ_k, Σ) with μ_k ~ N(0, 0.5 I) and
@@ -16,14 +17,17 @@ data is split 50/50 into train and test. Model: multinomial logistic regression.
 from __future__ import annotations
 
 import math
+from typing import Literal, Optional
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
 from fedpd.attacks import party_count
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import LogisticRegression
+from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 
@@ -50,6 +54,22 @@ def _quadratic(split: ClientSplit, ids: Tensor) -> tuple[Tensor, Tensor]:
     return H, g
 
 
+class FedPlusRegressionOptions(Options):
+    clients: int = Field(10, ge=1)
+    dim: int = Field(1000, ge=1)
+    samples_per_client: int = Field(100, ge=2)
+    test_fraction: float = Field(0.5, ge=0, lt=1)
+    outliers: int = Field(1, ge=0)
+    noise_var: float = Field(2.0, ge=0)
+    mean_var: float = Field(0.5, ge=0)
+    center_var: float = Field(5.0, ge=0)
+    outlier_center_var: float = Field(50.0, ge=0)
+    laplace_scale: float = Field(0.5, ge=0)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
+
+
+@declares("fedplus_regression", FedPlusRegressionOptions,
+          "Fed+ §5.1 synthetic regression: N = 10, d = 1000, last party an outlier (quadratic)")
 def fedplus_regression(*, clients: int = 10, dim: int = 1000, samples_per_client: int = 100,
                        test_fraction: float = 0.5, outliers: int = 1, noise_var: float = 2.0, mean_var: float = 0.5,
                        center_var: float = 5.0, outlier_center_var: float = 50.0, laplace_scale: float = 0.5,
@@ -171,6 +191,21 @@ def fedplus_image_problem(x: Tensor, y: Tensor, *, variant: str = "robust", clie
     )
 
 
+class FedPlusMNISTOptions(Options):
+    dataset: str = "mnist"
+    variant: Literal["robust", "personal"] = "robust"
+    clients: int = Field(10, ge=1)
+    negate_fraction: Optional[float] = Field(None, ge=0, le=1, description="default: 0.1 (N <= 10) or 0.2")
+    classes_per_party: int = Field(2, ge=0)
+    noise_scale: float = Field(0.5, ge=0)
+    test_fraction: float = Field(0.5, ge=0, lt=1)
+    max_samples: int = Field(0, ge=0, description="0: all samples")
+    data_dir: str = Field("", description="default: $FEDPD_DATA")
+    seed: int = Field(0, ge=0, le=SEED_MAX)
+
+
+@declares("fedplus_mnist", FedPlusMNISTOptions,
+          "Fed+ §5.1 MNIST-robust / MNIST-personal (negated parties, noisy classes), logistic regression")
 def fedplus_mnist(*, dataset: str = "mnist", variant: str = "robust", clients: int = 10,
                   negate_fraction: float | None = None, classes_per_party: int = 2, noise_scale: float = 0.5,
                   test_fraction: float = 0.5, max_samples: int = 0, data_dir: str = "", seed: int = 0) -> Problem:

@@ -3,10 +3,14 @@ and least squares (which has an exact local solver, for tests)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from pydantic import Field
 from torch import nn
 
 from fedpd.flat import FlatModel
+from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 
@@ -18,6 +22,20 @@ def _split(parts_x, parts_y, n_train: list[int]):
     return tr, te
 
 
+class FedPDLogregOptions(Options):
+    clients: int = Field(100, ge=1)
+    samples_per_client: int = Field(400, ge=1)
+    test_samples_per_client: int = Field(100, ge=0)
+    dim: int = Field(20, ge=2, description="features, the last a constant 1")
+    non_iid: Literal["weak", "strong"] = Field("strong", description="weak: one ground truth; strong: one per agent")
+    penalty_lambda: float = Field(0.1, ge=0, description="λ of the non-convex penalty")
+    penalty_alpha: float = Field(1.0, gt=0, description="α of the non-convex penalty")
+    label_noise: float = Field(1.0, ge=0)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
+
+
+@declares("fedpd_logreg", FedPDLogregOptions,
+          "FedPD §5 (Zhang et al. 2021): non-convex penalised logistic regression, 100 agents x 400 samples, d = 20")
 def fedpd_logreg(
     *,
     clients: int = 100,
@@ -62,6 +80,20 @@ def fedpd_logreg(
     )
 
 
+class SyntheticOptions(Options):
+    alpha: float = Field(1.0, ge=0, description="α: how much the local models differ")
+    beta: float = Field(1.0, ge=0, description="β: how much the local data differ")
+    clients: int = Field(30, ge=1)
+    dim: int = Field(60, ge=1)
+    classes: int = Field(10, ge=2)
+    test_fraction: float = Field(0.2, ge=0, lt=1)
+    iid: bool = False
+    max_client_samples: int = Field(1000, ge=1)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
+
+
+@declares("synthetic", SyntheticOptions,
+          "FedProx Synthetic(alpha, beta): 60 features, 10 classes, power-law sizes, multinomial logistic")
 def fedprox_synthetic(
     *,
     alpha: float = 1.0,
@@ -119,6 +151,18 @@ def fedprox_synthetic(
     )
 
 
+class LeastSquaresOptions(Options):
+    clients: int = Field(10, ge=1)
+    samples_per_client: int = Field(50, ge=1)
+    test_samples_per_client: int = Field(10, ge=0)
+    dim: int = Field(5, ge=1)
+    heterogeneity: float = Field(1.0, ge=0)
+    noise: float = Field(0.1, ge=0)
+    ridge: float = Field(0.0, ge=0)
+    seed: int = Field(0, ge=0, le=SEED_MAX)
+
+
+@declares("least_squares", LeastSquaresOptions, "heterogeneous least squares (quadratic: has the exact local solver)")
 def least_squares(
     *,
     clients: int = 10,
