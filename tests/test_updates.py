@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from helpers import Recorder, ls_grad, ls_hessian, simulation, use_solver
@@ -111,6 +114,57 @@ def test_fedpd_periodic_skipping():
     for _ in range(12):
         sim.step()
     assert sim.comm.comm_rounds == 3  # every 4th round
+
+
+@pytest.mark.parametrize("p", [0.3, 0.5, 0.7, 0.75, 0.9, 0.35])
+def test_fedpd_periodic_schedule_has_the_rate_one_minus_p(p):
+    """The first T rounds communicate exactly ⌊T(1 − p)⌋ times for every p (a period of
+    round(1/(1 − p)) never skipped at p = 0.3 and gave 20 of 60 at p = 0.7)."""
+    sim = simulation({"name": "fedpd", "p": p, "skip": "periodic"}, solver={"name": "gd", "lr": 0.1, "local_steps": 1})
+    for t in range(1, 61):
+        sim.step()
+        assert sim.comm.comm_rounds == math.floor(t * (1 - p) + 1e-9), t
+    assert sim.comm.comm_rounds == {0.3: 42, 0.5: 30, 0.7: 18, 0.75: 15, 0.9: 6, 0.35: 39}[p]
+
+
+def test_fedpd_local_criterion_stops_each_client_once_its_gradient_is_small():
+    """Criterion (12) of the FedPD paper: a client's GD on L_i stops at the first iterate with
+    ‖∇L_i‖² <= ε₁; other clients go on; steps are reported."""
+    eta, lr, tol = 1.0, 0.2, 1e-4
+    sim = simulation({"name": "fedpd", "eta": eta, "local_tol": tol}, solver={"name": "gd", "lr": lr, "local_steps": 60})
+    x0 = sim.server["x0"].clone()
+    sim.step()
+    xs, steps = [], []
+    for i in range(4):  # by hand: GD on L_i = f_i + ‖x − x0‖²/(2η) (λ = 0 in round 0)
+        x, q = x0.clone(), 0
+        while q < 60:
+            g = ls_grad(sim, i, x) + (x - x0) / eta
+            if float(g @ g) <= tol:
+                break
+            x, q = x - lr * g, q + 1
+        xs.append(x)
+        steps.append(q)
+    assert len(set(steps)) > 1 and max(steps) < 60  # each client stopped on its own
+    anchors = torch.stack(xs) + eta * (torch.stack(xs) - x0) / eta  # z_i = x_i + ηλ_i, λ_i = (x_i − x0)/η
+    torch.testing.assert_close(sim.server["x0"], anchors.mean(0), rtol=0, atol=1e-12)
+    assert sim.metrics()["local_steps"] == pytest.approx(sum(steps) / 4)
+    # the gradients a stopped client no longer computes are not counted (one per step, plus the check)
+    sizes = sim.problem.train.sizes.tolist()
+    assert sim.engine.sample_grads == sum(n * min(q + 1, 60) for n, q in zip(sizes, steps))
+
+
+@pytest.mark.parametrize("option, value", [("momentum", 0.5), ("weight_decay", 0.01), ("sam_radius", 0.1),
+                                           ("straggler_fraction", 0.2)])
+def test_fedpd_vr_refuses_solver_options_oracle_two_has_no_place_for(tmp_path, capsys, option, value):
+    from fedpd.cli import main
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[problem]\nname = "least_squares"\n[algorithm]\nname = "fedpd_vr"\n'
+                   '[solver]\nname = "sgd"\nlr = 0.1\nbatch_size = 1\n[run]\nrounds = 2\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet", "--set", f"solver.{option}={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"solver.{option}" in err and "fedpd_vr" in err, err
+    assert not (tmp_path / "r").exists()
 
 
 def test_feddyn_partial_participation_one_round():

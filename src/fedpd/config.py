@@ -29,7 +29,7 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "client_chunk")
+RESUMABLE = ("rounds", "device", "threads", "engine", "client_chunk")
 
 
 class RunOptions(Options):

@@ -315,17 +315,6 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
         (out / p).unlink()
 
 
-def _restore(sim: Simulation, out: Path) -> None:
-    """Load the run directory's checkpoint into ``sim`` (none yet: the run starts at round 0)."""
-    if not (out / CHECKPOINT).exists():
-        return
-    try:
-        sd = torch.load(out / CHECKPOINT, weights_only=False)
-    except Exception as err:  # a checkpoint is written atomically, so this is outside damage
-        raise ConfigError(f"--resume {str(out)!r}: checkpoint cannot be read ({type(err).__name__})") from None
-    sim.load_state_dict(sd)
-
-
 def run(config: str | Path | dict | Config | None = None, out: str | Path | None = None, *,
         overrides: list[str] | tuple[str, ...] = (), resume: str | Path | None = None,
         progress: bool = False, overwrite: bool = False, label: str = "") -> RunResult:

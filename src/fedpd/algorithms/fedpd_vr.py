@@ -45,6 +45,7 @@ class FedPDVR(PrimalDual):
     name = "fedpd_vr"
     description = "FedPD-VR: FedPD with the SARAH variance-reduced local oracle (Oracle II)"
     Options = FedPDVROptions
+    participation = "all"
     needs_gradient_solver = True
     unused_solver_options = ("momentum", "weight_decay", "sam_radius", "straggler_fraction")
 

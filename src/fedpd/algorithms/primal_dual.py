@@ -254,6 +254,7 @@ class FedPD(PrimalDual):
     name = "fedpd"
     description = "FedPD: all clients solve the augmented Lagrangian; communication skipped with prob. p"
     Options = FedPDOptions
+    participation = "all"
 
     def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", local_tol: float = 0.0):
         super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip,

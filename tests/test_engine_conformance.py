@@ -1,0 +1,15 @@
+"""The in-process engine passes the engine conformance suite (tests/engine_conformance.py) with
+every client grouping: one client at a time, chunks of 3, and all participants at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_conformance import EngineConformance
+
+
+class TestInProcessEngine(EngineConformance):
+    @pytest.fixture(params=[["run.client_chunk=0"], ["run.client_chunk=1"], ["run.client_chunk=3"]],
+                    ids=["all", "one", "three"])
+    def engine(self, request) -> list[str]:
+        return ["run.engine=inprocess", *request.param]
