@@ -231,3 +231,58 @@ def test_engine_rejects_a_wrong_shaped_upload_and_goes_on():
     sols = [torch.linalg.solve(*ls_hessian(sim, i)) for i in range(3)]  # exact solves of parties 0–2
     torch.testing.assert_close(server["x0"], torch.stack(sols).mean(0), rtol=0, atol=1e-12)
     assert engine.comm.rejected_uploads == 1
+
+
+# --- attacks that see the honest uploads ------------------------------------------------------
+def test_alie_sends_the_honest_mean_minus_z_standard_deviations():
+    up, msg = _upload(k=5, d=4)
+    out, n = _corrupt(_bound("alie", parties=(1, 3), n=5, z=1.5), up, msg, torch.arange(5), model_keys=("w",))
+    r = msg["x0"]
+    honest = up["w"][[0, 2, 4]] - r  # updates of the honest participants
+    forged = r + honest.mean(0) - 1.5 * honest.std(0, unbiased=False)
+    assert n == 2
+    for k in (1, 3):
+        torch.testing.assert_close(out["w"][k], forged, rtol=0, atol=1e-14)
+    for k in (0, 2, 4):
+        assert torch.equal(out["w"][k], up["w"][k])
+
+
+def test_alie_default_z_is_baruch_et_al_z_max():
+    from math import floor
+
+    from fedpd.attacks import ALIE
+
+    for n, f in [(50, 10), (10, 2), (20, 4)]:
+        s = floor(n / 2 + 1) - f
+        p = (n - s) / n
+        z = ALIE().z_of(n, f)
+        assert abs(float(torch.distributions.Normal(0.0, 1.0).cdf(torch.tensor(z, dtype=torch.float64))) - p) < 1e-9  # Φ(z) = (n − s)/n
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 100.0])
+def test_ipm_sends_minus_epsilon_times_the_honest_mean_update(epsilon):
+    up, msg = _upload(k=4, d=3)
+    out, n = _corrupt(_bound("ipm", parties=(2,), epsilon=epsilon), up, msg, torch.arange(4), update_keys=("w",))
+    honest = up["w"][[0, 1, 3]]
+    torch.testing.assert_close(out["w"][2], -epsilon * honest.mean(0), rtol=0, atol=1e-12)
+    assert n == 1 and torch.equal(out["w"][[0, 1, 3]], honest)
+
+
+def test_ipm_with_large_epsilon_breaks_the_mean_but_not_the_median():
+    """Through the config: 2 of 8 participants send −100 × the honest mean update each round."""
+    from fedpd.config import load_config
+    from fedpd.runner import Simulation
+
+    def final_loss(aggregator):
+        cfg = {"problem": {"name": "least_squares", "clients": 8, "dim": 3, "samples_per_client": 10},
+               "algorithm": {"name": "fedavg", "aggregator": aggregator}, "solver": {"name": "gd", "lr": 0.1},
+               "attack": {"name": "ipm", "parties": [1, 5], "epsilon": 100.0}, "run": {"rounds": 10}}
+        sim = Simulation(load_config(cfg))
+        start = sim.metrics()["train_loss"]
+        for _ in range(10):
+            sim.step()
+        return start, sim.metrics()["train_loss"]
+
+    start, mean_loss = final_loss("mean")
+    _, median_loss = final_loss("coordinate_median")
+    assert mean_loss > 100 * start and median_loss < start

@@ -58,12 +58,13 @@ def _check_w(w) -> Tensor:
     return w
 
 
-def _weights(weights, w: Tensor) -> Tensor | None:
-    """``weights`` as a [K] tensor on w's dtype/device summing to 1, or None."""
+def _weights(weights, w: Tensor, dtype: torch.dtype | None = None) -> Tensor | None:
+    """``weights`` as a [K] tensor on w's device summing to 1, or None; in ``dtype`` (default
+    w's): the weighted median normalises in float64 so that exact ties stay ties."""
     if weights is None:
         return None
     K = w.shape[0]
-    beta = torch.as_tensor(weights, dtype=w.dtype, device=w.device)
+    beta = torch.as_tensor(weights, device=w.device).to(dtype or w.dtype)
     if beta.shape != (K,):
         raise ConfigError(f"weights must have shape [{K}] (one per row of w), got {tuple(beta.shape)}")
     if not bool(torch.isfinite(beta).all()) or bool((beta < 0).any()):
@@ -142,14 +143,14 @@ def coordinate_median(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor,
     Σ_k β_k |w_k − z| per coordinate.
     """
     w = _check_w(w)
-    beta = _weights(weights, w)
+    beta = _weights(weights, w, torch.float64)  # a float32 normalisation would break exact half-weight ties
     K = w.shape[0]
     if beta is None:
         s = w.sort(dim=0).values
         agg = 0.5 * (s[(K - 1) // 2] + s[K // 2])
         return agg, {"iterations": 0, "converged": True}
     s, order = w.sort(dim=0)
-    cum = beta[order].to(torch.float64).cumsum(dim=0)  # [K, d], last row == 1 up to rounding
+    cum = beta[order].cumsum(dim=0)  # [K, d], float64, last row == 1 up to rounding
     slack = 1e-9  # exact ties (cum == 1/2) must be found despite rounding in the cumulative sum
     lower = (cum < 0.5 - slack).sum(dim=0, keepdim=True).clamp_max(K - 1)
     upper = (cum <= 0.5 + slack).sum(dim=0, keepdim=True).clamp_max(K - 1)

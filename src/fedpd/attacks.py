@@ -13,7 +13,9 @@ Three families, one class each, every kind declaring its options beside itself:
   makes the party's whole distribution an outlier (Fed+'s MNIST-robust negates a party's images).
 * update attacks, applied by the server side of the round (:mod:`fedpd.protocol`) to the chosen
   participants' uploads before they are screened: ``sign_flip`` (u ← r − factor·(u − r)),
-  ``scale`` (u ← r + factor·(u − r)), ``gaussian`` (u ← u + std·N(0, I)), ``nan``, ``inf``.
+  ``scale`` (u ← r + factor·(u − r)), ``gaussian`` (u ← u + std·N(0, I)), ``nan``, ``inf``, and
+  two that see the round's honest uploads: ``alie`` ("a little is enough": honest mean − z·std)
+  and ``ipm`` (inner-product manipulation: −ε · honest mean).
   For uploads that are models (the algorithm's ``model_uploads``) r is the model the server sent
   this round, so the attack acts on the update; uploads that are updates already (its
   ``update_uploads``: SCAFFOLD's Δx, Δc) have r = 0; anything else (a sample count) is left alone.
@@ -253,6 +255,83 @@ class InfUpload(UpdateAttack):
         return torch.full_like(u, float("inf"))
 
 
+class ALIEOptions(RoundAttackOptions):
+    z: float | None = Field(None, gt=0, description="standard deviations to shift by; default: Baruch et al.'s "
+                            "z_max from the round's n and f")
+
+
+class IPMOptions(RoundAttackOptions):
+    epsilon: float = Field(0.1, gt=0, description="ε: the Byzantine update is −ε · (mean honest update)")
+
+
+class OmniscientAttack(UpdateAttack):
+    """An update attack that sees the round's honest uploads: every chosen participant sends the
+    same ``forged(honest updates)`` [d] (no randomness of its own)."""
+
+    def corrupt(self, upload, message, ids, round, seed, model_keys=(), update_keys=()):
+        if not upload:
+            return upload, 0
+        bad = self.misbehaving(ids, round, ClientStreams.of(seed, "attack", round, ids))
+        n = int(bad.sum())
+        if n == 0 or n == ids.numel():  # nobody to attack, or no honest upload to learn from
+            return upload, 0
+        out = dict(upload)
+        for key in sorted(upload):
+            u = upload[key]
+            if key in model_keys:
+                ref = message.get("x0")
+                ref = ref if ref is not None and ref.shape == u.shape[1:] else torch.zeros((), dtype=u.dtype)
+            elif key in update_keys:
+                ref = torch.zeros((), dtype=u.dtype)
+            else:
+                continue
+            ref = ref.to(u.device)
+            honest = u[~bad.to(u.device)] - ref
+            forged = ref + self.forged(honest, ids.numel(), n)
+            out[key] = torch.where(bad.to(u.device).view(-1, *([1] * (u.dim() - 1))), forged.expand_as(u), u)
+        return out, n
+
+    def forged(self, honest: Tensor, n: int, f: int) -> Tensor:
+        raise NotImplementedError
+
+
+class ALIE(OmniscientAttack):
+    """"A little is enough" (Baruch, Baruch, Goldberg, NeurIPS 2019, Alg. 1): each Byzantine
+    participant sends μ − z·σ, the coordinate-wise mean and standard deviation of the honest
+    updates of the round shifted by z deviations; z defaults to the paper's
+    z_max = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f, for n participants of which f are Byzantine
+    (the largest shift that a majority of honest coordinates still lies beyond)."""
+
+    name = "alie"
+    description = "uploads: 'a little is enough' — honest mean minus z standard deviations (Baruch et al. 2019)"
+    Options = ALIEOptions
+
+    def z_of(self, n: int, f: int) -> float:
+        if self.settings.get("z") is not None:
+            return float(self.settings["z"])
+        s = math.floor(n / 2 + 1) - f
+        p = min(max((n - s) / n, 1e-6), 1 - 1e-6)
+        return float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(p, dtype=torch.float64)))
+
+    def forged(self, honest, n, f):
+        std = honest.std(0, unbiased=False) if honest.shape[0] > 1 else torch.zeros_like(honest[0])
+        return honest.mean(0) - self.z_of(n, f) * std
+
+
+class IPM(OmniscientAttack):
+    """Inner-product manipulation (Xie, Koyejo, Gupta, "Fall of empires: breaking Byzantine-tolerant
+    SGD by inner product manipulation", UAI 2020): each Byzantine participant sends −ε times the
+    mean honest update, so that the aggregate's inner product with the true direction turns
+    negative (ε small: under the radar of median-type rules; ε large: against the mean)."""
+
+    name = "ipm"
+    description = "uploads: inner-product manipulation, -epsilon x (mean honest update) (Xie et al. 2020)"
+    Options = IPMOptions
+
+    def forged(self, honest, n, f):
+        return -self.settings["epsilon"] * honest.mean(0)
+
+
 class Dropout(Attack):
     """Clients that fail mid-round: they received the broadcast, send nothing back, keep their state."""
 
@@ -265,7 +344,7 @@ class Dropout(Attack):
         return self.misbehaving(ids, round, ClientStreams.of(seed, "dropout", round, ids))
 
 
-ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, Dropout)
+ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, ALIE, IPM, Dropout)
 
 
 def make_attack(name: str, **options) -> Attack:

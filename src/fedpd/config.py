@@ -10,6 +10,7 @@ and what is allowed.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -56,11 +57,15 @@ class RunOptions(Options):
 
 
 def parse_value(text: str) -> Any:
-    """A --set value: TOML syntax (1e-3, true, [1, 2], "s"), else a bare string."""
+    """A --set value: TOML syntax (1e-3, true, [1, 2], "s"), else a bare string. A bare nan or
+    inf is the string (no option takes a non-finite number; the attacks are named so)."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    if isinstance(value, float) and not math.isfinite(value) and text.strip().lstrip("+-").isalpha():
+        return text.strip()
+    return value
 
 
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
