@@ -28,6 +28,8 @@ class FedPDLogregOptions(Options):
     test_samples_per_client: int = Field(100, ge=0)
     dim: int = Field(20, ge=2, description="features, the last a constant 1")
     non_iid: Literal["weak", "strong"] = Field("strong", description="weak: one ground truth; strong: one per agent")
+    heterogeneity: float | None = Field(None, ge=0, le=1, description="instead of non_iid: agent truth (1 - h) shared "
+                                        "+ h own (0: one truth, 1: as strong); FedPD's p-vs-heterogeneity study")
     penalty_lambda: float = Field(0.1, ge=0, description="λ of the non-convex penalty")
     penalty_alpha: float = Field(1.0, gt=0, description="α of the non-convex penalty")
     label_noise: float = Field(1.0, ge=0)
@@ -43,6 +45,7 @@ def fedpd_logreg(
     test_samples_per_client: int = 100,
     dim: int = 20,
     non_iid: str = "strong",
+    heterogeneity: float | None = None,
     penalty_lambda: float = 0.1,
     penalty_alpha: float = 1.0,
     label_noise: float = 1.0,
@@ -52,6 +55,9 @@ def fedpd_logreg(
 
     Features: dim − 1 standard normals plus a constant 1. Labels b = sign(aᵀx* + noise) with
     x* ~ U[−10, 10]^dim shared by all agents ("weak": i.i.d. data) or drawn per agent ("strong").
+    ``heterogeneity`` h in [0, 1] (instead of ``non_iid``) gives agent i the truth (1 − h)·x* + h·x_i*
+    with x_i* drawn as "strong" draws it, so h = 1 is "strong" exactly and h between 0 and 1 varies
+    the δ of FedPD's δ-non-i.i.d. assumption (eq. (6)) continuously.
     Loss log(1 + exp(−b aᵀx)) + Σ_j λα x_j²/(1 + α x_j²).
     """
     g = torch.Generator().manual_seed(seed)
@@ -59,7 +65,11 @@ def fedpd_logreg(
     shared = torch.rand(dim, generator=g, dtype=torch.float64) * 20 - 10
     xs, ys = [], []
     for _ in range(clients):
-        truth = shared if non_iid == "weak" else torch.rand(dim, generator=g, dtype=torch.float64) * 20 - 10
+        if heterogeneity is not None:
+            own = torch.rand(dim, generator=g, dtype=torch.float64) * 20 - 10
+            truth = (1 - heterogeneity) * shared + heterogeneity * own
+        else:
+            truth = shared if non_iid == "weak" else torch.rand(dim, generator=g, dtype=torch.float64) * 20 - 10
         a = torch.cat([torch.randn(n, dim - 1, generator=g, dtype=torch.float64), torch.ones(n, 1, dtype=torch.float64)], 1)
         score = a @ truth + label_noise * torch.randn(n, generator=g, dtype=torch.float64)
         xs.append(a)
@@ -76,7 +86,7 @@ def fedpd_logreg(
         classifies=True,
         regularizer=losses.nonconvex_penalty(penalty_lambda, penalty_alpha),
         predict=losses.sign_predict,
-        info={"non_iid": non_iid},
+        info={"non_iid": non_iid if heterogeneity is None else f"heterogeneity {heterogeneity:g}"},
     )
 
 
