@@ -46,6 +46,7 @@ from pydantic import Field, model_validator
 from torch import Tensor
 
 from fedpd.aggregators import fedplus_aggregate, min_rows
+from fedpd.algorithms import fedplus_delta
 from fedpd.algorithms.base import Algorithm, expand
 from fedpd.algorithms.robust import (NAMES as ROBUST_NAMES, SAMPLES, WEIGHTS, ServerAggregator,
                                      check_aggregator_options, counter_metrics, counters, initial_counters,
@@ -88,7 +89,13 @@ class FedPlusVariantOptions(_FedPlusCommon, _Eq25Options):
     lam: float = Field(0.0, ge=0, le=1, description="λ, line 18's mix of w̃ into the local start")
 
 
-class FedPlusOptions(FedPlusVariantOptions):
+# --- delta_rule (issue 15): δ on the scale of the uploads, fedplus_delta.py ------------------------
+class MedianVariantOptions(FedPlusVariantOptions):
+    delta_rule: Literal["fixed", "spread"] = Field("fixed", description="fixed: δ = delta (the paper); spread: δ = "
+                                                   "delta x the uploads' robust spread each round (fedplus_delta.py)")
+
+
+class FedPlusOptions(MedianVariantOptions):
     psi: ProxKind = Field("l2", description="Ψ: zero, sq_l2 (FedAvg+), l2 (FedGeoMed+), l1 (FedCoMed+), indicator")
     sigma: float = Field(1.0, ge=0, description="σ, the penalty of eq. (3)")
     groups: list[FedPlusGroup] = Field(default_factory=list, description="hybrid: per-parameter-group psi and delta")
@@ -102,6 +109,9 @@ class FedPlusOptions(FedPlusVariantOptions):
         elif self.aggregator_options:
             raise refuse("aggregator_options", "not used by aggregator 'fedplus' (its options are algorithm.tol, "
                          "max_iter, init)")
+        if self.delta_rule == "spread" and (self.psi not in ("l1", "l2") or self.aggregator != "fedplus" or self.groups):
+            raise refuse("delta_rule", "'spread' needs psi = 'l1' or 'l2', aggregator = 'fedplus' and no groups "
+                         "(allowed otherwise: 'fixed')")
         return self
 
 
@@ -145,6 +155,9 @@ class FedPlus(Algorithm):
         local_step: "implicit" (eq. (14)) or "explicit" (a gradient step on the σ-term).
         tol, max_iter, init: eq. (25)'s tolerance, iteration cap and start ("mean" as the paper,
             "median", or "previous": last round's w̃).
+        delta_rule: "fixed" (δ = delta, the paper) or "spread" (psi l1 / l2 only: each aggregation
+            sets δ = delta · the robust spread of the rows, sent with the next model; see
+            :mod:`fedpd.algorithms.fedplus_delta`).
     """
 
     name = "fedplus"
@@ -155,8 +168,10 @@ class FedPlus(Algorithm):
     def __init__(self, psi: str = "l2", sigma: float = 1.0, delta: float = 0.1, lam: float = 0.0,
                  groups: list | tuple = (), aggregator: str = "fedplus", aggregator_options: dict | None = None,
                  aggregate_over: str = "all", weights: str = "uniform", party_steps: list | tuple = (),
-                 local_step: str = "implicit", tol: float = 1e-7, max_iter: int = 1000, init: str = "mean"):
+                 local_step: str = "implicit", tol: float = 1e-7, max_iter: int = 1000, init: str = "mean",
+                 delta_rule: str = "fixed"):
         self.psi, self.sigma, self.delta, self.lam = psi, float(sigma), float(delta), float(lam)
+        self.delta_rule = delta_rule  # "spread": δ_t = delta · spread of the uploads (fedplus_delta.py)
         self.groups = [(g["pattern"], g.get("psi", "l2"), float(g.get("delta", 0.1))) for g in groups]
         self.aggregate_over, self.weights, self.local_step = aggregate_over, weights, local_step
         self.party_steps = torch.tensor(list(party_steps), dtype=torch.int64)
@@ -193,10 +208,10 @@ class FedPlus(Algorithm):
             plan.append((index, kind, delta))
         return plan
 
-    def theta(self, v: Tensor) -> Tensor:
-        """θ = prox_Ψ^{1/σ}(v), row-wise (eq. (11))."""
+    def theta(self, v: Tensor, delta: float | None = None) -> Tensor:
+        """θ = prox_Ψ^{1/σ}(v), row-wise (eq. (11)); ``delta``: this round's δ (delta_rule "spread")."""
         if self._plan is None:
-            return prox(self.psi, v, self.delta)
+            return prox(self.psi, v, self.delta if delta is None else delta)
         return prox_grouped(v, self._plan, default=(self.psi, self.delta))
 
     def setup(self, info: FederationInfo, solver):
@@ -211,6 +226,8 @@ class FedPlus(Algorithm):
     # --- state ----------------------------------------------------------------------------
     def init_server(self, x0):
         server = {"x0": x0.clone(), **initial_counters()}
+        if self.delta_rule == "spread":  # δ before the first aggregation (every w_k = w̃⁰: θ_k = 0 anyway)
+            server["delta"] = fedplus_delta.as_tensor(0.0, x0)
         if self.aggregate_over == "all":
             server["W"] = x0.new_empty((0, *x0.shape))  # the [N, d] table, filled at the first aggregation
             if self.weights == "samples":
@@ -225,7 +242,11 @@ class FedPlus(Algorithm):
         return self.federated
 
     def broadcast(self, server):
-        return {"x0": server["x0"]} if self.federated else {}
+        if not self.federated:
+            return {}
+        if self.delta_rule == "spread":  # the round's δ travels with the model (one float, counted)
+            return {"x0": server["x0"], "delta": server["delta"]}
+        return {"x0": server["x0"]}
 
     def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
@@ -234,7 +255,8 @@ class FedPlus(Algorithm):
         if self.federated:
             wt = expand(message["x0"], k)
             if self.sigma > 0:
-                center = wt + self.theta(w - wt)  # w̃ + θ_k, fixed for the round
+                delta = float(message["delta"]) if "delta" in message else None
+                center = wt + self.theta(w - wt, delta)  # w̃ + θ_k, fixed for the round
             if self.lam == 1:
                 w = wt.clone()
             elif self.lam > 0:
@@ -282,7 +304,11 @@ class FedPlus(Algorithm):
             x0, info = self.robust(rows, weights)
         else:
             init = server["x0"] if self.init == "previous" else self.init
-            x0, info = fedplus_aggregate(rows, self.psi, self.delta, tol=self.tol, max_iter=self.max_iter,
+            delta = self.delta
+            if self.delta_rule == "spread":  # δ_t from the rows aggregated now, sent with the next model
+                delta = fedplus_delta.rule_delta(rows, self.psi, self.delta)
+                new["delta"] = fedplus_delta.as_tensor(delta, server["x0"])
+            x0, info = fedplus_aggregate(rows, self.psi, delta, tol=self.tol, max_iter=self.max_iter,
                                          groups=self._plan, weights=weights, init=init)
         return {**new, "x0": x0, **counters(server, info)}, {}
 
@@ -315,7 +341,7 @@ class FedGeoMedPlus(FedPlus):
 
     name = "fedgeomed_plus"
     description = "FedGeoMed+: Fed+ with psi = sigma*delta ||.||_2 (delta-geometric median, personalised)"
-    Options = FedPlusVariantOptions
+    Options = MedianVariantOptions
 
     def __init__(self, **options):
         super().__init__(psi="l2", **options)
@@ -327,7 +353,7 @@ class FedCoMedPlus(FedPlus):
 
     name = "fedcomed_plus"
     description = "FedCoMed+: Fed+ with psi = sigma*delta ||.||_1 (delta-coordinate-wise median, personalised)"
-    Options = FedPlusVariantOptions
+    Options = MedianVariantOptions
 
     def __init__(self, **options):
         super().__init__(psi="l1", **options)
