@@ -1,4 +1,4 @@
-"""The ``fedpd`` command: run, list, plot, compare, demo (and data, for datasets).
+"""The ``fedpd`` command: run, list, plot, compare, demo (and data, for datasets; reproduce, for the papers).
 
 Every error in what the user gave — config, arguments, files, paths the OS refuses — is one
 line on stderr and exit status 2, never a traceback.
@@ -134,6 +134,9 @@ def make_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_data_parser(sub)
+    from fedpd.reproduce.cli import add_reproduce_parser
+
+    add_reproduce_parser(sub)
     return p
 
 

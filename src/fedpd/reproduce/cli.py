@@ -1,0 +1,40 @@
+"""``fedpd reproduce``: the subcommand (its parser and handler live here; fedpd.cli only adds it)."""
+
+from __future__ import annotations
+
+from fedpd.errors import FedpdError
+from fedpd.reproduce.spec import BUDGETS
+
+
+def cmd_reproduce(args) -> int:
+    from fedpd.reproduce import core
+
+    if args.list:
+        if args.name:
+            raise FedpdError("fedpd reproduce: give either NAME or --list, not both")
+        print(core.listing())
+        return 0
+    if not args.name:
+        raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
+    readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
+                            progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
+                            configs_only=args.configs_only)
+    if not args.configs_only:
+        print(f"report: {readme}")
+    return 0
+
+
+def add_reproduce_parser(sub) -> None:
+    p = sub.add_parser("reproduce", help="run a paper's experiment (configs x seeds) and write its report")
+    p.add_argument("name", nargs="?", help="experiment (fedpd reproduce --list)")
+    p.add_argument("--list", action="store_true", help="the experiments, their sources and budgets")
+    p.add_argument("--budget", choices=BUDGETS, default="reduced",
+                   help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; full: the paper's (GPU)")
+    p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
+                   "directories, and running the command again continues an interrupted reproduction")
+    p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")
+    p.add_argument("--data-dir", help="datasets folder (default $FEDPD_DATA)")
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint.pt of complete runs")
+    p.add_argument("--configs-only", action="store_true", help="write the resolved configs and stop")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_reproduce)

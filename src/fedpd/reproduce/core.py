@@ -1,0 +1,159 @@
+"""``fedpd reproduce NAME``: run an experiment's configs × seeds at a budget and write its report."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from fedpd.errors import ConfigError
+from fedpd.io import atomic_write_text
+from fedpd.reproduce import report as rep
+from fedpd.reproduce.execute import default_jobs, plan, run_jobs
+from fedpd.reproduce.spec import BUDGETS, Experiment
+
+
+def experiments() -> dict[str, Experiment]:
+    """Every reproduction, by name (imported on demand: the CLI stays fast)."""
+    from fedpd.reproduce import afedpd_paper, feddyn_note, fedpd_paper, fedplus_paper, robustness
+
+    found: dict[str, Experiment] = {}
+    for module in (fedpd_paper, feddyn_note, fedplus_paper, afedpd_paper, robustness):
+        for exp in module.EXPERIMENTS:
+            found[exp.name] = exp
+    return found
+
+
+def get(name: str) -> Experiment:
+    table = experiments()
+    if name not in table:
+        raise ConfigError(f"reproduce: unknown experiment {name!r} (allowed: {', '.join(table)}; fedpd reproduce --list)")
+    return table[name]
+
+
+def listing() -> str:
+    lines = []
+    for exp in experiments().values():
+        lines.append(f"{exp.name}\n    {exp.title}\n    source: {exp.source}")
+        for b in BUDGETS:
+            if b in exp.budgets:
+                budget = exp.budgets[b]
+                runs = len(exp.runs(budget))
+                lines.append(f"    --budget {b:<8} {runs:>4} runs, seeds {len(budget.seeds)}: {budget.note.split('. ')[0]}")
+    return "\n".join(lines)
+
+
+def reading(name: str) -> str | None:
+    """The maintainers' reading of the reduced-budget results (reproduce/readings/<name>.md)."""
+    try:
+        return resources.files("fedpd.reproduce").joinpath("readings", f"{name}.md").read_text()
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def check_data(exp: Experiment, budget, data_dir: str | None) -> None:
+    from fedpd.data import dataset_status
+
+    for name in exp.datasets_for(budget):
+        status = dataset_status(name, data_dir)
+        if status.state != "present":
+            raise ConfigError(f"reproduce {exp.name}: dataset {name} is {status.state} ({status.detail or status.where}); "
+                              f"give --data-dir or set FEDPD_DATA to the folder that holds it")
+
+
+def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None, jobs: int | None = None,
+              data_dir: str | None = None, progress: bool = True, keep_checkpoints: bool = False,
+              configs_only: bool = False, command: str | None = None) -> Path:
+    """Run experiment ``name`` at ``budget`` (skipping complete runs, resuming interrupted ones)
+    and write its report into ``out`` (default ``reproductions/<name>-<budget>``); returns the
+    README's path. ``configs_only``: write the resolved configs and stop (e.g. to run the full
+    budget elsewhere)."""
+    exp = get(name)
+    if budget not in exp.budgets:
+        raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"reproduce: --jobs {jobs} (allowed: 1 or more)")
+    b = exp.budgets[budget]
+    out = Path(out) if out is not None else Path("reproductions") / f"{name}-{budget}"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
+    specs = exp.runs(b)
+    work = plan(specs, out / "runs")  # every config validated, every run directory classified
+    out.mkdir(parents=True, exist_ok=True)
+    n_configs = rep.write_configs(specs, out / "configs")
+    if configs_only:
+        print(f"wrote {n_configs} configs ({len(specs)} runs with the seeds) to {out / 'configs'}")
+        return out / "configs"
+    check_data(exp, b, data_dir)
+    jobs = jobs or default_jobs()
+    env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
+    started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()
+    done = run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env)
+    elapsed = time.perf_counter() - t0
+    command = command or "fedpd reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    invocations = rep.append_invocation(out / "invocations.jsonl", {
+        "command": command, "started": started, "elapsed_s": round(elapsed, 1), "runs_done": len(done),
+        "runs_skipped": len(work) - len(done), "jobs": jobs})
+    return write_report(exp, b, specs, out, command, invocations)
+
+
+def write_report(exp: Experiment, budget, specs, out: Path, command: str, invocations: list[dict]) -> Path:
+    results = rep.Results(specs, out / "runs")
+    rep.write_results_csv(results, out / "results.csv")
+    sections = exp.report(results, budget, out)
+    compute = rep.compute_seconds(results)
+    rounds = sorted({int(r.last.get("round", 0)) for r in results.runs})
+    commit = rep.git_commit(Path(__file__).resolve().parent)
+    date = time.strftime("%Y-%m-%d")
+    head = [
+        f"# {exp.title}",
+        "",
+        f"Reproduces: {exp.source}.",
+        "",
+        f"Produced by `{command}` on {date}"
+        + (f" (fedpd at commit {commit})" if commit else "") + ". Everything below, but the section "
+        "\"Reading\", is written by that command from the runs' metrics.",
+        "",
+        "## Budget",
+        "",
+        f"Budget **{budget.name}**: {budget.note}",
+        "",
+        f"- {len(specs)} runs: {len({s.group for s in specs})} settings × seeds {', '.join(map(str, budget.seeds))} "
+        f"(each seed s sets `run.seed = s`{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
+        f"{', '.join(map(str, rounds))}; mean ± std is over the seeds (sample std, n − 1).",
+        f"- Compute: {compute:.0f} s summed over the runs' own `wall_s` (one CPU thread each), "
+        f"{compute / 3600:.2f} core-hours.",
+        "- Invocations of the command on this directory (runs already complete are skipped, interrupted ones resumed):",
+        "",
+        rep.md_table(["started", "runs done / skipped", "parallel jobs", "elapsed"],
+                     [[i["started"], f"{i['runs_done']} / {i['runs_skipped']}", i["jobs"], f"{i['elapsed_s']:.0f} s"]
+                      for i in invocations]),
+        "",
+    ]
+    body = "\n\n".join(sections)
+    text = reading(exp.name)
+    tail = ["", "## Reading", ""]
+    if text:
+        tail.append(text.strip())
+    else:
+        tail.append("_No reading has been written for this experiment yet._")
+    tail += ["", "## Files", "",
+             "- `configs/`: the resolved config of every setting (first seed; the header says what the other seeds "
+             "change). Run one with `fedpd run configs/<setting>.toml`.",
+             "- `results.csv`: every run's labels, seed and final metrics.",
+             "- `invocations.jsonl`: the invocations above.",
+             "- `runs/` (not committed): the run directories with every evaluation (`metrics.jsonl`)."]
+    path = out / "README.md"
+    atomic_write_text(path, "\n".join(head) + "\n" + body + "\n" + "\n".join(tail) + "\n")
+    return path
+
+
+def _problem_seeded(specs) -> bool:
+    return any(s.config.get("problem", {}).get("seed") == s.seed for s in specs)
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, indent=1)

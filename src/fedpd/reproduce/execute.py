@@ -1,0 +1,276 @@
+"""Run a reproduction's runs: in parallel processes, one thread each, resumable, with one progress display.
+
+Each run writes its own run directory ``<runs>/<key>/`` through :func:`fedpd.run`, so a run
+directory here is an ordinary one (``fedpd compare``, ``fedpd plot`` read it). Before anything
+runs every config is validated and every existing directory classified:
+
+* complete (its ``metrics.jsonl`` reaches ``run.rounds``, and ``trajectory.pt`` is there if the
+  run is traced): skipped;
+* interrupted with a checkpoint: resumed (:func:`fedpd.run` with ``resume``: the same
+  ``metrics.jsonl`` as an uninterrupted run);
+* interrupted before its first checkpoint: started again;
+* holding a run of another config: refused with one line (a reproduction never mixes budgets or
+  versions of an experiment in one directory; use another ``--out``).
+
+So an interrupted ``fedpd reproduce`` continues where it stopped when run again. Checkpoints of
+complete runs are deleted unless ``keep_checkpoints`` (the report needs only the metrics).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedpd.config import Config, load_config
+from fedpd.errors import ConfigError, FedpdError
+from fedpd.io import atomic_torch_save, read_jsonl
+from fedpd.reproduce.spec import RunSpec
+
+METRICS, CONFIG, CHECKPOINT, TRAJECTORY = "metrics.jsonl", "config.toml", "checkpoint.pt", "trajectory.pt"
+
+
+@dataclass
+class Job:
+    spec: RunSpec
+    cfg: Config
+    path: Path
+    status: str  # complete, resume, restart, new
+
+    @property
+    def rounds(self) -> int:
+        return self.cfg.run.rounds
+
+
+def _first_difference(a, b, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            where = _first_difference(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
+            if where:
+                return where
+        return ""
+    return "" if a == b else prefix
+
+
+def validate(specs: list[RunSpec]) -> list[Config]:
+    """Every config checked before anything runs; the first bad one is one line naming its run."""
+    keys = [s.key for s in specs]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ConfigError(f"run key {dup!r} appears twice in the experiment")
+    out = []
+    for spec in specs:
+        try:
+            out.append(load_config(spec.config))
+        except ConfigError as err:
+            raise ConfigError(f"run {spec.key}: {err}") from None
+    return out
+
+
+def last_round(path: Path) -> int:
+    """The round of the last complete record of a metrics file (-1: none), reading only its tail."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 65536))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return -1
+    import json
+
+    for line in reversed(tail.splitlines()):
+        try:
+            return int(json.loads(line)["round"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return -1
+
+
+def classify(spec: RunSpec, cfg: Config, path: Path) -> str:
+    if not (path / METRICS).is_file() and not (path / CHECKPOINT).is_file():
+        return "new"
+    if (path / CONFIG).is_file():
+        try:
+            held = load_config(path / CONFIG).fingerprint()
+        except FedpdError:
+            held = None
+        differs = _first_difference(held, cfg.fingerprint()) if held is not None else "config.toml"
+        if differs:
+            raise ConfigError(f"{path}: holds a run of another config ({differs} differs); give the reproduction "
+                              f"another --out, or delete that run directory")
+    if last_round(path / METRICS) >= cfg.run.rounds and (not spec.trace or (path / TRAJECTORY).is_file()):
+        return "complete"
+    if (path / CHECKPOINT).is_file() and (path / CONFIG).is_file():
+        return "resume"
+    return "restart"
+
+
+def plan(specs: list[RunSpec], runs_dir: Path) -> list[Job]:
+    cfgs = validate(specs)
+    return [Job(s, c, runs_dir / s.key, classify(s, c, runs_dir / s.key)) for s, c in zip(specs, cfgs)]
+
+
+def trace_models(config: dict, path: Path) -> None:
+    """The model after every round, [rounds + 1, d] float64, to ``trajectory.pt`` (a second,
+    identical pass of the run: the simulator is deterministic given the config)."""
+    import torch
+
+    from fedpd.runner import Simulation
+
+    sim = Simulation(load_config(config))
+    models = [sim.model().detach().to("cpu", torch.float64).clone()]
+    for _ in range(sim.cfg.run.rounds):
+        sim.step()
+        models.append(sim.model().detach().to("cpu", torch.float64).clone())
+    atomic_torch_save(torch.stack(models), path / TRAJECTORY)
+
+
+def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_checkpoints: bool) -> tuple[str, float, str]:
+    """Run one job (in a worker process or in-process): (key, seconds, error or "")."""
+    from fedpd.runner import run
+
+    t0 = time.perf_counter()
+    path = Path(path)
+    try:
+        if status in ("new", "restart"):
+            run(config, path, overwrite=True)
+        elif status == "resume":  # to this config's target (a run may have been started with fewer rounds)
+            run(resume=path, overrides=[f"run.rounds={load_config(config).run.rounds}"])
+        if trace and not (path / TRAJECTORY).is_file():
+            trace_models(config, path)
+        if not keep_checkpoints:
+            (path / CHECKPOINT).unlink(missing_ok=True)
+    except FedpdError as err:
+        return key, time.perf_counter() - t0, str(err)
+    except Exception as err:  # a bug: keep the other runs going, report it at the end
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        return key, time.perf_counter() - t0, f"{type(err).__name__}: {err} ({Path(where.filename).name}:{where.lineno})"
+    return key, time.perf_counter() - t0, ""
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Display:
+    """One progress display for the whole reproduction: a rich bar over all rounds (with the runs
+    done) on a terminal, one plain line per finished run otherwise."""
+
+    def __init__(self, jobs: list[Job], enabled: bool, title: str):
+        self.jobs = {j.spec.key: j for j in jobs}
+        self.enabled, self.title = enabled, title
+        self.total_runs = sum(j.status != "complete" for j in jobs)
+        self.total_rounds = sum(j.rounds for j in jobs if j.status != "complete")
+        self.done_runs = 0
+        self.done_rounds = 0
+        self.t0 = time.perf_counter()
+        self.bar = None
+        if enabled and sys.stderr.isatty() and self.total_runs:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(bar_width=30),
+                                TextColumn("{task.fields[runs]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                TextColumn("{task.fields[running]}"), transient=False)
+            self.task = self.bar.add_task(title, total=self.total_rounds, runs="", running="")
+            self.bar.start()
+        elif enabled:
+            print(f"{title}: {self.total_runs} runs to do ({len(jobs) - self.total_runs} already complete)",
+                  file=sys.stderr, flush=True)
+
+    def poll(self, running: list[str]) -> None:
+        if self.bar is None:
+            return
+        live = sum(max(0, last_round(self.jobs[k].path / METRICS)) for k in running)
+        self.bar.update(self.task, completed=self.done_rounds + live,
+                        runs=f"runs {self.done_runs}/{self.total_runs}",
+                        running=", ".join(running[:2]) + (" ..." if len(running) > 2 else ""))
+
+    def finished(self, key: str, seconds: float, error: str) -> None:
+        self.done_runs += 1
+        self.done_rounds += self.jobs[key].rounds
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done_rounds, runs=f"runs {self.done_runs}/{self.total_runs}")
+            if error:
+                self.bar.console.print(f"[red]failed[/red] {key}: {error}")
+        else:
+            state = f"FAILED: {error}" if error else f"{seconds:.0f} s"
+            print(f"[{self.done_runs}/{self.total_runs}] {key}  {state}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run_jobs(jobs: list[Job], jobs_at_once: int, progress: bool = True, keep_checkpoints: bool = False,
+             title: str = "reproduce", env: dict | None = None) -> dict[str, float]:
+    """Run every job that is not complete; returns {key: seconds} of the runs done now. Failed
+    runs do not stop the others; afterwards one line names how many failed and the first."""
+    todo = [j for j in jobs if j.status != "complete"]
+    for j in todo:
+        j.path.mkdir(parents=True, exist_ok=True)
+    display = _Display(jobs, progress, title)
+    seconds: dict[str, float] = {}
+    errors: list[tuple[str, str]] = []
+    args = [(j.spec.key, j.spec.config, str(j.path), j.status, j.spec.trace, keep_checkpoints) for j in todo]
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        if jobs_at_once <= 1 or len(todo) <= 1:
+            for a in args:
+                display.poll([a[0]])
+                key, sec, err = execute(*a)
+                seconds[key] = sec
+                if err:
+                    errors.append((key, err))
+                display.finished(key, sec, err)
+        else:
+            ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
+            threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+            saved.update({k: os.environ.get(k) for k in threads if k not in saved})
+            os.environ.update(threads)  # inherited by the workers: one thread each
+            pool = ProcessPoolExecutor(max_workers=min(jobs_at_once, len(todo)), mp_context=ctx)
+            try:
+                pending = {pool.submit(execute, *a): a[0] for a in args}
+                running: list[str] = []
+                while pending:
+                    done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        key, sec, err = fut.result()
+                        del pending[fut]
+                        seconds[key] = sec
+                        if err:
+                            errors.append((key, err))
+                        display.finished(key, sec, err)
+                    running = [k for f, k in pending.items() if f.running()]
+                    display.poll(running)
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown()
+    finally:
+        display.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if errors:
+        key, err = errors[0]
+        raise FedpdError(f"{len(errors)} of {len(todo)} runs failed (the others are complete and kept); "
+                         f"first: {key}: {err}")
+    return seconds
+
+
+def load_records(path: Path) -> list[dict]:
+    return read_jsonl(path / METRICS)

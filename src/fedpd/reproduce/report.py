@@ -1,0 +1,291 @@
+"""The report of a reproduction: results read back from the run directories, tables of mean ± std
+over seeds beside the paper's numbers, figures, the exact configs, the budget, the command and date.
+
+Layout of a report directory::
+
+    README.md        the report (what the command produced; the reading, written by people
+                     after a run at this budget, is included from reproduce/readings/<name>.md)
+    results.csv      one row per run: its labels, seed and final metrics
+    configs/         the resolved config of every setting (first seed; the file says which
+                     keys the other seeds change)
+    *.png            the figures
+    invocations.jsonl  every invocation of the command on this directory (date, runs, seconds)
+    runs/            the run directories (metrics, configs; checkpoints removed); not committed
+
+Every file is written atomically (:mod:`fedpd.io`).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import tomli_w
+
+from fedpd.config import load_config
+from fedpd.io import atomic_write_bytes, atomic_write_text, read_jsonl
+from fedpd.reproduce.spec import RunSpec
+
+# --- results -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    spec: RunSpec
+    records: list[dict]
+    path: Path
+
+    @property
+    def labels(self) -> dict:
+        return self.spec.labels
+
+    @property
+    def seed(self) -> int:
+        return self.spec.seed
+
+    @property
+    def last(self) -> dict:
+        return self.records[-1] if self.records else {}
+
+    def final(self, key: str):
+        v = self.last.get(key)
+        return v if _finite(v) else None
+
+    def series(self, key: str, x: str = "round") -> tuple[list, list]:
+        pts = [(r[x], r[key]) for r in self.records if x in r and _finite(r.get(key))]
+        return ([p[0] for p in pts], [p[1] for p in pts]) if pts else ([], [])
+
+    def first_reach(self, key: str, target: float, x: str = "comm_rounds"):
+        """The first ``x`` at which ``key`` <= ``target`` (None: never)."""
+        for r in self.records:
+            v = r.get(key)
+            if _finite(v) and v <= target:
+                return r.get(x)
+        return None
+
+    def trajectory(self):
+        import torch
+
+        return torch.load(self.path / "trajectory.pt", map_location="cpu", weights_only=True)
+
+
+class Results:
+    """Every run of a reproduction with its metrics; select by labels."""
+
+    def __init__(self, specs: Sequence[RunSpec], runs_dir: Path):
+        self.runs = [Run(s, read_jsonl(runs_dir / s.key / "metrics.jsonl"), runs_dir / s.key) for s in specs]
+
+    def select(self, **labels) -> list[Run]:
+        return [r for r in self.runs if all(r.labels.get(k) == v for k, v in labels.items())]
+
+    def one(self, **labels) -> list[Run]:
+        """The runs (over seeds) of exactly one group matching ``labels``."""
+        runs = self.select(**labels)
+        groups = {r.spec.group for r in runs}
+        if len(groups) > 1:
+            raise ValueError(f"labels {labels} match several groups: {sorted(groups)}")
+        return runs
+
+    def values(self, key: str, **labels) -> list[float]:
+        return [v for v in (r.final(key) for r in self.select(**labels)) if v is not None]
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# --- numbers ---------------------------------------------------------------------------------------
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """(mean, sample standard deviation (n − 1), n) of the finite values; std 0 for one value."""
+    vs = [float(v) for v in values if _finite(v)]
+    if not vs:
+        return math.nan, math.nan, 0
+    return statistics.fmean(vs), (statistics.stdev(vs) if len(vs) > 1 else 0.0), len(vs)
+
+
+def fmt_num(v, style: str = "g") -> str:
+    """A number as the tables print it: style "pct" (0.912 → 91.2), "e" (1.2e-05), "g", "int"."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if style == "pct":
+        return f"{100 * v:.1f}"
+    if style == "e":
+        return f"{v:.1e}"
+    if style == "int":
+        return f"{v:.0f}"
+    if style.startswith("."):
+        return f"{v:{style}}"
+    return f"{v:.3g}"
+
+
+def fmt_ms(values: Iterable, style: str = "g", expected: int | None = None) -> str:
+    """"mean ± std" over seeds (std of n − 1), "—" if no value; "(k/n)" when only k of the
+    ``expected`` seeds have a value (e.g. the others never reached a target)."""
+    values = list(values)
+    m, s, n = mean_std(values)
+    if n == 0:
+        return "—"
+    text = fmt_num(m, style) if n == 1 else f"{fmt_num(m, style)} ± {fmt_num(s, style)}"
+    if expected is not None and n < expected:
+        text += f" ({n}/{expected})"
+    return text
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
+    """A markdown table; a "|" inside a cell is escaped."""
+    cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+
+def figure(rows: int = 1, cols: int = 1, size: tuple[float, float] | None = None):
+    """A matplotlib Figure (no pyplot state) and its axes, small enough for a repository."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:  # pragma: no cover - matplotlib is in the test extras
+        from fedpd.errors import ConfigError
+
+        raise ConfigError("reports need matplotlib: pip install 'fedpd[plot]'") from None
+    fig = Figure(figsize=size or (5.2 * cols, 3.6 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, axes
+
+
+def save_figure(fig, path: Path) -> str:
+    """The figure as a PNG at ``path`` (atomic); returns its file name for the markdown."""
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=90)
+    atomic_write_bytes(path, buf.getvalue())
+    return path.name
+
+
+def band(ax, runs: Sequence[Run], key: str, x: str = "round", label: str = "", log: bool = False, **style) -> None:
+    """The seeds' mean curve of ``key`` against ``x`` (geometric mean when ``log``) and their
+    min–max band; seeds are aligned on the x values they share."""
+    series = [r.series(key, x) for r in runs]
+    series = [s for s in series if s[0]]
+    if not series:
+        return
+    common = sorted(set(series[0][0]).intersection(*(set(s[0]) for s in series[1:])))
+    if not common:
+        return
+    table = [[dict(zip(*s))[xv] for xv in common] for s in series]
+    cols = list(zip(*table))
+    if log:
+        cols = [[max(v, 1e-300) for v in c] for c in cols]
+        mid = [math.exp(statistics.fmean(math.log(v) for v in c)) for c in cols]
+    else:
+        mid = [statistics.fmean(c) for c in cols]
+    line, = ax.plot(common, mid, label=label, **style)
+    if len(series) > 1:
+        ax.fill_between(common, [min(c) for c in cols], [max(c) for c in cols], color=line.get_color(), alpha=0.15,
+                        linewidth=0)
+
+
+# --- the report directory -----------------------------------------------------------------------
+
+
+def write_configs(specs: Sequence[RunSpec], folder: Path) -> int:
+    """configs/<group>.toml: the resolved config of each group's first seed, with a header saying
+    what the other seeds change (checked: nothing else differs); returns the number of files."""
+    groups: dict[str, list[RunSpec]] = {}
+    for s in specs:
+        groups.setdefault(s.group, []).append(s)
+    for group, members in groups.items():
+        resolved = [load_config(m.config).resolved() for m in members]
+        first = resolved[0]
+        changed = sorted({f"{sec}.{k}" for r in resolved[1:] for sec in r for k in r[sec]
+                          if r[sec].get(k) != first.get(sec, {}).get(k)})
+        head = [f"# run {members[0].key} of this reproduction (resolved: every default filled in)"]
+        if len(members) > 1:
+            head.append(f"# seeds {', '.join(str(m.seed) for m in members)}: the other seeds' runs differ only in "
+                        f"{', '.join(changed) or 'nothing'} (= the seed)")
+            for m, r in zip(members[1:], resolved[1:]):
+                for key in changed:
+                    sec, _, k = key.partition(".")
+                    if r[sec].get(k) != m.seed:
+                        raise ValueError(f"{m.key}: {key} differs from the first seed by more than the seed")
+        path = folder / f"{group}.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "\n".join(head) + "\n" + tomli_w.dumps(first))
+    return len(groups)
+
+
+RESULT_KEYS = ("round", "comm_rounds", "uplink_floats", "train_loss", "grad_norm_sq", "test_loss", "test_acc",
+               "personal_acc", "personal_acc_worst10", "personal_mse", "personal_mse_worst10", "sample_grads", "wall_s")
+
+
+def write_results_csv(results: Results, path: Path) -> None:
+    label_keys: list[str] = []
+    for r in results.runs:
+        label_keys += [k for k in r.labels if k not in label_keys]
+    if set(label_keys) & {"run", "group", "seed", *RESULT_KEYS}:
+        raise ValueError(f"run labels {label_keys} reuse a results.csv column name")
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["run", "group", "seed", *label_keys, *RESULT_KEYS])
+    for r in results.runs:
+        w.writerow([r.spec.key, r.spec.group, r.spec.seed, *(r.labels.get(k, "") for k in label_keys),
+                    *(_csv(r.last.get(k)) for k in RESULT_KEYS)])
+    atomic_write_text(path, buf.getvalue())
+
+
+def _csv(v) -> str:
+    if v is None:
+        return ""
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def append_invocation(path: Path, record: dict) -> list[dict]:
+    old = read_jsonl(path) if path.is_file() else []
+    lines = old + [record]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in lines))
+    return lines
+
+
+def compute_seconds(results: Results) -> float:
+    """Seconds the runs computed, from their own ``wall_s`` (rounds and evaluations, one thread)."""
+    return sum(float(r.last.get("wall_s") or 0.0) for r in results.runs)
+
+
+def claims_section(claims, results: Results) -> str:
+    """The paper's statements and whether they hold on these runs (checked by code, not by hand)."""
+    rows = []
+    for c in claims:
+        try:
+            holds, measured = c.check(results)
+        except Exception as err:  # a check that cannot be evaluated at this budget says so
+            holds, measured = None, f"not evaluated ({type(err).__name__}: {err})"
+        verdict = {True: "holds", False: "**does not hold**", None: "cannot tell"}[holds]
+        rows.append([c.text, c.where, measured, verdict])
+    return "## The paper's claims, checked on these runs\n\n" + md_table(
+        ["claim (the paper)", "where", "measured here (mean over seeds)", "verdict"], rows)
+
+
+def git_commit(start: Path) -> str:
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "-C", str(start), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(start), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f"{sha}{' (with uncommitted changes)' if dirty else ''}" if sha else ""
+
+
+Writer = Callable[[str, object], str]

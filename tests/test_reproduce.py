@@ -1,0 +1,226 @@
+"""``fedpd reproduce``: the listing, one-line errors, a smoke version of every reproduction end to end,
+skipping complete runs, resuming interrupted ones, refusing a directory of another config."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fedpd.cli import main
+from fedpd.config import load_config
+from fedpd.errors import ConfigError
+from fedpd.io import read_jsonl
+from fedpd.reproduce import core, execute
+from fedpd.reproduce.spec import RunSpec, grid
+from fedpd.runner import run
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = os.environ.get("FEDPD_DATA") or str(ROOT.parent / "shared" / "data")
+
+#: every experiment of issue 15, parts 2 and 3
+EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "afedpd_table2", "feddyn_fedpd",
+            "robustness"}
+
+
+def _has(dataset: str) -> bool:
+    from fedpd.data import dataset_status
+
+    return dataset_status(dataset, DATA_DIR).state == "present"
+
+
+def test_list_shows_every_experiment(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    names = {line.strip() for line in out.splitlines() if line and not line.startswith(" ")}
+    assert names == EXPECTED
+    for name in EXPECTED:
+        exp = core.get(name)
+        assert {"smoke", "reduced", "full"} <= set(exp.budgets)
+        assert exp.source and exp.title
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["reproduce", "nope"], "unknown experiment 'nope'"),
+    (["reproduce", "fedpd_fig2", "--budget", "huge"], "invalid choice: 'huge'"),
+    (["reproduce", "fedpd_fig2", "--jobs", "0"], "--jobs 0"),
+    (["reproduce", "fedpd_fig2", "--jobs", "two"], "invalid int value"),
+    (["reproduce"], "missing NAME"),
+    (["reproduce", "fedpd_fig2", "--list"], "either NAME or --list"),
+])
+def test_bad_input_is_one_line_exit_2(argv, fragment, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path / "r")] if "--list" not in argv and len(argv) > 1 else argv) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.count("\n") == 1 and err.startswith("fedpd: error:")
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_dataset_is_one_line_before_anything_runs(tmp_path, capsys):
+    assert main(["reproduce", "robustness", "--budget", "smoke", "--out", str(tmp_path / "r"),
+                 "--data-dir", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "dataset mnist is missing" in err and err.count("\n") == 1
+    assert not (tmp_path / "r" / "runs").exists()
+
+
+def _smoke(name: str, out: Path) -> Path:
+    return core.reproduce(name, budget="smoke", out=out, jobs=1, data_dir=DATA_DIR, progress=False,
+                          command=f"fedpd reproduce {name} --budget smoke")
+
+
+def _check_report(name: str, out: Path) -> str:
+    text = (out / "README.md").read_text()
+    exp = core.get(name)
+    specs = exp.runs(exp.budgets["smoke"])
+    assert text.startswith(f"# {exp.title}")
+    assert f"`fedpd reproduce {name} --budget smoke`" in text and "Budget **smoke**" in text
+    assert "| " in text and "claims, checked" in text
+    for image in [line.split("(")[-1].rstrip(")") for line in text.splitlines() if line.startswith("![")]:
+        assert (out / image).is_file() and (out / image).stat().st_size > 1000
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["run"] for r in rows] == [s.key for s in specs]
+    for s in specs:  # every setting's resolved config, loadable
+        load_config(out / "configs" / f"{s.group}.toml")
+        assert not (out / "runs" / s.key / "checkpoint.pt").exists()  # removed once complete
+    return text
+
+
+@pytest.mark.parametrize("name, dataset", [
+    ("fedpd_fig2", None), ("fedpd_p_heterogeneity", None), ("feddyn_fedpd", None), ("robustness", "mnist"),
+    ("fedplus_table2", "mnist"), ("fedpd_femnist", "femnist"), ("afedpd_table2", "cifar10"),
+])
+def test_smoke_reproduction_end_to_end(name, dataset, tmp_path):
+    if dataset and not _has(dataset):
+        pytest.skip(f"{dataset} not found in {DATA_DIR} (set FEDPD_DATA to the folder that holds it)")
+    out = tmp_path / name
+    readme = _smoke(name, out)
+    assert readme == out / "README.md"
+    _check_report(name, out)
+    inv = read_jsonl(out / "invocations.jsonl")
+    assert inv[0]["runs_done"] == len(core.get(name).runs(core.get(name).budgets["smoke"])) and inv[0]["runs_skipped"] == 0
+
+
+def test_second_invocation_skips_complete_runs(tmp_path):
+    out = tmp_path / "r"
+    _smoke("feddyn_fedpd", out)
+    before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
+    _smoke("feddyn_fedpd", out)
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before
+    inv = read_jsonl(out / "invocations.jsonl")
+    assert [i["runs_done"] for i in inv] == [9, 0] and inv[1]["runs_skipped"] == 9
+    text = (out / "README.md").read_text()
+    assert "| 0 / 9 |" in text  # both invocations in the report
+
+
+def test_feddyn_equals_fedpd_in_the_smoke_report(tmp_path):
+    out = tmp_path / "r"
+    _smoke("feddyn_fedpd", out)
+    results = core.rep.Results(core.get("feddyn_fedpd").runs(core.get("feddyn_fedpd").budgets["smoke"]), out / "runs")
+    a = results.select(problem="ls", variant="fedpd")[0].trajectory()
+    b = results.select(problem="ls", variant="feddyn")[0].trajectory()
+    c = results.select(problem="ls", variant="feddyn-k2")[0].trajectory()
+    assert a.shape == (6, 10) and (a - b).abs().max() < 1e-10 and (a - c).abs().max() > 1e-3
+
+
+def _tiny(rounds: int) -> dict:
+    return {"problem": {"name": "least_squares", "clients": 4, "dim": 3}, "algorithm": {"name": "fedavg"},
+            "solver": {"name": "gd", "lr": 0.1, "local_steps": 2}, "run": {"rounds": rounds, "eval_every": 1,
+                                                                          "checkpoint_every": 1}}
+
+
+def test_interrupted_run_is_resumed_to_the_same_metrics(tmp_path):
+    spec = RunSpec("a/s0", "a", 0, _tiny(6))
+    path = tmp_path / "runs" / "a" / "s0"
+    run(_tiny(3), path)  # an interrupted run: checkpoint at round 3 of 6
+    (job,) = execute.plan([spec], tmp_path / "runs")
+    assert job.status == "resume"
+    execute.run_jobs([job], 1, progress=False)
+    resumed = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(path / "metrics.jsonl")]
+    fresh = [{k: v for k, v in r.items() if k != "wall_s"} for r in run(_tiny(6)).history]
+    assert resumed == json.loads(json.dumps(fresh))
+    assert execute.plan([spec], tmp_path / "runs")[0].status == "complete"
+
+
+def test_classification_of_run_directories(tmp_path):
+    spec = RunSpec("a/s0", "a", 0, _tiny(2))
+    cfg = load_config(spec.config)
+    path = tmp_path / "a"
+    assert execute.classify(spec, cfg, path) == "new"
+    run(_tiny(2), path)
+    assert execute.classify(spec, cfg, path) == "complete"
+    traced = RunSpec("a/s0", "a", 0, _tiny(2), trace=True)
+    (path / "checkpoint.pt").unlink()
+    assert execute.classify(traced, cfg, path) == "restart"  # no trajectory.pt, no checkpoint: start again
+    other = RunSpec("a/s0", "a", 0, {**_tiny(2), "algorithm": {"name": "fedprox"}})
+    with pytest.raises(ConfigError, match="another config .*algorithm.name differs"):
+        execute.classify(other, load_config(other.config), path)
+
+
+def test_a_bad_config_names_its_run_before_anything_runs(tmp_path):
+    specs = grid("g", {**_tiny(2), "solver": {"name": "gd", "lr": -1.0}}, [0])
+    with pytest.raises(ConfigError, match=r"run g/s0: solver.lr"):
+        execute.plan(specs, tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_failed_runs_are_reported_and_the_others_kept(tmp_path):
+    good = RunSpec("good/s0", "good", 0, _tiny(2))
+    bad = RunSpec("bad/s0", "bad", 0, {**_tiny(2), "problem": {"name": "dataset", "dataset": "mnist",
+                                                                 "data_dir": str(tmp_path / "none")}})
+    jobs = execute.plan([bad, good], tmp_path / "runs")
+    with pytest.raises(Exception, match="1 of 2 runs failed .*first: bad/s0"):
+        execute.run_jobs(jobs, 1, progress=False)
+    assert execute.plan([good], tmp_path / "runs")[0].status == "complete"
+
+
+def test_parallel_jobs_give_the_same_metrics_as_in_process(tmp_path):
+    specs = [RunSpec(f"g{i}/s0", f"g{i}", 0, {**_tiny(3), "run": {"rounds": 3, "seed": i, "threads": 1, "eval_every": 1}})
+             for i in range(3)]
+    execute.run_jobs(execute.plan(specs, tmp_path / "par"), 2, progress=False)
+    execute.run_jobs(execute.plan(specs, tmp_path / "seq"), 1, progress=False)
+    for s in specs:
+        a = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / "par" / s.key / "metrics.jsonl")]
+        b = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / "seq" / s.key / "metrics.jsonl")]
+        assert a == b and len(a) == 4
+
+
+def test_configs_only_writes_the_full_budget_configs(tmp_path, capsys):
+    assert main(["reproduce", "afedpd_table2", "--budget", "full", "--configs-only", "--out", str(tmp_path)]) == 0
+    files = sorted((tmp_path / "configs").rglob("*.toml"))
+    assert len(files) == 4 * 3 * 8  # CIFAR-10/100 x LeNet/ResNet-18, 3 splits, 8 methods (4 seeds each)
+    cfg = load_config(tmp_path / "configs" / "cifar100-resnet18_gn" / "dir0.1" / "afedpdsam.toml")
+    assert cfg.model["name"] == "resnet18_gn" and cfg.run.rounds == 800 and cfg.options["solver"].local_steps == 50
+    assert "seeds 0, 1, 2, 3" in files[0].read_text()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_report_tables_and_numbers():
+    from fedpd.reproduce.afedpd_paper import PUBLISHED
+    from fedpd.reproduce.report import fmt_ms, md_table, mean_std
+
+    assert mean_std([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
+    assert fmt_ms([0.9, 0.92], "pct") == "91.0 ± 1.4" and fmt_ms([], "pct") == "—"
+    assert fmt_ms([5.0], "int", expected=3) == "5 (1/3)"
+    assert md_table(["a|b"], [["x"]]).startswith("| a\\|b |")
+    # A-FedPD's Table 2, read from the poster's text: 2 models x 8 methods x 2 data sets x 3 splits
+    assert len(PUBLISHED) == 96 and PUBLISHED[("cifar10", "lenet", "dir0.1", "afedpd")] == "80.28 ± .20"
+    assert PUBLISHED[("cifar100", "resnet18_gn", "iid", "feddyn")] == "-"
+
+
+def test_fedpd_logreg_heterogeneity_interpolates_between_one_truth_and_strong():
+    from fedpd.runner import build_problem
+
+    def problem(**opts):
+        return build_problem(load_config({"problem": {"name": "fedpd_logreg", "clients": 5, "samples_per_client": 50,
+                                                      **opts}, "algorithm": {"name": "fedavg"}}))
+
+    strong, h1 = problem(non_iid="strong"), problem(heterogeneity=1.0)
+    assert (strong.train.y == h1.train.y).all() and (strong.train.x == h1.train.x).all()
+    from fedpd.reproduce.fedpd_paper import delta_sq
+
+    d = [delta_sq({"problem": {"name": "fedpd_logreg", "clients": 10, "samples_per_client": 100, "heterogeneity": h},
+                   "algorithm": {"name": "fedavg"}})[1] for h in (0.0, 0.5, 1.0)]
+    assert d[0] < d[1] < d[2]
