@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from fedpd.errors import FedpdError
 from fedpd.reproduce.spec import BUDGETS
 
@@ -16,9 +18,14 @@ def cmd_reproduce(args) -> int:
         return 0
     if not args.name:
         raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
-    readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
-                            progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
-                            configs_only=args.configs_only)
+    try:
+        readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
+                                progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
+                                configs_only=args.configs_only)
+    except KeyboardInterrupt:
+        print("fedpd: interrupted (complete runs are kept, the others resume from their last checkpoint: run the "
+              "same command again)", file=sys.stderr)
+        return 130
     if not args.configs_only:
         print(f"report: {readme}")
     return 0

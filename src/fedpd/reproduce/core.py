@@ -82,12 +82,13 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
     specs = exp.runs(b)
     work = plan(specs, out / "runs")  # every config validated, every run directory classified
+    if not configs_only:
+        check_data(exp, b, data_dir)  # before anything is written
     out.mkdir(parents=True, exist_ok=True)
     n_configs = rep.write_configs(specs, out / "configs")
     if configs_only:
         print(f"wrote {n_configs} configs ({len(specs)} runs with the seeds) to {out / 'configs'}")
         return out / "configs"
-    check_data(exp, b, data_dir)
     jobs = jobs or default_jobs()
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
     started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()

@@ -143,7 +143,7 @@ def _comparable(panel, a, b):
     def check(results):
         x, y = _gmean(_finals(results, panel, a)), _gmean(_finals(results, panel, b))
         ratio = max(x, y) / min(x, y)
-        return ratio <= 10, f"{FIG2_METHODS[a][0]} {x:.1e}, {FIG2_METHODS[b][0]} {y:.1e} (ratio {ratio:.1f}; comparable: ≤ 10)"
+        return ratio <= 10, f"{FIG2_METHODS[a][0]} {x:.1e}, {FIG2_METHODS[b][0]} {y:.1e} (ratio {ratio:.2g}; comparable: ≤ 10)"
     return check
 
 
@@ -321,7 +321,7 @@ class FedPDPHeterogeneity(Experiment):
         ax.legend(fontsize=7)
         sections.append(f"## Error floor: geometric mean of {GRAD} over the last {FLOOR_WINDOW} rounds\n\n"
                         "Table 2 of the paper (linear regime) ties the reachable accuracy at a fixed η to p and δ: "
-                        "ε/δ² ≈ 36·η·p... so at fixed η the floor should grow with p and with δ².\n\n"
+                        "p ≈ (1/(36η))·ε/δ², i.e. ε ≈ 36·η·p·δ²: at a fixed η the floor should grow with p and with δ².\n\n"
                         + rep.md_table(["h \\ p", *(f"p = {p:g}" for p in ps)], rows))
         name = rep.save_figure(fig, out / "p_heterogeneity.png")
         sections.append(f"## Figure\n\n![p versus heterogeneity]({name})")

@@ -139,8 +139,12 @@ class FedPlusTable2(Experiment):
                     runs, shared = cell(results, setting, d, m)
                     key = "personal_mse" if d == "regression" else "personal_acc"
                     vals = [r.final(key) for r in runs]
-                    means[(setting, d, m)] = statistics.fmean([v for v in vals if v is not None] or [float("nan")])
+                    diverged = sum(key in r.last and r.final(key) is None for r in runs)  # written as null
+                    means[(setting, d, m)] = _mean(results, setting, d, m)
                     text = rep.fmt_ms(vals, "g" if d == "regression" else "pct")
+                    if diverged:
+                        text = f"diverged ({diverged}/{len(runs)})" if diverged == len(runs) else \
+                            f"{text}, {diverged}/{len(runs)} diverged"
                     row.append(f"{text}{' †' if shared else ''} ({PAPER[d][i]:g})")
                 rows.append(row)
             sections.append(f"## Setting \"{setting}\": {what}\n\nOurs (mean ± std over the seeds) and, in brackets, "
@@ -188,9 +192,12 @@ def cell(results, setting, dataset, method):
 
 
 def _mean(results, setting, dataset, method):
+    """Mean over the seeds; a diverged run (metric written as null) counts as the worst value
+    (error +inf, accuracy 0), a method not run as nan."""
     key = "personal_mse" if dataset == "regression" else "personal_acc"
-    vals = [r.final(key) for r in cell(results, setting, dataset, method)[0]]
-    vals = [v for v in vals if v is not None]
+    runs = cell(results, setting, dataset, method)[0]
+    vals = [r.final(key) if r.final(key) is not None else (float("inf") if dataset == "regression" else 0.0)
+            for r in runs if key in r.last]
     return statistics.fmean(vals) if vals else float("nan")
 
 
