@@ -9,7 +9,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, FedpdError
 from fedpd.io import atomic_write_text
 from fedpd.reproduce import report as rep
 from fedpd.reproduce.execute import default_jobs, plan, run_jobs
@@ -92,12 +92,21 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     jobs = jobs or default_jobs()
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
     started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()
-    done = run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env)
-    elapsed = time.perf_counter() - t0
     command = command or "fedpd reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    invocations = rep.append_invocation(out / "invocations.jsonl", {
-        "command": command, "started": started, "elapsed_s": round(elapsed, 1), "runs_done": len(done),
-        "runs_skipped": len(work) - len(done), "jobs": jobs})
+    done: dict[str, float] = {}
+    skipped = sum(j.status == "complete" for j in work)
+    outcome = "interrupted"
+    try:
+        run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
+                 seconds=done)
+        outcome = "complete"
+    except FedpdError as err:
+        outcome = f"stopped: {err}"
+        raise
+    finally:  # every invocation is recorded, also one that failed or was interrupted
+        invocations = rep.append_invocation(out / "invocations.jsonl", {
+            "command": command, "started": started, "elapsed_s": round(time.perf_counter() - t0, 1),
+            "runs_done": len(done), "runs_skipped": skipped, "jobs": jobs, "outcome": outcome})
     return write_report(exp, b, specs, out, command, invocations)
 
 
@@ -129,9 +138,9 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
         f"{compute / 3600:.2f} core-hours.",
         "- Invocations of the command on this directory (runs already complete are skipped, interrupted ones resumed):",
         "",
-        rep.md_table(["started", "runs done / skipped", "parallel jobs", "elapsed"],
-                     [[i["started"], f"{i['runs_done']} / {i['runs_skipped']}", i["jobs"], f"{i['elapsed_s']:.0f} s"]
-                      for i in invocations]),
+        rep.md_table(["started", "runs done / already complete", "parallel jobs", "elapsed", "outcome"],
+                     [[i["started"], f"{i['runs_done']} / {i['runs_skipped']}", i["jobs"], f"{i['elapsed_s']:.0f} s",
+                       i.get("outcome", "complete").split(";")[0]] for i in invocations]),
         "",
     ]
     body = "\n\n".join(sections)
