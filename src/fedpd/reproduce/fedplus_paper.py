@@ -176,8 +176,9 @@ class FedPlusTable2(Experiment):
             ax.set_xticks(list(xs), list(METHODS.values()), rotation=60, fontsize=7)
             ax.set_title(DATASETS[d][0], fontsize=9)
             ax.set_ylabel("error" if d == "regression" else "accuracy %")
-        axes[0][0].legend(fontsize=6)
-        name = rep.save_figure(fig, out / "table2.png")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+        name = rep.save_figure(fig, out / "table2.png", rect=(0, 0.07, 1, 1))
         sections.append(f"## Figure\n\n![Table 2]({name})")
         sections.append(rep.claims_section(CLAIMS, results))
         return sections

@@ -163,10 +163,11 @@ def figure(rows: int = 1, cols: int = 1, size: tuple[float, float] | None = None
     return fig, axes
 
 
-def save_figure(fig, path: Path) -> str:
-    """The figure as a PNG at ``path`` (atomic); returns its file name for the markdown."""
+def save_figure(fig, path: Path, rect=None) -> str:
+    """The figure as a PNG at ``path`` (atomic); returns its file name for the markdown. ``rect``:
+    the part of the figure the axes may fill (room for a figure legend)."""
     buf = io.BytesIO()
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(buf, format="png", dpi=90)
     atomic_write_bytes(path, buf.getvalue())
     return path.name
