@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -164,6 +163,3 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
 def _problem_seeded(specs) -> bool:
     return any(s.config.get("problem", {}).get("seed") == s.seed for s in specs)
 
-
-def dumps(obj) -> str:
-    return json.dumps(obj, indent=1)

@@ -20,7 +20,7 @@ import math
 import statistics
 
 from fedpd.reproduce import report as rep
-from fedpd.reproduce.spec import Budget, Claim, Experiment, grid, merge
+from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 FEDPD = "Zhang, Hong, Dhople, Yin, Liu, *FedPD: a federated learning framework with optimal rates and adaptivity to non-IID data* (IEEE TSP, 2021)"
 GRAD = "‖∇f‖²"

@@ -24,7 +24,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import tomli_w
 
@@ -288,5 +288,3 @@ def git_commit(start: Path) -> str:
         return ""
     return f"{sha}{' (with uncommitted changes)' if dirty else ''}" if sha else ""
 
-
-Writer = Callable[[str, object], str]
