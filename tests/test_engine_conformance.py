@@ -13,3 +13,12 @@ class TestInProcessEngine(EngineConformance):
                     ids=["all", "one", "three"])
     def engine(self, request) -> list[str]:
         return ["run.engine=inprocess", *request.param]
+
+
+class TestLoopbackRemoteEngine(EngineConformance):
+    """The remote engine (messages, node runtimes with versioned file stores) with its nodes in
+    this process: the same numbers as the in-process engine."""
+
+    @pytest.fixture(params=[1, 3], ids=["one-node", "three-nodes"])
+    def engine(self, request) -> list[str]:
+        return ["run.engine=loopback", f"run.nodes={request.param}"]

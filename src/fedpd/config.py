@@ -30,7 +30,7 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "engine", "client_chunk")
+RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "client_chunk")
 
 
 class RunOptions(Options):
@@ -41,7 +41,10 @@ class RunOptions(Options):
     dtype: Literal["auto", "float32", "float64"] = Field("auto", description="auto: float64 for built-in problems, "
                                                          "the problem's own (float32) for datasets")
     device: str = Field("cpu", description="cpu, cuda, cuda:N, mps or auto (the best present)")
-    engine: Literal["inprocess"] = Field("inprocess", description="what runs the clients")
+    engine: Literal["inprocess", "loopback", "flower"] = Field(
+        "inprocess", description="what runs the clients: inprocess (vectorised here), loopback (nodes in this process, "
+        "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
+    nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
     client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
     personal_eval: Literal["auto", "always", "never"] = Field(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,10 +159,46 @@ def _to(obj, device):
     return obj
 
 
-class Simulation:
-    """One run's pieces and state; ``step()`` runs a round, ``metrics()`` evaluates."""
+def hosted_clients(num_clients: int, nodes: int, k: int) -> list[int]:
+    """The clients node k of ``nodes`` hosts: the k-th contiguous block of the ids."""
+    return list(range(k * num_clients // nodes, (k + 1) * num_clients // nodes))
 
-    def __init__(self, cfg: Config):
+
+def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, attack: Attack, *,
+                workdir: Path | None = None, transport=None) -> Engine:
+    """The engine ``run.engine`` names, with a fresh client store."""
+    init = algorithm.init_client(problem.x_init)
+    if cfg.run.engine == "inprocess":
+        return InProcessEngine(algorithm, problem, solver, MemoryStore(init, problem.num_clients), seed=cfg.run.seed,
+                               chunk=cfg.run.client_chunk or None, attack=attack)
+    from fedpd.remote.engine import LoopbackTransport, RemoteEngine
+    from fedpd.remote.node import NodeRuntime
+
+    if transport is None:
+        if cfg.run.engine != "loopback":
+            raise ConfigError(f"run.engine: {cfg.run.engine!r} runs through fedpd.run (or its Flower app), not a bare "
+                              f"Simulation")
+        if cfg.run.nodes > problem.num_clients:
+            raise ConfigError(f"run.nodes: {cfg.run.nodes} nodes for {problem.num_clients} clients "
+                              f"(allowed: 1..{problem.num_clients})")
+        if workdir is None:
+            import tempfile
+
+            workdir = Path(tempfile.mkdtemp(prefix="fedpd-nodes-"))
+        transport = LoopbackTransport({k: NodeRuntime(hosted_clients(problem.num_clients, cfg.run.nodes, k),
+                                                      Path(workdir) / NODES / f"node{k}", durable=False)
+                                       for k in range(cfg.run.nodes)})
+    return RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
+                        init_client=init, attack=attack)
+
+
+class Simulation:
+    """One run's pieces and state; ``step()`` runs a round, ``metrics()`` evaluates.
+
+    ``workdir``: where a remote engine's loopback nodes keep their clients' states (the run
+    directory; default a temporary one). ``transport``: the nodes of a remote engine (Flower's)."""
+
+    def __init__(self, cfg: Config, workdir: Path | None = None, transport=None):
         self.cfg = cfg
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
@@ -172,10 +209,9 @@ class Simulation:
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
-        store = MemoryStore(self.algorithm.init_client(x0), self.num_clients)
         attack = build_attack(cfg).bind(self.num_clients)
-        self.engine: Engine = InProcessEngine(self.algorithm, self.problem, self.solver, store, seed=cfg.run.seed,
-                                              chunk=cfg.run.client_chunk or None, attack=attack)
+        self.engine: Engine = make_engine(cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
+                                          transport=transport)
         self.round = 0
         self.elapsed = 0.0
 
@@ -303,16 +339,28 @@ class RunResult:
         return self.history[-1].get(key) if self.history else None
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
+NODES = "nodes"  # the loopback engine's node stores, inside the run directory
+
+
+def _check_out(out: Path, overwrite: bool) -> list[str]:
+    """The results ``out`` already holds (refused unless ``overwrite``)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
-    held = [p for p in (METRICS, CHECKPOINT) if (out / p).exists()]
+    held = [p for p in (METRICS, CHECKPOINT, NODES) if (out / p).exists()]
     if held and not overwrite:
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}); "
                           f"continue it with --resume {out}, or pass --overwrite to replace it")
+    return held
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    held = _check_out(out, overwrite)
     out.mkdir(parents=True, exist_ok=True)
     for p in held:
-        (out / p).unlink()
+        if (out / p).is_dir():
+            shutil.rmtree(out / p)
+        else:
+            (out / p).unlink()
 
 
 def run(config: str | Path | dict | Config | None = None, out: str | Path | None = None, *,
@@ -337,9 +385,11 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if config is None:
             raise ConfigError("no config given")
         cfg = load_config(config, overrides)
-    sim = Simulation(cfg)  # every check that needs the problem passes before anything is written
     if out is not None and resume is None:
         out = Path(out)
+        _check_out(out, overwrite)
+    sim = Simulation(cfg, workdir=out)  # every check that needs the problem passes before anything is written
+    if out is not None and resume is None:
         _prepare_out(out, overwrite)
     history: list[dict] = []
     if out is not None:
@@ -374,6 +424,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     def checkpoint():
         if out is not None:
             atomic_torch_save(sim.state_dict(), out / CHECKPOINT)
+            sim.engine.checkpointed(sim.round)
 
     try:
         due = sim.round % every == 0 or sim.round == rounds
