@@ -17,7 +17,8 @@ no client, a client hosted twice, a client hosted by nobody.
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import Hashable, Protocol
 
 import sys
 
@@ -39,27 +40,64 @@ def notice(message: str) -> None:
     print(f"fedpd: {message}", file=sys.stderr, flush=True)
 
 
+#: a reply the transport knows will never come (node unavailable, message expired)
+LOST = "lost"
+
+
 class Transport(Protocol):
-    """Carries envelopes to nodes and their replies back."""
+    """Carries envelopes to nodes and their replies back (push, then pull what has arrived)."""
 
     def nodes(self) -> list[int]:
-        """The ids of the nodes that are connected."""
+        """The ids of the nodes connected now."""
 
-    def exchange(self, requests: dict[int, Envelope]) -> dict[int, Envelope | None]:
-        """Send every node its request; the replies by node (None: no reply in time)."""
+    def push(self, node: int, request: Envelope) -> Hashable | None:
+        """Send ``request`` to ``node``; a handle for its reply (None: no such node)."""
+
+    def pull(self, handles: list[Hashable]) -> dict[Hashable, Envelope | str]:
+        """The replies that have arrived for ``handles`` (``LOST`` for those that never will)."""
 
 
 class LoopbackTransport:
-    """Nodes in this process: each a :class:`NodeRuntime` (for tests and as the reference)."""
+    """Nodes in this process, each a :class:`NodeRuntime` (for tests and as the reference).
+
+    Faults, as tests inject them: ``lose[node] = n`` loses the node's next n replies (the
+    transport reports them lost, as Flower's "node unavailable"); ``crash_on[node] = kind``
+    kills the node when a request of that kind reaches it — the request is never answered, the
+    dead id stays listed (as a kill -9'ed SuperNode does for a minute) and the node comes back
+    at once under a new id with the same clients and files (a restart without registered keys)."""
 
     def __init__(self, runtimes: dict[int, NodeRuntime]):
-        self.runtimes = runtimes
+        self.runtimes = dict(runtimes)
+        self._replies: dict[int, Envelope | str] = {}
+        self._count = 0
+        self.lose: dict[int, int] = {}
+        self.crash_on: dict[int, str] = {}
+        self.dead: set[int] = set()
 
     def nodes(self) -> list[int]:
-        return sorted(self.runtimes)
+        return sorted({*self.runtimes, *self.dead})
 
-    def exchange(self, requests):
-        return {node: self.runtimes[node].handle(env) for node, env in requests.items()}
+    def push(self, node, request):
+        if node in self.dead:
+            self._count += 1
+            return self._count  # accepted, never answered
+        runtime = self.runtimes.get(node)
+        if runtime is None:
+            return None
+        self._count += 1
+        if self.crash_on.get(node) == request.kind:
+            del self.crash_on[node]
+            self.dead.add(node)
+            self.runtimes[max(self.nodes()) + 1] = self.runtimes.pop(node)
+        elif self.lose.get(node, 0) > 0:
+            self.lose[node] -= 1
+            self._replies[self._count] = LOST
+        else:
+            self._replies[self._count] = runtime.handle(request)
+        return self._count
+
+    def pull(self, handles):
+        return {h: self._replies.pop(h) for h in handles if h in self._replies}
 
 
 class RemoteStates:
@@ -88,14 +126,19 @@ class RemoteEngine:
     """Clients on nodes reached through ``transport``; see the module docstring."""
 
     def __init__(self, algorithm: Algorithm, config_toml: str, transport: Transport, *, num_clients: int, seed: int,
-                 init_client: State, attack: Attack | None = None, max_reply_bytes: int = 1 << 30):
+                 init_client: State, attack: Attack | None = None, max_reply_bytes: int = 1 << 30,
+                 timeout: float = 600.0, hello_timeout: float = 30.0, poll: float = 0.01):
         self.algorithm, self.config_toml, self.transport = algorithm, config_toml, transport
         self.num_clients, self.seed, self.max_reply_bytes = num_clients, seed, max_reply_bytes
+        self.timeout, self.hello_timeout, self.poll = timeout, hello_timeout, poll
+        self.hosted: dict[int, list[int]] = {}
+        self._asked: dict[int, list[int]] = {}  # train / commit request key -> the clients it is for
         self.attack = attack if attack is not None else Attack().bind(num_clients)
         self.comm = CommCounter()
         self.store = RemoteStates(self, init_client, num_clients)
         self._sample_grads = 0
         self.prune: int | None = None  # rounds of the last checkpoint written: nodes may drop older versions
+        self.node_of: dict[int, int] = {}
         self.node_of = self._federation()
         self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
         self._trained: dict[int, list[int]] = {}
@@ -106,7 +149,7 @@ class RemoteEngine:
         nodes = self.transport.nodes()
         if not nodes:
             raise ConfigError("run.engine: no node is connected (start the SuperNodes first)")
-        replies = self.ask({n: Envelope("hello") for n in nodes})
+        replies = self.ask({n: Envelope("hello") for n in nodes}, timeout=self.hello_timeout)
         node_of: dict[int, int] = {}
         for node in sorted(replies):
             hosted = replies[node].config.get("hosted", [])
@@ -125,17 +168,93 @@ class RemoteEngine:
                               f"({len(missing)} of {self.num_clients})")
         return node_of
 
-    def ask(self, requests: dict[int, Envelope]) -> dict[int, Envelope]:
+    def ask(self, requests: dict[int, Envelope], timeout: float | None = None) -> dict[int, Envelope]:
         """Requests that must succeed (hello, commit, restore, states): a failure is an error."""
-        for env in requests.values():
-            env.config["config"] = self.config_toml
-        replies = self.transport.exchange(requests)
+        replies = self.exchange(requests, timeout=timeout)
         for node, reply in replies.items():
             if reply is None:
-                raise ConfigError(f"node {node}: no reply to {requests[node].kind}")
+                raise ConfigError(f"node {node}: no reply to {requests[node].kind} within {self.timeout:g} s "
+                                  f"(run.node_timeout)")
             if "error" in reply.config:
                 raise ConfigError(f"node {node}: {requests[node].kind} failed: {reply.config['error']}")
         return replies
+
+    def exchange(self, requests: dict[int, Envelope], timeout: float | None = None,
+                 reroute: bool = True) -> dict[int, Envelope | None]:
+        """Send every node its request; the replies by node (None: none within the deadline).
+
+        A node that is lost on the way (it vanished from the node list, or the transport says
+        its reply will never come) has its request sent again to the node that hosts its clients
+        now — a restarted SuperNode comes back under a new id with the same clients and files,
+        and the work is deterministic, so the result is the same."""
+        for env in requests.values():
+            env.config["config"] = self.config_toml
+        # whose work each request is: the clients asked for (train, commit) or all the node hosts
+        clients = {key: list(self._asked.get(key) or self.hosted.get(key, [])) for key in requests}
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        known = set(self.transport.nodes())
+        outstanding: dict[Hashable, tuple[int, int]] = {}  # handle -> (request key, node it went to)
+        replies: dict[int, Envelope | None] = {}
+        lost: list[int] = []
+
+        def send(key: int, node: int) -> None:
+            handle = self.transport.push(node, requests[key])
+            if handle is None:
+                lost.append(key)
+            else:
+                outstanding[handle] = (key, node)
+
+        for key in requests:  # to the node that hosts the request's clients now (a restart moves them)
+            send(key, self._host(clients[key]) if clients[key] else key)
+        while outstanding or lost:
+            for handle, reply in self.transport.pull(list(outstanding)).items():
+                key, _ = outstanding.pop(handle)
+                if isinstance(reply, str):  # LOST
+                    lost.append(key)
+                else:
+                    replies[key] = reply
+            nodes = set(self.transport.nodes())
+            for handle, (key, node) in list(outstanding.items()):
+                if node not in nodes:  # gone from the federation: its work is lost
+                    del outstanding[handle]
+                    lost.append(key)
+            if reroute and (lost or nodes - known):
+                self._adopt(nodes - known)
+                known = nodes
+                for handle, (key, node) in list(outstanding.items()):  # clients that moved to a new node
+                    if self._host(clients[key]) not in (None, node):
+                        del outstanding[handle]
+                        lost.append(key)
+                for key in list(lost):
+                    target = self._host(clients[key])
+                    if target is not None and target in nodes:
+                        lost.remove(key)
+                        send(key, target)
+            if time.monotonic() > deadline:
+                break
+            if outstanding or lost:
+                time.sleep(self.poll)
+        for key in requests:
+            replies.setdefault(key, None)
+        return replies
+
+    def _host(self, clients: list[int]) -> int | None:
+        """The one node that hosts all of ``clients`` now (None: none, or they are split)."""
+        hosts = {self.node_of.get(i) for i in clients}
+        return hosts.pop() if len(hosts) == 1 else None
+
+    def _adopt(self, new_nodes: set[int]) -> None:
+        """Ask nodes that joined whom they host; they take over those clients (a restarted node)."""
+        if not new_nodes:
+            return
+        replies = self.exchange({n: Envelope("hello") for n in new_nodes}, timeout=self.hello_timeout, reroute=False)
+        for node, reply in replies.items():
+            if reply is None or "error" in reply.config:
+                continue
+            for i in reply.config.get("hosted", []):
+                if 0 <= int(i) < self.num_clients:
+                    self.node_of[int(i)] = node
+        self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
 
     # --- the engine contract ----------------------------------------------------------------
     @property
@@ -153,9 +272,10 @@ class RemoteEngine:
         for i in ids.tolist():
             by_node.setdefault(self.node_of[i], []).append(i)
         arrays = pack("m", message)
-        requests = {n: Envelope("train", {"round": round, "ids": c, "prune": self.prune, "config": self.config_toml},
-                                arrays) for n, c in by_node.items()}
-        replies = self.transport.exchange(requests)
+        config = {"round": round} if self.prune is None else {"round": round, "prune": self.prune}
+        requests = {n: Envelope("train", {**config, "ids": c}, arrays) for n, c in by_node.items()}
+        self._asked = dict(by_node)
+        replies = self.exchange(requests)
         self._trained, groups = {}, []
         for node, asked in by_node.items():
             reply = replies.get(node)
@@ -165,9 +285,9 @@ class RemoteEngine:
                 notice(f"node {node}: no reply to train in round {round}; its {len(asked)} client(s) dropped out")
                 continue
             problem = self._problem(reply, asked)
-            if problem:  # an error, a malformed or an oversized reply: rejected by the screen, state kept
+            if problem:  # an error, a malformed or an oversized reply: rejected, state kept
                 notice(f"node {node}: {problem} in round {round}; its {len(asked)} upload(s) rejected")
-                groups.append((part, {}))
+                groups.append((part, None))
                 continue
             self._trained[node] = asked
             self._sample_grads += int(reply.config.get("sample_grads", 0))
@@ -191,9 +311,10 @@ class RemoteEngine:
         arrays = pack("r", reply)
         requests = {n: Envelope("commit", {"round": round, "accepted": [i for i in asked if i in accepted]}, arrays)
                     for n, asked in self._trained.items()}
+        self._asked = dict(self._trained)
         if requests:
             self.ask(requests)
-        self._trained = {}
+        self._trained, self._asked = {}, {}
 
     # --- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
