@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import fedpd
+from fedpd.data.loaders import resolve_data_dir
 from fedpd.errors import ConfigError
 from fedpd.registry import ALGORITHMS
 from helpers import simulation
@@ -28,8 +29,8 @@ NO_COMMUNICATION = {"local", "fedplus_local"}
 DATA_PROBLEMS = {"dataset": None, "fedplus_mnist": "mnist"}
 
 
-#: the data directory the real-data examples read: $FEDPD_DATA, else ../shared/data beside the repo
-DATA_DIR = os.environ.get("FEDPD_DATA") or str(ROOT.parent / "shared" / "data")
+#: the data directory the real-data examples read: $FEDPD_DATA, else fedpd's default (as fedpd reads it)
+DATA_DIR = str(resolve_data_dir(None))
 
 
 def missing_data(problem: dict) -> str | None:

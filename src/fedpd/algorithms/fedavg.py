@@ -9,7 +9,7 @@ from fedpd.store import State
 
 
 class FedAvg(RobustAveraging, Algorithm):
-    """FedAvg (McMahan et al., AISTATS 2017; FedPD seed 004, Alg. 1, eqs. (8)–(9)).
+    """FedAvg (McMahan et al., AISTATS 2017; as in FedPD, Zhang et al. 2021, Alg. 1, eqs. (8)–(9)).
 
     Each participant starts from the server model x0 and runs the local solver on f_i
     (Q steps of GD — Option 2, eq. (9) — or SGD — Option 1, eq. (8)); the server averages:

@@ -10,7 +10,7 @@ from fedpd.solvers import GradientSolver, LocalObjective
 
 
 class FedCM(Algorithm):
-    """FedCM (Xu, Wang, Wang, Chen 2021, Alg. 1; seed 001, Table 2).
+    """FedCM (Xu, Wang, Wang, Chen 2021, Alg. 1; listed in A-FedPD's Table 2, Sun, Shen, Tao 2024).
 
     The server sends x0 and Δ, the clients' average local direction of the last round. Each
     participant starts from x0 and steps along the mixed direction

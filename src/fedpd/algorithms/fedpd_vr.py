@@ -1,4 +1,4 @@
-"""FedPD-VR: FedPD with the variance-reduced local oracle (seed 004, Oracle II)."""
+"""FedPD-VR: FedPD with the variance-reduced local oracle (FedPD, Zhang et al. 2021, Oracle II)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fedpd.solvers import GradientSolver, LocalObjective, client_gradients
 
 
 class FedPDVR(PrimalDual):
-    """FedPD with Oracle II (seed 004, Alg. 2 with Alg. 4, analysed in App. G; REFERENCE_NOTES.md).
+    """FedPD with Oracle II (FedPD paper, Alg. 2 with Alg. 4, analysed in App. G).
 
     FedPD's protocol (every client, every round; warm start; λ_i ← λ_i + (x_i − x0_i)/η;
     x0_i⁺ = x_i + ηλ_i; skip communication with probability p) with a SARAH estimator g_i of

@@ -1,5 +1,5 @@
 """Fed+ (Kundu, Yu, Wynter, Lim — "Robustness and personalization in federated learning: a
-unified approach via regularization", seed 002) as one rule parametrised by Ψ, σ, δ, λ and the
+unified approach via regularization", 2022) as one rule parametrised by Ψ, σ, δ, λ and the
 aggregation 𝒜, with every row of the paper's Table 1 as a preset.
 
 Alg. 1, for each participating party k (all tensors [K, d]):
@@ -55,7 +55,7 @@ AGGREGATORS = ("fedplus", "mean", "geometric_median", "coordinate_median", "trim
 
 
 class FedPlus(Algorithm):
-    """Fed+ (seed 002, Alg. 1): see the module docstring.
+    """Fed+ (Kundu, Yu, Wynter, Lim 2022, Alg. 1): see the module docstring.
 
     Args:
         psi: Ψ — "zero", "sq_l2" (FedAvg+), "l2" (FedGeoMed+), "l1" (FedCoMed+), "indicator" (FedProx).
@@ -263,7 +263,7 @@ class FedPlus(Algorithm):
 
 # --- Table 1 presets ---------------------------------------------------------------------------
 class FedAvgPlus(FedPlus):
-    """FedAvg+ (seed 002 §4.4.1): Ψ = σδ/2‖·‖², θ_k = (w_k − w̃)/(1 + δ), 𝒜 = mean."""
+    """FedAvg+ (Fed+ paper §4.4.1): Ψ = σδ/2‖·‖², θ_k = (w_k − w̃)/(1 + δ), 𝒜 = mean."""
 
     name = "fedavg_plus"
     description = "FedAvg+: Fed+ with psi = sigma*delta/2 ||.||^2 (mean aggregation, personalised)"
@@ -273,7 +273,7 @@ class FedAvgPlus(FedPlus):
 
 
 class FedGeoMedPlus(FedPlus):
-    """FedGeoMed+ (seed 002 §4.4.1, eq. (16)): Ψ = σδ‖·‖₂, θ_k = block soft-threshold of
+    """FedGeoMed+ (Fed+ paper §4.4.1, eq. (16)): Ψ = σδ‖·‖₂, θ_k = block soft-threshold of
     w_k − w̃, 𝒜 = δ-approximate geometric median."""
 
     name = "fedgeomed_plus"
@@ -284,7 +284,7 @@ class FedGeoMedPlus(FedPlus):
 
 
 class FedCoMedPlus(FedPlus):
-    """FedCoMed+ (seed 002 §4.4.1, eqs. (19), (22)): Ψ = σδ‖·‖₁, θ_k = soft-threshold of
+    """FedCoMed+ (Fed+ paper §4.4.1, eqs. (19), (22)): Ψ = σδ‖·‖₁, θ_k = soft-threshold of
     w_k − w̃, 𝒜 = δ-approximate coordinate-wise median."""
 
     name = "fedcomed_plus"

@@ -1,4 +1,4 @@
-"""Personalised baselines of Fed+'s Table 2 (seed 002 §5.1): Ditto, APFL, pFedMe, Per-FedAvg (FO),
+"""Personalised baselines of Fed+'s Table 2 (Kundu et al. 2022, §5.1): Ditto, APFL, pFedMe, Per-FedAvg (FO),
 and local training without federation (Table 1's first row, standalone).
 
 Each keeps a personal model per client (client state) besides the server model, and exposes it

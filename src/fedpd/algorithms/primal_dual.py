@@ -1,6 +1,6 @@
 """The primal-dual family as one parametrised rule: FedPD, FedADMM, FedDyn, A-FedPD.
 
-All four minimise the same local augmented Lagrangian (FedPD seed 004, eq. (11))
+All four minimise the same local augmented Lagrangian (FedPD, Zhang et al. 2021, eq. (11))
 
     L_i(x) = f_i(x) + ⟨λ_i, x − x0⟩ + ‖x − x0‖²/(2η),
 
@@ -8,7 +8,7 @@ take the same dual step λ_i ← λ_i + (x_i − x0)/η, and set the server mode
 
     x0 ← mean_{S1} x_i + η · mean_{S2} λ_i.
 
-They differ only in the sets (A-FedPD seed 001, Table 1; REFERENCE_NOTES.md):
+They differ only in the sets (A-FedPD, Sun, Shen, Tao 2024, Table 1):
 
     preset    participation   S1 (consensus)  S2 (dual mean)               local start
     fedpd     all N           all N           all N                        warm (x_i)
@@ -21,11 +21,11 @@ x_i and the server keeps mean_N λ_i in O(d), adding (1/N)Σ_P (x_i − x0)/η e
 
 Where the metrics are taken (``output``): "server" is x0, the model the next round trains from;
 "average" is x̄ = mean_P x_i of the last communicating round — A-FedPD's "global average model"
-(seed 001, Alg. 1 line 14; Theorem 1 bounds ‖∇f(x̄)‖²) and what FedDyn's authors report. The
+(A-FedPD Alg. 1 line 14; Theorem 1 bounds ‖∇f(x̄)‖²) and what FedDyn's authors report. The
 two differ by η·mean_N λ_i; "average" needs the x_i uploads, i.e. dual_mean = "all".
 
 A-FedPD's virtual update gives every absent client λ_i += (x̄ − x0)/η (x̄ = mean of the
-participants' x_i, seed 001 Alg. 1). It is the same vector for all absent clients, so it is
+participants' x_i, A-FedPD Alg. 1). It is the same vector for all absent clients, so it is
 applied lazily: the server keeps the running sum D of these increments, each client the value
 D_i of D after its last participation, and a returning client adds D − D_i before training.
 Work and memory per round are O(|P|·d), never O(N·d). Cost: D is sent with x0 and again after
@@ -183,7 +183,8 @@ class PrimalDual(Algorithm):
 
 
 class FedPD(PrimalDual):
-    """FedPD (Zhang, Hong, Dhople, Yin, Liu — seed 004, Alg. 2 with Oracle I, Alg. 3).
+    """FedPD (Zhang, Hong, Dhople, Yin, Liu, "FedPD: a federated learning framework with optimal rates and
+    adaptivity to non-IID data", 2021: Alg. 2 with Oracle I, Alg. 3).
 
     Every client, every round: Q steps of GD/SGD on L_i warm-started from x_i (eq. (12));
     λ_i ← λ_i + (x_i − x0_i)/η (Alg. 2 line 5); x0_i⁺ = x_i + ηλ_i with the new λ_i (line 6).
@@ -199,7 +200,8 @@ class FedPD(PrimalDual):
 
 
 class FedDyn(PrimalDual):
-    """FedDyn (Acar et al., ICLR 2021) in the notation of seed 000, Alg. 2.
+    """FedDyn (Acar et al., ICLR 2021) in the notation of Zhang & Hong, "On the connection between
+    FedDyn and FedPD" (2021), Alg. 2.
 
     Participants minimise f_i(x) + ⟨g_i, x − x0⟩ + ‖x − x0‖²/(2η) from x0 and update
     g_i ← g_i + (x_i − x0)/η; the server keeps h = mean_N g_i:
@@ -215,7 +217,7 @@ class FedDyn(PrimalDual):
 
 
 class FedADMM(PrimalDual):
-    """FedADMM (Wang et al. 2022 / Gong et al. 2022; seed 001, Table 1 row 2): participants solve
+    """FedADMM (Wang et al. 2022 / Gong et al. 2022; A-FedPD's Table 1 row 2): participants solve
     L_i from x0, λ_i ← λ_i + (x_i − x0)/η, upload x_i + ηλ_i; x0 = mean_P (x_i + ηλ_i)."""
 
     name = "fedadmm"
@@ -226,7 +228,8 @@ class FedADMM(PrimalDual):
 
 
 class AFedPD(PrimalDual):
-    """A-FedPD (Sun, Shen, Tao — seed 001, Alg. 1): FedDyn's sets plus the virtual dual update
+    """A-FedPD (Sun, Shen, Tao, "A-FedPD: aligning dual-drift is all federated primal-dual
+    learning needs", 2024, Alg. 1): FedDyn's sets plus the virtual dual update
     λ_i ← λ_i + (x̄ − x0)/η for every absent client, applied lazily (module docstring)."""
 
     name = "afedpd"

@@ -3,8 +3,8 @@
 SAM (sharpness-aware minimisation, Foret et al., ICLR 2021) is a property of the local solver
 (:class:`fedpd.solvers.GradientSolver` with ``sam_radius`` r: the gradient of f_i is taken at
 x + r·g/‖g‖, g = ∇f_i(x)), so any algorithm runs with SAM by setting ``solver.sam_radius``.
-These presets only give the combinations of the A-FedPD paper's results table (seed 001,
-Table 2) their names: each is its base algorithm whose local training uses the configured
+These presets only give the combinations of the A-FedPD paper's results table (Sun, Shen,
+Tao 2024, Table 2) their names: each is its base algorithm whose local training uses the configured
 solver with the preset's ``algorithm.sam_radius`` in place of the solver's own radius.
 Communication and state are the base algorithm's.
 """
@@ -45,11 +45,10 @@ class _SAM:
 
 class FedSAM(_SAM, FedAvg):
     """FedSAM (Qu et al., "Generalized federated learning via sharpness aware minimization",
-    ICML 2022), as listed in seed 001's Table 2 (CIFAR-10/100 accuracy, row FEDSAM: family P,
-    local optimiser SAM) and restated in REFERENCE_NOTES.md ("Related methods in the A-FedPD
-    results table"): FedAvg whose local steps use the SAM gradient ∇f_i(x + r·∇f_i(x)/‖∇f_i(x)‖)
-    (SAM: Foret et al., ICLR 2021). Neither source gives FedSAM's equation numbers, so none are
-    cited.
+    ICML 2022), as listed in A-FedPD's Table 2 (Sun, Shen, Tao 2024; CIFAR-10/100 accuracy, row
+    FEDSAM: family P, local optimiser SAM): FedAvg whose local steps use the SAM gradient
+    ∇f_i(x + r·∇f_i(x)/‖∇f_i(x)‖) (SAM: Foret et al., ICLR 2021). Neither source gives FedSAM's
+    equation numbers, so none are cited.
 
     The server averages models, so FedAvg's robust ``aggregator`` / ``aggregator_options`` /
     ``weights`` apply. Per participant: d floats down, d up."""
@@ -64,7 +63,7 @@ class FedSAM(_SAM, FedAvg):
 
 
 class AFedPDSAM(_SAM, AFedPD):
-    """A-FedPDSAM (seed 001: A-FedPD's Alg. 1 — LocalTrain, D-Update with the virtual dual update
+    """A-FedPDSAM (Sun, Shen, Tao 2024: A-FedPD's Alg. 1 — LocalTrain, D-Update with the virtual dual update
     for absent clients — with a SAM local gradient; Table 2, row A-FEDPDSAM)."""
 
     name = "afedpdsam"
@@ -77,8 +76,8 @@ class AFedPDSAM(_SAM, AFedPD):
 
 class FedSpeed(_SAM, FedDyn):
     """FedSpeed (Sun et al., "FedSpeed: larger local interval, less communication round, and
-    higher generalization accuracy", ICLR 2023), as listed in seed 001's Table 2 (row FEDSPEED:
-    family PD, local optimiser SAM) and restated in REFERENCE_NOTES.md from the authors' code
+    higher generalization accuracy", ICLR 2023), as listed in A-FedPD's Table 2 (row FEDSPEED:
+    family PD, local optimiser SAM), details from the authors' code
     (neither source gives its equation numbers, so none are cited): FedDyn's dual structure
     (local L_i = f_i + ⟨λ_i, x − x0⟩ + ‖x − x0‖²/(2η) from x0, duals of participants only, dual
     mean over all N) with a SAM local gradient; their defaults are penalty 1/η = 0.1, r = 0.1,

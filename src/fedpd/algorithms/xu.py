@@ -18,7 +18,8 @@ from fedpd.solvers import client_gradients
 
 
 class ParallelSAGA(Algorithm):
-    """Parallel "SAGA" (seed 003, Alg. 1), adapted from Push-Pull / SAGA.
+    """Parallel "SAGA" (Xu, "Possible algorithms for federated learning", 2020, Alg. 1), adapted
+    from Push-Pull / SAGA.
 
     The server keeps w (= x0) and y, an estimate of Σ_i ∇f_i(w) — the gradient of the *sum*
     f = Σ_i f_i, not of fedpd's mean objective (1/N)Σ_i f_i: the server step is on the sum, so
@@ -38,7 +39,7 @@ class ParallelSAGA(Algorithm):
     """
 
     name = "parallel_saga"
-    description = "Parallel SAGA (seed 003, Alg. 1): server steps on a table of the clients' last full gradients"
+    description = "Parallel SAGA (Xu 2020, Alg. 1): server steps on a table of the clients' last full gradients"
 
     def __init__(self, eta: float = 0.01, init: str = "gradients"):
         self.eta, self.init = eta, init
@@ -69,7 +70,7 @@ class ParallelSAGA(Algorithm):
 
 
 class StochasticSAGA(ParallelSAGA):
-    """Stochastic / batch Parallel "SAGA" (seed 003, Alg. 2).
+    """Stochastic / batch Parallel "SAGA" (Xu 2020, Alg. 2).
 
     Each client keeps a table of per-sample gradients y_{i,j}, one row per local sample, of
     ∇(l_j + r)(w)/n_i so that Σ_j y_{i,j} estimates ∇f_i (fedpd's f_i is the mean loss plus
@@ -87,7 +88,7 @@ class StochasticSAGA(ParallelSAGA):
     """
 
     name = "stochastic_saga"
-    description = "Stochastic Parallel SAGA (seed 003, Alg. 2): per-sample gradient tables on the clients"
+    description = "Stochastic Parallel SAGA (Xu 2020, Alg. 2): per-sample gradient tables on the clients"
 
     def __init__(self, eta: float = 0.01, batch_size: int = 1, init: str = "gradients"):
         super().__init__(eta, init)
@@ -126,7 +127,7 @@ class StochasticSAGA(ParallelSAGA):
 
 
 class ParallelADMM(Algorithm):
-    """Parallel "ADMM" (seed 003, Alg. 3; ID-FBBS of Xu et al. 2018 with W = 11ᵀ/K).
+    """Parallel "ADMM" (Xu 2020, Alg. 3; ID-FBBS of Xu et al. 2018 with W = 11ᵀ/K).
 
     Every client, every round. The server averages w_av = mean_i w_i (= x0); each client keeps
     w_i and y_i (y_i⁰ = 0) and updates
@@ -146,7 +147,7 @@ class ParallelADMM(Algorithm):
     """
 
     name = "parallel_admm"
-    description = "Parallel ADMM (seed 003, Alg. 3): consensus ADMM with one gradient step per round, all clients"
+    description = "Parallel ADMM (Xu 2020, Alg. 3): consensus ADMM with one gradient step per round, all clients"
     participation = "all"
 
     def __init__(self, eta: float = 0.1):
@@ -171,13 +172,13 @@ class ParallelADMM(Algorithm):
 
 
 class StochasticADMM(ParallelADMM):
-    """Stochastic / batch Parallel "ADMM" (seed 003, Alg. 4): Parallel ADMM with ∇f_i(w_i)
+    """Stochastic / batch Parallel "ADMM" (Xu 2020, Alg. 4): Parallel ADMM with ∇f_i(w_i)
     replaced by the mean gradient over B samples drawn uniformly with replacement (the text's
     Σ_{j∈B} is a sum; the mean keeps it an unbiased estimate of fedpd's mean-loss ∇f_i). The
     dual step uses the new average w_av⁺, as Alg. 4 writes it."""
 
     name = "stochastic_admm"
-    description = "Stochastic Parallel ADMM (seed 003, Alg. 4): minibatch gradient, new average in the dual step"
+    description = "Stochastic Parallel ADMM (Xu 2020, Alg. 4): minibatch gradient, new average in the dual step"
 
     def __init__(self, eta: float = 0.1, batch_size: int = 1):
         super().__init__(eta)

@@ -1,4 +1,4 @@
-"""Fed+'s §5.1 problems (seed 002): the personalised synthetic regression with an outlier party,
+"""Fed+'s §5.1 problems (Kundu, Yu, Wynter, Lim 2022): the personalised synthetic regression with an outlier party,
 and the MNIST-robust / MNIST-personal constructions as transforms of any image dataset.
 
 Synthetic regression (N = 10, d = 1000): party k draws x ~ N(μ_k, Σ) with μ_k ~ N(0, 0.5 I) and
