@@ -40,7 +40,12 @@ class RunOptions(Options):
     checkpoint_every: int = Field(0, ge=0, description="0: checkpoint at every evaluation")
     dtype: Literal["auto", "float32", "float64"] = "auto"
     client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
+                         "step is large, OMP_NUM_THREADS if set); changes no result")
+    tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "
+                              "directory (needs fedpd[tensorboard])")
+    allow_nonfinite: bool = Field(False, description="run on when a metric becomes NaN or Inf (default: the run "
+                                  "stops, exit status 3)")
     personal_eval: Literal["auto", "always", "never"] = Field(
         "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
         "algorithm has personal models; always = also the server model per client")

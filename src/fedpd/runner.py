@@ -23,6 +23,7 @@ from torch import Tensor
 
 from fedpd import registry
 from fedpd.algorithms.base import Algorithm, RoundContext
+from fedpd.checks import check_against_problem, check_finite  # issue 16
 from fedpd.comm import CommCounter
 from fedpd.config import Config, load_config
 from fedpd.engine import InProcessEngine
@@ -32,11 +33,15 @@ from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_js
 from fedpd.problems.base import Problem
 from fedpd.progress import Progress
 from fedpd.store import ClientStore, State
+from fedpd.tensorboard import open_writer  # issue 16
+from fedpd.threads import set_threads  # issue 16
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 CONFIG = "config.toml"
 STREAMS = ("sampler", "algorithm", "solver", "attack")  # append only: earlier streams keep their seeds
+#: the --set keys a resume may change: the target, and keys that change no result (issue 16)
+RESUMABLE = ("run.rounds", "run.threads", "run.allow_nonfinite", "run.tensorboard")
 
 
 def build_problem(cfg: Config) -> Problem:
@@ -91,11 +96,11 @@ class Simulation:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
         self.problem = build_problem(cfg)
+        self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule (issue 16)
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
+        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client (issue 16)
         self.algorithm: Algorithm
         self.gens = _generators(cfg.run.seed)
         self.attack = build_attack(cfg).bind(self.num_clients, self.gens["attack"])
@@ -172,7 +177,8 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
     held = [p for p in (METRICS, CHECKPOINT) if (out / p).exists()]
     if held and not overwrite:
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}); "
-                          f"continue it with --resume {out}, or pass --overwrite to replace it")
+                          f"continue it with --resume {out} (Python: resume={str(out)!r}), or replace it with "
+                          f"--overwrite (Python: overwrite=True)")
     out.mkdir(parents=True, exist_ok=True)
     for p in held:
         (out / p).unlink()
@@ -204,8 +210,9 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         cfg = load_config(out / CONFIG, overrides)
         for item in overrides:  # anything else would continue the checkpoint under another run
             key = item.partition("=")[0].strip()
-            if key != "run.rounds":
-                raise ConfigError(f"--set {key}: run.rounds is the only key that can change on resume")
+            if key not in RESUMABLE:
+                raise ConfigError(f"--set {key}: run.rounds is the only key that can change on resume, besides "
+                                  f"those that change no result ({', '.join(RESUMABLE[1:])})")
     else:
         if config is None:
             raise ConfigError("no config given")
@@ -239,13 +246,17 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
+    tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too (issue 16)
 
     def record():
         m = sim.metrics()
         history.append(m)
         if out is not None:
             append_jsonl(out / METRICS, m)
+        if tb is not None:
+            tb.add(m)
         bar.update(sim.round, m)
+        check_finite(cfg, m, history, out)  # NaN / Inf: the run stops unless run.allow_nonfinite (issue 16)
 
     def checkpoint():
         if out is not None:
@@ -266,4 +277,6 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
                 checkpoint()
     finally:
         bar.close()
+        if tb is not None:
+            tb.close()
     return RunResult(history, sim.model().detach(), sim, out, cfg)
