@@ -97,21 +97,53 @@ def cmd_download(args) -> int:
     return 0
 
 
-def plot_label_matrix(matrix: np.ndarray, path, title: str) -> None:
-    """The clients × classes label counts of a split as a heatmap (`fedpd data split --plot`,
-    `fedpd plot RUN --split`); ``path`` is a file name or a binary file object."""
+#: class names of the datasets whose files carry none (the order of their labels)
+CLASS_NAMES = {
+    "mnist": [str(i) for i in range(10)],
+    "fashion-mnist": ["T-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
+                      "ankle boot"],
+    "femnist": [*"0123456789", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"abcdefghijklmnopqrstuvwxyz"],
+    "sent140": ["negative", "positive"],
+}
+
+
+def known_class_names(dataset: str) -> list[str] | None:
+    """The class names of ``dataset`` when its files carry none (MNIST, Fashion-MNIST, FEMNIST, Sent140)."""
+    return CLASS_NAMES.get(dataset)
+
+
+def label_matrix_figure(matrix: np.ndarray, title: str, class_names: list[str] | None = None):
+    """The clients × classes label counts of a split as a heatmap Figure. Every class gets a tick
+    (named by ``class_names`` when given) up to 40 classes; clients are numbered from 0."""
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ConfigError("--plot needs matplotlib, which is not installed: pip install matplotlib (or 'fedpd[plot]')") from None
     k, c = matrix.shape
-    fig = Figure(figsize=(min(14.0, 3.0 + 0.35 * c), min(12.0, 2.5 + 0.25 * k)))
+    names = list(class_names) if class_names is not None and len(class_names) == c else [str(i) for i in range(c)]
+    long_names = max((len(n) for n in names), default=1) > 3
+    fig = Figure(figsize=(min(14.0, 3.5 + (0.45 if long_names else 0.3) * c), min(12.0, 2.8 + 0.22 * k)))
     ax = fig.add_subplot()
     im = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis")
-    fig.colorbar(im, ax=ax, label="samples")
+    fig.colorbar(im, ax=ax, label="training samples")
+    if c <= 40:
+        ax.set_xticks(range(c))
+        ax.set_xticklabels(names, rotation=45 if long_names else 0, ha="right" if long_names else "center",
+                           fontsize="small" if c > 12 else "medium")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     ax.set_title(title)
+    return fig
+
+
+def plot_label_matrix(matrix: np.ndarray, path, title: str, class_names: list[str] | None = None) -> None:
+    """:func:`label_matrix_figure` written to ``path`` (`fedpd data split --plot`, `fedpd plot RUN
+    --split`): a file name or a binary file object."""
+    fig = label_matrix_figure(matrix, title, class_names)
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except (OSError, ValueError) as e:
@@ -142,6 +174,7 @@ def cmd_split(args) -> int:
     if ds.classes and len(ds.classes) <= 20:
         print("classes: " + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))
     if args.plot:
-        plot_label_matrix(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients")
+        plot_label_matrix(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients",
+                          ds.classes or known_class_names(key))
         print(f"plot: {args.plot}")
     return 0

@@ -191,5 +191,5 @@ def dataset_problem(
         classifies=True,
         predict=losses.argmax_predict,
         info={"dataset": key, "model": name, "partition": partition, "num_classes": ds.num_classes,
-              "dtype": torch.float32},
+              "classes": ds.classes, "dtype": torch.float32},
     )
