@@ -5,7 +5,8 @@ the cores: torch's OpenMP threads wait for each other at every parallel region, 
 whose core another job holds stalls them all. Measured on 2 cores with one competing job
 (docs/performance.md, "CPU threads"), 2 threads made examples/feddyn.toml 5.3× and
 examples/fedavg.toml 4.7× slower than 1 thread, and even a LeNet on MNIST 2.5× slower; on the
-quiet machine 2 threads gained nothing for the small problems (±10 %) and 1.3× for the LeNet.
+quiet machine a second thread saved at most 17 % of the time of the small problems, and made
+the LeNet 1.34× faster.
 
 So ``run.threads = 0`` (automatic) means:
 
@@ -18,8 +19,9 @@ So ``run.threads = 0`` (automatic) means:
    (CPU affinity and the cgroup CPU quota of a container), less the cores other jobs keep busy
    (the 1-minute load average), at least 1 and at most :data:`MAX_AUTO_THREADS`.
 
-Threads change how fast a run goes, not what it computes beyond floating-point summation order,
-which is why ``fedpd run --resume`` and ``fedpd demo`` take ``--threads`` too.
+Threads change how fast a run goes, not what it computes: the float64 built-in problems give
+bitwise the same metrics; float32 convolutions differ in summation order only (float32 rounding).
+That is why ``fedpd run --resume`` and ``fedpd demo`` take ``--threads`` too.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import os
 import torch
 from torch.overrides import TorchFunctionMode
 
-#: below this many floating-point operations per local step a run uses 1 thread (measured: a
-#: 0.6 GFLOP step, an MLP on MNIST, gained 10 % from a second thread; a 24 GFLOP LeNet step 34 %)
+#: below this many floating-point operations per local step a run uses 1 thread (measured on a
+#: quiet 2-core machine: a 0.6 GFLOP step, an MLP on MNIST, ran 1.1x faster with a second thread, a
+#: 24 GFLOP LeNet step 1.34x; with another job running both were 2.5-5x slower with 2 threads)
 PARALLEL_FLOPS = 5e9
 MAX_AUTO_THREADS = 8
 ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
