@@ -78,11 +78,17 @@ def test_every_option_of_every_command_has_help():
     assert {a.dest for a in subparsers._choices_actions} >= {"run", "list", "show", "plot", "compare", "demo"}
     for choice in subparsers._choices_actions:
         assert choice.help, choice.dest
-    for name, sub in subparsers.choices.items():
-        for action in sub._actions:
-            if action.dest in ("help",) or action.__class__.__name__ == "_SubParsersAction":
-                continue
-            assert action.help, f"fedpd {name}: {action.option_strings or action.dest} has no help"
+    def check(prog, parser):
+        for action in parser._actions:
+            if action.__class__.__name__ == "_SubParsersAction":
+                for choice in action._choices_actions:
+                    assert choice.help, f"{prog} {choice.dest}"
+                for name, sub in action.choices.items():
+                    check(f"{prog} {name}", sub)
+            elif action.dest != "help":
+                assert action.help, f"{prog}: {action.option_strings or action.dest} has no help"
+
+    check("fedpd", parser)
 
 
 @pytest.mark.parametrize("args", [["list", "fedpd"], ["show", "algorithm", "fedpd"]])
@@ -262,6 +268,24 @@ def test_ctrl_c_names_the_real_run_directory(config, tmp_path, capsys, monkeypat
         assert "checkpoint" in line and "--resume" not in line and "nothing to resume" in line
 
 
+def test_ctrl_c_in_the_demo_names_the_run_and_how_to_start_again(tmp_path, capsys, monkeypatch):
+    from fedpd.runner import Simulation
+
+    step = Simulation.step
+
+    def interrupted(self):
+        if self.round == 5:
+            raise KeyboardInterrupt
+        step(self)
+
+    monkeypatch.setattr(Simulation, "step", interrupted)
+    out = tmp_path / "demo"
+    code, _, err = cli(["demo", "--out", out, "--rounds", "20", "--quiet"], capsys)
+    line = one_line(err)
+    assert code == 130 and str(out / "fedavg-gd") in line and "--resume" not in line
+    assert f"fedpd demo --out {out} --overwrite" in line
+
+
 # --- item 5: checks against the problem ------------------------------------------------------
 def test_batch_larger_than_every_client_is_refused_before_anything_runs(config, tmp_path, capsys):
     out = tmp_path / "o"
@@ -343,3 +367,13 @@ def test_personalised_run_prints_personal_metrics(tmp_path, capsys):
     assert re.match(r"finished round 2: personal_mse=\S+  personal_loss=\S+", final), final
     progress = [line for line in err.splitlines() if line.startswith("round ")]
     assert progress and all("personal_" in line.split("server model")[0] for line in progress)
+
+
+def test_a_sampler_that_picks_almost_nobody_gets_a_notice(config, tmp_path, capsys):
+    code, _, err = cli(["run", config, "--out", tmp_path / "q", "--quiet", "--set", "sampler.name=bernoulli",
+                        "--set", "sampler.q=0.01"], capsys)
+    assert code == 0
+    assert one_line(err).startswith("fedpd: note: sampler.q: 0.01 x 4 clients = 0.04 expected participants")
+    code, _, err = cli(["run", config, "--out", tmp_path / "q2", "--quiet", "--set", "sampler.name=bernoulli",
+                        "--set", "sampler.q=0.5"], capsys)
+    assert code == 0 and err == ""

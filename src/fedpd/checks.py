@@ -4,6 +4,9 @@ while a run goes.
 * :func:`check_against_problem`: options whose value is valid on its own but makes no sense for
   this problem (a minibatch larger than every client's data, an optional package a chosen
   feature needs) end with one :class:`ConfigError` line before anything is written.
+* :func:`notices`: values that are allowed but probably not meant (a Bernoulli sampler that
+  picks fewer than one client per round on average) are one warning line each
+  (:class:`FedpdNotice`; the CLI prints ``fedpd: note: ...``), and the run goes on.
 * :func:`check_finite`: a metric that became NaN or ±Inf stops the run with
   :class:`NonFiniteMetrics` (exit status 3 from the CLI) unless ``run.allow_nonfinite = true``.
 """
@@ -11,6 +14,8 @@ while a run goes.
 from __future__ import annotations
 
 import math
+import warnings
+from pathlib import Path
 
 from fedpd.errors import ConfigError, FedpdError
 
@@ -45,7 +50,11 @@ def check_finite(cfg, record: dict, history: list[dict] | None = None, out_dir=N
     if not bad:
         return
     values = ", ".join(f"{k} = {record[k]}" for k in bad[:4]) + (", ..." if len(bad) > 4 else "")
-    where = f" (run directory {out_dir}; its last checkpoint is from before)" if out_dir is not None else ""
+    where = ""
+    if out_dir is not None:
+        kept = "its last checkpoint, from before, is kept" if (Path(out_dir) / "checkpoint.pt").exists() \
+            else "no checkpoint was written"
+        where = f" (run directory {out_dir}; {kept})"
     raise NonFiniteMetrics(
         f"the run diverged: at round {record.get('round')} {values}{where}; it stopped there. "
         f"A smaller step size (solver.lr) usually helps; run.allow_nonfinite = true runs on regardless",
@@ -83,3 +92,21 @@ def check_against_problem(cfg, problem) -> None:
         from fedpd.tensorboard import require
 
         require()
+    for message in notices(cfg, problem):
+        warnings.warn(message, FedpdNotice, stacklevel=3)
+
+
+class FedpdNotice(UserWarning):
+    """A value that is allowed but probably not what was meant; the CLI prints it as one line
+    ``fedpd: note: ...`` on stderr and runs on."""
+
+
+def notices(cfg, problem) -> list[str]:
+    """Values that are valid but look like a mistake for this problem (the run goes on)."""
+    out = []
+    n = problem.num_clients
+    if cfg.names["sampler"] == "bernoulli" and cfg.options["sampler"].q * n < 1:
+        q = cfg.options["sampler"].q
+        out.append(f"sampler.q: {q:g} x {n} clients = {q * n:.2g} expected participants per round; most rounds "
+                   f"will have none (nothing happens in them)")
+    return out

@@ -273,10 +273,31 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _notices(show):
+    """``warnings.showwarning`` that prints fedpd's notices as one line each."""
+    from fedpd.checks import FedpdNotice
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, FedpdNotice):
+            print(f"fedpd: note: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     from fedpd.checks import NonFiniteMetrics
 
     _CURRENT.update(dir=None, demo=None)
+    with warnings.catch_warnings():
+        warnings.showwarning = _notices(warnings.showwarning)
+        return _main(argv, NonFiniteMetrics)
+
+
+def _main(argv, NonFiniteMetrics) -> int:
     try:
         parser = make_parser()
         args = parser.parse_args(argv)

@@ -35,21 +35,21 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_list)
 
     q = sub.add_parser("download", help="fetch a dataset's canonical archives (mnist, fashion-mnist, cifar10, cifar100)")
-    q.add_argument("name", metavar="NAME")
+    q.add_argument("name", metavar="NAME", help="dataset: mnist, fashion-mnist, cifar10 or cifar100")
     data_dir(q)
     q.add_argument("--base-url", metavar="URL", help="fetch from URL/<file> instead of the public mirrors")
     q.add_argument("--no-progress", action="store_true", help="print nothing while downloading")
     q.set_defaults(func=cmd_download)
 
     q = sub.add_parser("split", help="partition a dataset's training set into clients and show the label matrix")
-    q.add_argument("name", metavar="NAME")
-    q.add_argument("--partition", choices=PARTITIONS, default="iid")
+    q.add_argument("name", metavar="NAME", help="dataset (fedpd data list)")
+    q.add_argument("--partition", choices=PARTITIONS, default="iid", help="how to split (default iid)")
     q.add_argument("--clients", type=int, metavar="N", help="number of clients (not used by natural)")
     q.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet concentration (default 0.5)")
     q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards per client (default 2)")
     q.add_argument("--min-size", type=int, default=1, metavar="M", help="minimum samples per client (default 1)")
     q.add_argument("--exponent", type=float, default=1.5, help="power_law Pareto exponent (default 1.5)")
-    q.add_argument("--seed", type=int, default=0, metavar="S")
+    q.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the partition (default 0)")
     data_dir(q)
     q.add_argument("--path", metavar="P", help="image-folder only: folder or .tar.gz (absolute or under the data dir)")
     q.add_argument("--label-mode", choices=("fine", "coarse"), help="cifar100 only: 100 fine (default) or 20 coarse labels")
@@ -123,7 +123,7 @@ def label_matrix_figure(matrix: np.ndarray, title: str, class_names: list[str] |
     k, c = matrix.shape
     names = list(class_names) if class_names is not None and len(class_names) == c else [str(i) for i in range(c)]
     long_names = max((len(n) for n in names), default=1) > 3
-    fig = Figure(figsize=(min(14.0, 3.5 + (0.45 if long_names else 0.3) * c), min(12.0, 2.8 + 0.22 * k)))
+    fig = Figure(figsize=(min(14.0, max(4.5, 3.5 + (0.45 if long_names else 0.3) * c)), min(8.0, 2.8 + 0.22 * k)))
     ax = fig.add_subplot()
     im = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis")
     fig.colorbar(im, ax=ax, label="training samples")
