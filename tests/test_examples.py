@@ -4,7 +4,6 @@ of docs/algorithms.md is what the communication counter counts."""
 from __future__ import annotations
 
 import math
-import os
 import re
 import tomllib
 from pathlib import Path

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import annotated_types
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
 
 from fedpd.errors import ConfigError
 
@@ -249,9 +248,9 @@ def model_option_rows(name: str, factory) -> list[OptionRow]:
 
 def _doc_paragraph(obj) -> str:
     """The first paragraph of ``obj``'s docstring (the paper and equations it implements)."""
-    target = obj.func if hasattr(obj, "func") else obj  # functools.partial
-    if not (inspect.isclass(target) or inspect.isfunction(target)):
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):  # e.g. a functools.partial of a generic class
         return ""
+    target = obj
     doc = inspect.getdoc(target) or ""
     first = " ".join(doc.split("\n\n")[0].split())
     if "module docstring" in first:  # e.g. Fed+: the module says what the paper is

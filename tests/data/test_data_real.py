@@ -4,7 +4,6 @@ Each test skips with a reason when its files are absent."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
