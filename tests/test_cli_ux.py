@@ -219,6 +219,11 @@ def test_demo_table_fits_the_terminal_and_demo_takes_overwrite(tmp_path, capsys,
     assert widest("\n".join(line for line in stdout.splitlines() if str(tmp_path) not in line)) <= 80, stdout
     assert "fedpd-gd-p0.5" in stdout
     assert "Theorem 1" in stdout  # why p = 0.5 hovers
+    from fedpd.demo import CAPTION, LABELS
+
+    assert "Theorem 1" in CAPTION and "anchor" in CAPTION  # the figure's caption says the same
+    assert all("Q = 8" in label for label in LABELS.values())  # each run's settings in the legend
+    assert "μ = 0.1" in LABELS["fedprox"] and "p = 0.5" in LABELS["fedpd-gd-p0.5"] and "p = 0 " in LABELS["fedpd-gd-p0"]
     assert (out / "grad_norm_sq.png").read_bytes()[:4] == b"\x89PNG"
     before = (out / "fedpd-gd-p0" / "metrics.jsonl").read_bytes()
     code, _, err = cli(["demo", "--out", out, "--rounds", "20", "--quiet"], capsys)
