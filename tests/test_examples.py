@@ -4,7 +4,6 @@ of docs/algorithms.md is what the communication counter counts."""
 from __future__ import annotations
 
 import math
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import fedpd
+from fedpd.data.loaders import resolve_data_dir
 from fedpd.errors import ConfigError
 from fedpd.registry import ALGORITHMS
 from helpers import simulation
@@ -28,8 +28,8 @@ NO_COMMUNICATION = {"local", "fedplus_local"}
 DATA_PROBLEMS = {"dataset": None, "fedplus_mnist": "mnist"}
 
 
-#: the data directory the real-data examples read: $FEDPD_DATA, else ../shared/data beside the repo
-DATA_DIR = os.environ.get("FEDPD_DATA") or str(ROOT.parent / "shared" / "data")
+#: the data directory the real-data examples read: $FEDPD_DATA, else fedpd's default (as fedpd reads it)
+DATA_DIR = str(resolve_data_dir(None))
 
 
 def missing_data(problem: dict) -> str | None:

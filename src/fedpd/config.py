@@ -30,7 +30,7 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "client_chunk")
+RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "client_chunk", "allow_nonfinite", "tensorboard")
 
 
 class RunOptions(Options):
@@ -46,7 +46,12 @@ class RunOptions(Options):
         "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
     nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
     client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
+                         "step is large, OMP_NUM_THREADS if set); changes no result")
+    tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "
+                              "directory (needs fedpd[tensorboard])")
+    allow_nonfinite: bool = Field(False, description="run on when a metric becomes NaN or Inf (default: the run "
+                                  "stops, exit status 3)")
     personal_eval: Literal["auto", "always", "never"] = Field(
         "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
         "algorithm has personal models; always = also the server model per client")

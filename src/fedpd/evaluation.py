@@ -66,7 +66,7 @@ def evaluate_test(problem: Problem, x: Tensor) -> dict[str, float]:
 
 @torch.no_grad()
 def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1) -> dict[str, float]:
-    """Each client's own model on its own test split (Fed+ §5.1, seed 002 Table 2).
+    """Each client's own model on its own test split (Fed+, Kundu et al. 2022, §5.1 and Table 2).
 
     ``models`` is [N, d] (client i's model in row i) or [d] (the server model for every client).
     Per client the mean test loss, and the accuracy (classification) or mean squared error

@@ -31,6 +31,7 @@ from torch import Tensor
 from fedpd import registry
 from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import Attack
+from fedpd.checks import check_against_problem, check_finite
 from fedpd.config import RESUMABLE, Config, load_config
 from fedpd.context import FederationInfo
 from fedpd.engine import Engine, InProcessEngine
@@ -42,6 +43,8 @@ from fedpd.progress import Progress
 from fedpd.solvers import GradientSolver
 from fedpd.store import MemoryStore, State
 from fedpd.streams import server_generator
+from fedpd.tensorboard import open_writer
+from fedpd.threads import set_threads
 
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
@@ -200,12 +203,12 @@ class Simulation:
 
     def __init__(self, cfg: Config, workdir: Path | None = None, transport=None):
         self.cfg = cfg
-        if cfg.run.threads:
-            torch.set_num_threads(cfg.run.threads)
         self.device = resolve_device(cfg.run.device)
         self.problem = build_problem(cfg, self.device)
+        self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
+        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client (issue 16)
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
@@ -349,7 +352,8 @@ def _check_out(out: Path, overwrite: bool) -> list[str]:
     held = [p for p in (METRICS, CHECKPOINT, NODES) if (out / p).exists()]
     if held and not overwrite:
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}); "
-                          f"continue it with --resume {out}, or pass --overwrite to replace it")
+                          f"continue it with --resume {out} (Python: resume={str(out)!r}), or replace it with "
+                          f"--overwrite (Python: overwrite=True)")
     return held
 
 
@@ -413,13 +417,17 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
+    tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too (issue 16)
 
     def record():
         m = sim.metrics()
         history.append(m)
         if out is not None:
             append_jsonl(out / METRICS, m)
+        if tb is not None:
+            tb.add(m)
         bar.update(sim.round, m)
+        check_finite(cfg, m, history, out)  # NaN / Inf: the run stops unless run.allow_nonfinite (issue 16)
 
     def checkpoint():
         if out is not None:
@@ -441,4 +449,6 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
                 checkpoint()
     finally:
         bar.close()
+        if tb is not None:
+            tb.close()
     return RunResult(history, sim.model().detach(), sim, out, cfg)

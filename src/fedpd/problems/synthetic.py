@@ -23,15 +23,15 @@ def _split(parts_x, parts_y, n_train: list[int]):
 
 
 class FedPDLogregOptions(Options):
-    clients: int = Field(100, ge=1)
-    samples_per_client: int = Field(400, ge=1)
-    test_samples_per_client: int = Field(100, ge=0)
+    clients: int = Field(100, ge=1, description='number of clients (parties)')
+    samples_per_client: int = Field(400, ge=1, description='training samples per client')
+    test_samples_per_client: int = Field(100, ge=0, description='test samples per client')
     dim: int = Field(20, ge=2, description="features, the last a constant 1")
     non_iid: Literal["weak", "strong"] = Field("strong", description="weak: one ground truth; strong: one per agent")
     penalty_lambda: float = Field(0.1, ge=0, description="λ of the non-convex penalty")
     penalty_alpha: float = Field(1.0, gt=0, description="α of the non-convex penalty")
-    label_noise: float = Field(1.0, ge=0)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    label_noise: float = Field(1.0, ge=0, description='std of the noise added before the sign of the labels')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("fedpd_logreg", FedPDLogregOptions,
@@ -83,13 +83,13 @@ def fedpd_logreg(
 class SyntheticOptions(Options):
     alpha: float = Field(1.0, ge=0, description="α: how much the local models differ")
     beta: float = Field(1.0, ge=0, description="β: how much the local data differ")
-    clients: int = Field(30, ge=1)
-    dim: int = Field(60, ge=1)
-    classes: int = Field(10, ge=2)
-    test_fraction: float = Field(0.2, ge=0, lt=1)
-    iid: bool = False
-    max_client_samples: int = Field(1000, ge=1)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    clients: int = Field(30, ge=1, description='number of clients (parties)')
+    dim: int = Field(60, ge=1, description='number of features d')
+    classes: int = Field(10, ge=2, description='number of classes')
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="share of each client's samples held out for testing")
+    iid: bool = Field(False, description='one model and one feature distribution for every client')
+    max_client_samples: int = Field(1000, ge=1, description='cap on the power-law client sizes')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("synthetic", SyntheticOptions,
@@ -152,14 +152,14 @@ def fedprox_synthetic(
 
 
 class LeastSquaresOptions(Options):
-    clients: int = Field(10, ge=1)
-    samples_per_client: int = Field(50, ge=1)
-    test_samples_per_client: int = Field(10, ge=0)
-    dim: int = Field(5, ge=1)
-    heterogeneity: float = Field(1.0, ge=0)
-    noise: float = Field(0.1, ge=0)
-    ridge: float = Field(0.0, ge=0)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    clients: int = Field(10, ge=1, description='number of clients (parties)')
+    samples_per_client: int = Field(50, ge=1, description='training samples per client')
+    test_samples_per_client: int = Field(10, ge=0, description='test samples per client')
+    dim: int = Field(5, ge=1, description='number of features d')
+    heterogeneity: float = Field(1.0, ge=0, description="std of each client's true model around the shared one")
+    noise: float = Field(0.1, ge=0, description='std of the label noise')
+    ridge: float = Field(0.0, ge=0, description='ridge penalty ridge/2 ‖x‖²')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("least_squares", LeastSquaresOptions, "heterogeneous least squares (quadratic: has the exact local solver)")
