@@ -62,6 +62,9 @@ class EngineConformance:
     def run(self, cfg: dict, engine: list[str] | None = None, **kw):
         return fedpd.run(cfg, overrides=engine or [], **kw)
 
+    def resume(self, out, overrides: list[str]):
+        return fedpd.run(resume=out, overrides=overrides)
+
     def simulation(self, cfg: dict, engine: list[str]) -> Simulation:
         return Simulation(load_config(cfg, engine))
 
@@ -128,6 +131,6 @@ class EngineConformance:
         straight = records(self.run(config(case, rounds=6), engine))
         out = tmp_path / "run"
         self.run(config(case, rounds=3), engine, out=out)
-        resumed = fedpd.run(resume=out, overrides=[*[o for o in engine if o.startswith("run.")], "run.rounds=6"])
+        resumed = self.resume(out, [*[o for o in engine if o.startswith("run.")], "run.rounds=6"])
         assert records(resumed) == straight
         assert [json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 2, 4, 6]

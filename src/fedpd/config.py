@@ -30,7 +30,8 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "client_chunk", "allow_nonfinite", "tensorboard")
+RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "node_timeout", "client_chunk", "allow_nonfinite",
+             "tensorboard")
 
 
 class RunOptions(Options):
@@ -45,6 +46,8 @@ class RunOptions(Options):
         "inprocess", description="what runs the clients: inprocess (vectorised here), loopback (nodes in this process, "
         "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
     nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
+    node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
+                                "the nodes to connect) before its clients count as dropped out")
     client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")

@@ -171,12 +171,16 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
                 workdir: Path | None = None, transport=None) -> Engine:
     """The engine ``run.engine`` names, with a fresh client store."""
     init = algorithm.init_client(problem.x_init)
-    if cfg.run.engine == "inprocess":
+    if transport is None and cfg.run.engine == "inprocess":
         return InProcessEngine(algorithm, problem, solver, MemoryStore(init, problem.num_clients), seed=cfg.run.seed,
                                chunk=cfg.run.client_chunk or None, attack=attack)
     from fedpd.remote.engine import LoopbackTransport, RemoteEngine
     from fedpd.remote.node import NodeRuntime
 
+    if workdir is None:  # remote nodes keep their clients' states in files: somewhere to put them
+        import tempfile
+
+        workdir = Path(tempfile.mkdtemp(prefix="fedpd-nodes-"))
     if transport is None:
         if cfg.run.engine != "loopback":
             raise ConfigError(f"run.engine: {cfg.run.engine!r} runs through fedpd.run (or its Flower app), not a bare "
@@ -184,15 +188,12 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
         if cfg.run.nodes > problem.num_clients:
             raise ConfigError(f"run.nodes: {cfg.run.nodes} nodes for {problem.num_clients} clients "
                               f"(allowed: 1..{problem.num_clients})")
-        if workdir is None:
-            import tempfile
-
-            workdir = Path(tempfile.mkdtemp(prefix="fedpd-nodes-"))
         transport = LoopbackTransport({k: NodeRuntime(hosted_clients(problem.num_clients, cfg.run.nodes, k),
                                                       Path(workdir) / NODES / f"node{k}", durable=False)
                                        for k in range(cfg.run.nodes)})
     return RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
-                        init_client=init, attack=attack)
+                        init_client=init, attack=attack, timeout=cfg.run.node_timeout,
+                        context={"store-root": str(Path(workdir) / NODES)})
 
 
 class Simulation:
@@ -369,11 +370,14 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
 
 def run(config: str | Path | dict | Config | None = None, out: str | Path | None = None, *,
         overrides: list[str] | tuple[str, ...] = (), resume: str | Path | None = None,
-        progress: bool = False, overwrite: bool = False, label: str = "") -> RunResult:
+        progress: bool = False, overwrite: bool = False, label: str = "", transport=None) -> RunResult:
     """Run a config (path, dict or :class:`Config`) and return its history and final state.
 
     ``out``: run directory to write (``None``: nothing is written). ``resume``: continue the
     run in that directory from its last checkpoint (its own ``config.toml`` is used).
+    ``run.engine = "flower"`` runs the clients on Flower's simulation runtime (``fedpd.flower``);
+    ``transport``: the nodes of a remote engine that is already connected (a Flower ServerApp
+    passes its Grid's).
     """
     if resume is not None:
         out = Path(resume)
@@ -389,16 +393,29 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if config is None:
             raise ConfigError("no config given")
         cfg = load_config(config, overrides)
+    out = Path(out) if out is not None else None
     if out is not None and resume is None:
-        out = Path(out)
         _check_out(out, overwrite)
-    sim = Simulation(cfg, workdir=out)  # every check that needs the problem passes before anything is written
-    if out is not None and resume is None:
+    if cfg.run.engine == "flower" and transport is None:
+        from fedpd.flower.simulation import run_on_flower
+
+        return run_on_flower(cfg, out, resume=resume is not None, rewrite_config=bool(overrides), progress=progress,
+                             overwrite=overwrite, label=label)
+    return execute(cfg, out, resume=resume is not None, rewrite_config=bool(overrides), progress=progress,
+                   overwrite=overwrite, label=label, transport=transport)
+
+
+def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_config: bool = False,
+            progress: bool = False, overwrite: bool = False, label: str = "", transport=None,
+            workdir: Path | None = None) -> RunResult:
+    """Run a validated config in ``out`` (start it, or continue it from its checkpoint);
+    ``workdir``: where remote nodes keep client states when there is no ``out``."""
+    sim = Simulation(cfg, workdir=out if out is not None else workdir, transport=transport)  # every check first
+    if out is not None and not resume:
         _prepare_out(out, overwrite)
     history: list[dict] = []
     if out is not None:
-        out = Path(out)
-        if resume is None:
+        if not resume:
             atomic_write_text(out / CONFIG, cfg.to_toml())
         else:
             _restore(sim, out)  # every check first: a refused resume changes nothing
@@ -407,7 +424,7 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
                                   f"(allowed: {sim.round} or more)")
             history = _kept_history(out, cfg, sim.round)
             remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG))  # from a kill during a write
-            if overrides:  # a new target: config.toml keeps saying what the run is
+            if rewrite_config:  # a new target: config.toml keeps saying what the run is
                 atomic_write_text(out / CONFIG, cfg.to_toml())
             atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
     return _loop(sim, cfg, out, history, progress, label)

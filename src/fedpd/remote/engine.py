@@ -127,8 +127,9 @@ class RemoteEngine:
 
     def __init__(self, algorithm: Algorithm, config_toml: str, transport: Transport, *, num_clients: int, seed: int,
                  init_client: State, attack: Attack | None = None, max_reply_bytes: int = 1 << 30,
-                 timeout: float = 600.0, hello_timeout: float = 30.0, poll: float = 0.01):
+                 timeout: float = 600.0, hello_timeout: float = 30.0, poll: float = 0.01, context: dict | None = None):
         self.algorithm, self.config_toml, self.transport = algorithm, config_toml, transport
+        self.context = dict(context or {})  # sent with every request (e.g. where simulated nodes keep state)
         self.num_clients, self.seed, self.max_reply_bytes = num_clients, seed, max_reply_bytes
         self.timeout, self.hello_timeout, self.poll = timeout, hello_timeout, poll
         self.hosted: dict[int, list[int]] = {}
@@ -146,27 +147,39 @@ class RemoteEngine:
 
     # --- who hosts whom ---------------------------------------------------------------------
     def _federation(self) -> dict[int, int]:
-        nodes = self.transport.nodes()
-        if not nodes:
-            raise ConfigError("run.engine: no node is connected (start the SuperNodes first)")
-        replies = self.ask({n: Envelope("hello") for n in nodes}, timeout=self.hello_timeout)
-        node_of: dict[int, int] = {}
-        for node in sorted(replies):
-            hosted = replies[node].config.get("hosted", [])
-            if not hosted:
-                raise ConfigError(f"node {node}: hosts no client (give it hosted-clients in its node config)")
-            for i in hosted:
-                if not 0 <= int(i) < self.num_clients:
-                    raise ConfigError(f"node {node}: hosts client {i}, but the problem has clients 0..{self.num_clients - 1}")
-                if int(i) in node_of:
-                    raise ConfigError(f"client {i} is hosted twice (nodes {node_of[int(i)]} and {node}); each client "
-                                      f"must live on exactly one node")
-                node_of[int(i)] = node
-        missing = [i for i in range(self.num_clients) if i not in node_of]
-        if missing:
-            raise ConfigError(f"clients {missing[:5]}{' ...' if len(missing) > 5 else ''} are hosted by no node "
-                              f"({len(missing)} of {self.num_clients})")
-        return node_of
+        """Who hosts whom, from every node's hello; waits (up to the timeout) until every client
+        is hosted, as nodes connect one by one."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            nodes = self.transport.nodes()
+            replies = self.exchange({n: Envelope("hello") for n in nodes}, timeout=self.hello_timeout,
+                                    reroute=False) if nodes else {}
+            node_of: dict[int, int] = {}
+            for node in sorted(replies):
+                reply = replies[node]
+                if reply is None:
+                    continue  # a node that went away
+                if "error" in reply.config:
+                    raise ConfigError(f"node {node}: {reply.config['error']}")
+                hosted = reply.config.get("hosted", [])
+                if not hosted:
+                    raise ConfigError(f"node {node}: hosts no client (give it hosted-clients in its node config)")
+                for i in hosted:
+                    if not 0 <= int(i) < self.num_clients:
+                        raise ConfigError(f"node {node}: hosts client {i}, but the problem has clients "
+                                          f"0..{self.num_clients - 1}")
+                    if int(i) in node_of:
+                        raise ConfigError(f"client {i} is hosted twice (nodes {node_of[int(i)]} and {node}); each "
+                                          f"client must live on exactly one node")
+                    node_of[int(i)] = node
+            missing = [i for i in range(self.num_clients) if i not in node_of]
+            if not missing:
+                return node_of
+            if time.monotonic() > deadline or not hasattr(self.transport, "wait_for_nodes"):
+                where = f" ({len(nodes)} node(s) connected)" if nodes else " (no node is connected: start the SuperNodes)"
+                raise ConfigError(f"clients {missing[:5]}{' ...' if len(missing) > 5 else ''} are hosted by no node "
+                                  f"({len(missing)} of {self.num_clients}){where}")
+            self.transport.wait_for_nodes()
 
     def ask(self, requests: dict[int, Envelope], timeout: float | None = None) -> dict[int, Envelope]:
         """Requests that must succeed (hello, commit, restore, states): a failure is an error."""
@@ -188,7 +201,7 @@ class RemoteEngine:
         now — a restarted SuperNode comes back under a new id with the same clients and files,
         and the work is deterministic, so the result is the same."""
         for env in requests.values():
-            env.config["config"] = self.config_toml
+            env.config.update(self.context, config=self.config_toml)
         # whose work each request is: the clients asked for (train, commit) or all the node hosts
         clients = {key: list(self._asked.get(key) or self.hosted.get(key, [])) for key in requests}
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
