@@ -18,6 +18,7 @@ remote engine over its ``Grid``: metrics.jsonl and checkpoints are written there
 
 from __future__ import annotations
 
+import socket
 import tomllib
 from pathlib import Path
 
@@ -77,7 +78,21 @@ def _handle(msg: Message, context: Context) -> Message:
         reply = node_runtime(context, request).handle(request)
     except Exception as err:  # a node that cannot even start: the server reads the reason
         reply = Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
+    reply.config["host"] = _where()
     return Message(to_content(reply), reply_to=msg)
+
+
+def _where() -> str:
+    """Where this ClientApp runs: the machine, and the Ray node in a simulation on a cluster."""
+    where = socket.gethostname()
+    try:
+        import ray
+
+        if ray.is_initialized():
+            where += "/" + ray.get_runtime_context().get_node_id()
+    except Exception:  # no Ray here (a deployment)
+        pass
+    return where
 
 
 server_app = ServerApp()

@@ -144,6 +144,7 @@ class RemoteEngine:
         self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
         self._trained: dict[int, list[int]] = {}
         self.rounds = 0  # rounds the nodes' states have seen
+        self.hosts_seen: set[str] = set()  # where clients trained (machine / Ray node), as nodes report it
 
     # --- who hosts whom ---------------------------------------------------------------------
     def _federation(self) -> dict[int, int]:
@@ -304,6 +305,8 @@ class RemoteEngine:
                 continue
             self._trained[node] = asked
             self._sample_grads += int(reply.config.get("sample_grads", 0))
+            if "host" in reply.config:
+                self.hosts_seen.add(str(reply.config["host"]))
             groups.append((part, unpack("u", reply.arrays)))
         return groups
 
