@@ -264,6 +264,32 @@ def make_parser() -> argparse.ArgumentParser:
     dm.add_argument("--quiet", action="store_true", help="no progress output")
     dm.set_defaults(func=_cmd_demo)
 
+    fl = sub.add_parser("flower", help="deploy on Flower: write a run's Flower app, or TLS certificates and node keys",
+                        description="Helpers for running fedpd on a Flower SuperLink and SuperNodes "
+                        "(docs/deployment.md). Simulation needs none of this: fedpd run --set run.engine=flower.")
+    flsub = fl.add_subparsers(dest="flower_command", required=True, parser_class=_Parser)
+    fa = flsub.add_parser("app", help="write the Flower app that runs a config (for: flwr run APPDIR CONNECTION)")
+    fa.add_argument("config", help="TOML config file of the run")
+    fa.add_argument("--out", required=True, metavar="APPDIR", help="the app directory to write")
+    fa.add_argument("--run-dir", metavar="DIR", help="run directory on the server machine (default runs/<config>)")
+    fa.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    fa.add_argument("--overwrite", action="store_true", help="replace an app already in APPDIR")
+    fa.set_defaults(func=_cmd_flower_app)
+    fc = flsub.add_parser("certs", help="a CA, the SuperLink's TLS certificate and SuperNode key pairs")
+    fc.add_argument("dir", help="folder to write ca.crt, server.crt, server.key, node<k>, node<k>.pub into")
+    fc.add_argument("--nodes", type=int, default=2, help="SuperNode key pairs to make (default 2)")
+    fc.add_argument("--host", action="append", default=[], metavar="NAME",
+                    help="the SuperLink's host name or IP as SuperNodes reach it (repeatable; localhost, "
+                    "127.0.0.1 and ::1 are always in the certificate)")
+    fc.set_defaults(func=_cmd_flower_certs)
+    fn = flsub.add_parser("connection", help="add a SuperLink connection to flwr's config ($FLWR_HOME/config.toml)")
+    fn.add_argument("name", help="the connection's name (flwr run APPDIR NAME)")
+    fn.add_argument("--address", required=True, metavar="HOST:PORT", help="the SuperLink's address")
+    fn.add_argument("--root-certificates", metavar="CA_FILE", help="the CA certificate (TLS), e.g. ca.crt")
+    fn.add_argument("--insecure", action="store_true", help="plain HTTP (tests on one machine only)")
+    fn.add_argument("--default", action="store_true", help="make it flwr's default connection")
+    fn.set_defaults(func=_cmd_flower_connection)
+
     try:
         from fedpd.data.cli import add_data_parser
     except ImportError:  # pragma: no cover
@@ -271,6 +297,41 @@ def make_parser() -> argparse.ArgumentParser:
     else:
         add_data_parser(sub)
     return p
+
+
+def _cmd_flower_app(args) -> int:
+    from pathlib import Path
+
+    from fedpd.config import load_config
+    from fedpd.flower.deploy import write_app
+
+    cfg = load_config(args.config, args.set or ())
+    run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
+    appdir = write_app(cfg, Path(args.out), run_dir, overwrite=args.overwrite)
+    print(f"wrote {appdir}/pyproject.toml (run directory on the server: {run_dir.absolute()})\n"
+          f"run it with: flwr run {appdir} <connection> --stream")
+    return 0
+
+
+def _cmd_flower_connection(args) -> int:
+    from fedpd.flower.deploy import write_connection
+
+    if args.insecure and args.root_certificates:
+        raise FedpdError("fedpd flower connection: give --root-certificates or --insecure, not both")
+    path = write_connection(args.name, args.address, args.root_certificates, args.insecure, args.default)
+    print(f"wrote connection {args.name!r} ({args.address}) into {path}")
+    return 0
+
+
+def _cmd_flower_certs(args) -> int:
+    from fedpd.flower.deploy import make_certificates
+
+    if args.nodes < 0:
+        raise FedpdError(f"fedpd flower certs: --nodes {args.nodes} (allowed: 0 or more)")
+    paths = make_certificates(args.dir, nodes=args.nodes, hosts=tuple(args.host))
+    print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} into {args.dir}\n"
+          f"keep ca.key and the node keys private; SuperNodes need ca.crt and their own node<k> key")
+    return 0
 
 
 def _notices(show):

@@ -323,6 +323,9 @@ class RemoteEngine:
         return ""
 
     def commit(self, ids: Tensor, reply: State, round: int) -> None:
+        if not self.store.init and not reply:  # stateless clients, nothing sent back: nothing to commit
+            self._trained = {}
+            return
         accepted = set(ids.tolist())
         arrays = pack("r", reply)
         requests = {n: Envelope("commit", {"round": round, "accepted": [i for i in asked if i in accepted]}, arrays)

@@ -83,7 +83,8 @@ class NodeRuntime:
             states.append(new)
         upload = {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]} if uploads else {}
         state = {k: torch.cat([s[k] for s in states]) for k in states[0]} if states and states[0] else {}
-        store.stage(round, ids, state)
+        if state:  # stateless clients (FedAvg) have nothing to keep, and the server sends no commit
+            store.stage(round, ids, state)
         return Envelope("train", {"ids": ids, "sample_grads": int(problem.sample_grads) - before}, pack("u", upload))
 
     def _commit(self, request: Envelope) -> Envelope:
