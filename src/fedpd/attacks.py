@@ -165,7 +165,7 @@ class DataAttack(Attack):
         if splits == "both":
             problem.test = transform_parties(problem.test, ids, self.name, classes)
         problem.info = {**problem.info, "attacked_parties": ids.tolist(), "attack": self.name}
-        problem.__dict__.pop("_vmapped_grad", None)
+        problem.__dict__.pop("_vmapped_model", None)
         return problem
 
 

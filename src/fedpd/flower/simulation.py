@@ -131,6 +131,9 @@ class SessionTransport:
     def push(self, node, request):
         return self.session.call(lambda grid: FlowerTransport(grid).push(node, request))
 
+    def push_many(self, requests):
+        return self.session.call(lambda grid: FlowerTransport(grid).push_many(requests))
+
     def pull(self, handles):
         return self.session.call(lambda grid: FlowerTransport(grid).pull(handles))
 

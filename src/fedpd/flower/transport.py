@@ -51,9 +51,13 @@ class FlowerTransport:
         time.sleep(self.wait)
 
     def push(self, node, request):
-        message = Message(to_content(request), dst_node_id=int(node), message_type=MESSAGE_TYPE)
-        ids = list(self.grid.push_messages([message]))
-        return ids[0] if ids and ids[0] else None
+        return self.push_many([(node, request)])[0]
+
+    def push_many(self, requests):
+        messages = [Message(to_content(request), dst_node_id=int(node), message_type=MESSAGE_TYPE)
+                    for node, request in requests]
+        ids = list(self.grid.push_messages(messages)) if messages else []
+        return [i if i else None for i in ids]
 
     def pull(self, handles):
         out = {}

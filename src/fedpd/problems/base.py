@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 from torch import Tensor
-from torch.func import grad, vmap
+from torch.func import vmap
 
 from fedpd.flat import FlatModel
 from fedpd.streams import ClientStreams
@@ -108,13 +108,32 @@ class Problem:
     def device(self) -> torch.device:
         return self.x_init.device
 
-    def gradients(self, counted: bool = True):
-        """∇f_i at x for a leading axis of clients (or samples): vmap over (x [K, d], X [K, B, ...],
-        Y [K, B], W [K, B]) -> [K, d]. ``counted=False`` for evaluation work (not in sample_grads)."""
-        fn = self.__dict__.get("_vmapped_grad")
-        if fn is None:
-            fn = self.__dict__["_vmapped_grad"] = vmap(grad(self.client_loss))
-        return fn
+    def gradients(self):
+        """∇f_i at x for a leading axis of clients (or samples): (x [K, d], X [K, B, ...], Y [K, B],
+        W [K, B]) -> [K, d]. Not counted: :meth:`ClientData.gradient` counts training work.
+
+        The forward pass is vectorised over the clients (``vmap`` of the model at each client's
+        x_k), the backward pass is one ordinary autograd call on Σ_k f_k: f_k depends on x_k
+        alone, so the gradient of the sum with respect to the stacked x is every client's own
+        gradient. The same numbers as ``vmap(grad(f_k))`` (to rounding), at about half its
+        cost per call; each row is the same whatever the other rows are, so chunking never
+        changes a result."""
+        return self._client_gradients
+
+    def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+        forward = self.__dict__.get("_vmapped_model")
+        if forward is None:
+            forward = self.__dict__["_vmapped_model"] = vmap(self.model)
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            out = forward(x, X)
+            k, b = Y.shape[:2]
+            per_sample = self.loss(out.reshape(k * b, *out.shape[2:]), Y.reshape(k * b)).reshape(k, b)
+            value = (per_sample * W).sum(1) / W.sum(1)
+            if self.regularizer is not None:
+                value = value + vmap(self.regularizer)(x)
+            (g,) = torch.autograd.grad(value.sum(), x)
+        return g
 
     def count(self, W: Tensor, active: Tensor | None = None) -> None:
         """Add the real samples of a gradient call to ``sample_grads`` (rows ``active`` only:
@@ -137,7 +156,7 @@ class Problem:
         self.train, self.test = self.train.to(dtype, device), self.test.to(dtype, device)
         self.x_init = self.x_init.to(dtype).to(device)
         self.model.to(device)
-        self.__dict__.pop("_vmapped_grad", None)
+        self.__dict__.pop("_vmapped_model", None)
         self.__dict__.pop("_eval_weights", None)
         return self
 

@@ -53,6 +53,9 @@ class Transport(Protocol):
     def push(self, node: int, request: Envelope) -> Hashable | None:
         """Send ``request`` to ``node``; a handle for its reply (None: no such node)."""
 
+    def push_many(self, requests: list[tuple[int, Envelope]]) -> list[Hashable | None]:
+        """:meth:`push` for several at once (Flower then delivers them in the same sweep)."""
+
     def pull(self, handles: list[Hashable]) -> dict[Hashable, Envelope | str]:
         """The replies that have arrived for ``handles`` (``LOST`` for those that never will)."""
 
@@ -95,6 +98,9 @@ class LoopbackTransport:
         else:
             self._replies[self._count] = runtime.handle(request)
         return self._count
+
+    def push_many(self, requests):
+        return [self.push(node, request) for node, request in requests]
 
     def pull(self, handles):
         return {h: self._replies.pop(h) for h in handles if h in self._replies}
@@ -211,15 +217,16 @@ class RemoteEngine:
         replies: dict[int, Envelope | None] = {}
         lost: list[int] = []
 
-        def send(key: int, node: int) -> None:
-            handle = self.transport.push(node, requests[key])
-            if handle is None:
-                lost.append(key)
-            else:
-                outstanding[handle] = (key, node)
+        def send(pairs: list[tuple[int, int]]) -> None:  # (request key, node to send it to)
+            handles = self.transport.push_many([(node, requests[key]) for key, node in pairs])
+            for (key, node), handle in zip(pairs, handles):
+                if handle is None:
+                    lost.append(key)
+                else:
+                    outstanding[handle] = (key, node)
 
-        for key in requests:  # to the node that hosts the request's clients now (a restart moves them)
-            send(key, self._host(clients[key]) if clients[key] else key)
+        # to the node that hosts the request's clients now (a restart moves them)
+        send([(key, self._host(clients[key]) if clients[key] else key) for key in requests])
         while outstanding or lost:
             for handle, reply in self.transport.pull(list(outstanding)).items():
                 key, _ = outstanding.pop(handle)
@@ -239,11 +246,11 @@ class RemoteEngine:
                     if self._host(clients[key]) not in (None, node):
                         del outstanding[handle]
                         lost.append(key)
-                for key in list(lost):
-                    target = self._host(clients[key])
-                    if target is not None and target in nodes:
-                        lost.remove(key)
-                        send(key, target)
+                again = [(key, self._host(clients[key])) for key in lost]
+                again = [(key, target) for key, target in again if target is not None and target in nodes]
+                for key, _ in again:
+                    lost.remove(key)
+                send(again)
             if time.monotonic() > deadline:
                 break
             if outstanding or lost:
