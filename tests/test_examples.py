@@ -137,4 +137,8 @@ def test_weighting_by_samples_sends_each_clients_count(name):
     plain.step(), weighted.step()
     assert weighted.comm.uplink_floats == plain.comm.uplink_floats + k
     assert weighted.comm.downlink_floats == plain.comm.downlink_floats
-    assert torch.allclose(weighted.model(), plain.model(), rtol=0, atol=1e-12)
+    if "sizes" in weighted.server:  # Fed+ over all parties: those never heard from weigh 0
+        heard = weighted.participants(0)
+        assert weighted.server["sizes"][heard].tolist() == [6.0] * k and int((weighted.server["sizes"] > 0).sum()) == k
+    else:
+        assert torch.allclose(weighted.model(), plain.model(), rtol=0, atol=1e-12)
