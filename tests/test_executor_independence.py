@@ -77,3 +77,28 @@ def test_metrics_do_not_depend_on_chunking_or_order(name, tmp_path, request):
     assert reference[-1]["train_loss"] != reference[0]["train_loss"]  # the model moved
     for key, records in runs.items():
         assert records == reference, f"client_chunk / order {key!r} changed the metrics"
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedpd", "afedpd", "fedplus", "apfl", "perfedavg"])
+def test_per_client_execution_is_executor_independent_and_agrees_with_vectorised(name, tmp_path, request):
+    """run.execution = "per_client" (large models' way: one client at a time through the module)
+    gives one result in any order and on remote nodes, and the vectorised numbers to rounding."""
+    cfg = config(name)
+    per_client = ["run.execution=per_client"]
+    reference = metrics_of(fedpd.run(cfg, tmp_path / "a", overrides=per_client))
+    loopback = metrics_of(fedpd.run(cfg, tmp_path / "b", overrides=[*per_client, "run.engine=loopback", "run.nodes=3"]))
+    assert loopback == reference
+    vectorised = metrics_of(fedpd.run(cfg, tmp_path / "c"))
+    for a, b in zip(reference, vectorised):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], float):
+                assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+            else:
+                assert a[key] == b[key], key
+    request.getfixturevalue("permuted")
+    assert metrics_of(fedpd.run(cfg, tmp_path / "d", overrides=per_client)) == reference
+
+
+def metrics_of(path_or_result) -> list[dict]:
+    return metrics(path_or_result.out_dir)

@@ -48,7 +48,11 @@ class RunOptions(Options):
     nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
     node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
                                 "the nodes to connect) before its clients count as dropped out")
-    client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
+    execution: Literal["auto", "vectorised", "per_client"] = Field(
+        "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
+        "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.runner.PER_CLIENT_ABOVE)")
+    client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
+                              "participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")
     tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "

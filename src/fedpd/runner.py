@@ -73,6 +73,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: ``run.execution = "auto"``: models with more parameters than this train one client at a time
+#: through the module (per client), smaller ones vectorised over the clients of a chunk. Measured
+#: with benchmarks/side_by_side.py (docs/performance.md): logistic regression (7 850 parameters)
+#: is 1.3x faster vectorised, the MLP 784-200-200-10 (199 210) and the CNNs faster per client.
+PER_CLIENT_ABOVE = 50_000
+
+
 def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     entry = registry.PROBLEMS[cfg.names["problem"]]
     takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem
@@ -87,7 +94,10 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     # auto: float64 for the built-in problems, the problem's own choice (float32 for datasets)
     auto = problem.info.get("dtype", torch.float64)
     dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
-    return problem.to(dtype, device)
+    problem = problem.to(dtype, device)
+    execution = cfg.run.execution
+    problem.per_client = execution == "per_client" or (execution == "auto" and problem.dim > PER_CLIENT_ABOVE)
+    return problem
 
 
 def build_attack(cfg: Config) -> Attack:
@@ -172,8 +182,9 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
     """The engine ``run.engine`` names, with a fresh client store."""
     init = algorithm.init_client(problem.x_init)
     if transport is None and cfg.run.engine == "inprocess":
+        chunk = 1 if problem.per_client else cfg.run.client_chunk or None  # per client: one at a time anyway
         return InProcessEngine(algorithm, problem, solver, MemoryStore(init, problem.num_clients), seed=cfg.run.seed,
-                               chunk=cfg.run.client_chunk or None, attack=attack)
+                               chunk=chunk, attack=attack)
     from fedpd.remote.engine import LoopbackTransport, RemoteEngine
     from fedpd.remote.node import NodeRuntime
 

@@ -12,6 +12,7 @@ uniform over clients (FedPD, FedDyn and the primal-dual family minimise this f).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable
 
 import torch
@@ -34,7 +35,7 @@ class ClientSplit:
     def num_clients(self) -> int:
         return self.offsets.numel() - 1
 
-    @property
+    @cached_property
     def sizes(self) -> Tensor:
         return self.offsets[1:] - self.offsets[:-1]
 
@@ -93,8 +94,11 @@ class Problem:
     quadratic: Callable[[ClientSplit, Tensor], tuple[Tensor, Tensor]] | None = None
     predict: Callable[[Tensor], Tensor] | None = None  # outputs -> predicted labels
     info: dict = field(default_factory=dict)
-    #: per-sample gradients the clients have computed so far (fedpd.solvers.client_gradients)
+    #: per-sample gradients the clients have computed so far (counted by ClientData.gradient)
     sample_grads: int | Tensor = 0
+    #: how client gradients are computed: all rows in one vectorised pass (small models), or one
+    #: client at a time through the module itself (large models; run.execution, fedpd.runner)
+    per_client: bool = False
 
     @property
     def num_clients(self) -> int:
@@ -112,13 +116,41 @@ class Problem:
         """∇f_i at x for a leading axis of clients (or samples): (x [K, d], X [K, B, ...], Y [K, B],
         W [K, B]) -> [K, d]. Not counted: :meth:`ClientData.gradient` counts training work.
 
-        The forward pass is vectorised over the clients (``vmap`` of the model at each client's
-        x_k), the backward pass is one ordinary autograd call on Σ_k f_k: f_k depends on x_k
-        alone, so the gradient of the sum with respect to the stacked x is every client's own
-        gradient. The same numbers as ``vmap(grad(f_k))`` (to rounding), at about half its
-        cost per call; each row is the same whatever the other rows are, so chunking never
-        changes a result."""
-        return self._client_gradients
+        Two ways, chosen once per run (``per_client``); each row depends only on its own inputs,
+        so grouping clients never changes a result:
+
+        * vectorised: the forward pass ``vmap``-ed over the clients, one ordinary autograd call on
+          Σ_k f_k (f_k depends on x_k alone, so its gradient with respect to the stacked x is every
+          client's own gradient) — for small models, where a step is mostly Python overhead;
+        * per client: the module itself, its parameters pointed at x_k and its gradients at a
+          flat buffer, so autograd writes ∇f_k straight into a flat vector — for large models, where
+          vectorising over clients copies and transposes every weight gradient. The two agree to
+          rounding, not bitwise.
+        """
+        return self._per_client_gradients if self.per_client else self._client_gradients
+
+    def _per_client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+        rows = [self._one_gradient(x[k], X[k], Y[k], W[k]) for k in range(x.shape[0])]
+        return rows[0].unsqueeze(0) if len(rows) == 1 else torch.stack(rows)
+
+    def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+        """∇f_i(x) for one client through the template module (see :meth:`gradients`): its
+        parameters are pointed at views of x, autograd gives each parameter's gradient, and one
+        ``cat`` makes them the flat gradient."""
+        params = self.__dict__.get("_parameters")
+        if params is None:
+            params = self.__dict__["_parameters"] = list(self.model.module.parameters())
+        x = x.detach()
+        for p, value, shape in zip(params, x.split(self.model.numels), self.model.shapes):
+            p.data = value.view(shape)
+        with torch.enable_grad():
+            value = (self.loss(self.model.module(X), Y) * W).sum() / W.sum()
+            if self.regularizer is not None:
+                leaf = x.clone().requires_grad_(True)
+                grads = torch.autograd.grad(value + self.regularizer(leaf), [*params, leaf])
+                return torch.cat([g.reshape(-1) for g in grads[:-1]]) + grads[-1]
+            grads = torch.autograd.grad(value, params)
+        return torch.cat([g.reshape(-1) for g in grads])
 
     def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
         forward = self.__dict__.get("_vmapped_model")

@@ -73,7 +73,7 @@ class NodeRuntime:
         message = unpack("m", request.arrays, device)
         before = int(problem.sample_grads)
         ids_t = torch.tensor(ids, dtype=torch.int64)
-        chunk = cfg.run.client_chunk or len(ids)
+        chunk = 1 if problem.per_client else cfg.run.client_chunk or len(ids)
         uploads, states = [], []
         for part in torch.split(ids_t, chunk):
             ctx = ClientContext(part, round, ClientData(problem, part), solver, cfg.run.seed)
