@@ -32,6 +32,7 @@ from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import Attack
 from fedpd.config import RESUMABLE, Config, load_config
 from fedpd.context import FederationInfo
+from fedpd.disk_store import DiskStore, choose_store, default_store_dir, log, state_bytes, store_budget
 from fedpd.engine import Engine, InProcessEngine
 from fedpd.errors import ConfigError
 from fedpd.evaluation import evaluate, evaluate_personal
@@ -172,12 +173,41 @@ class Simulation:
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
-        store = MemoryStore(self.algorithm.init_client(x0), self.num_clients)
+        store = self._make_store(self.algorithm.init_client(x0))  # issue 14: run.store
         attack = build_attack(cfg).bind(self.num_clients)
         self.engine: Engine = InProcessEngine(self.algorithm, self.problem, self.solver, store, seed=cfg.run.seed,
                                               chunk=cfg.run.client_chunk or None, attack=attack)
         self.round = 0
         self.elapsed = 0.0
+
+    # --- issue 14: the client store (memory or disk) ------------------------------------------
+    def _make_store(self, init: State):
+        """The store ``run.store`` asks for; ``auto`` is resolved by size into ``self.cfg`` (so
+        the run's config.toml says which), with one line on stderr when it picks the disk."""
+        cfg, n, row = self.cfg, self.num_clients, state_bytes(init)
+        everyone = type(self.algorithm).participants is not Algorithm.participants  # e.g. SAGA's first pass
+        rows, need, undo = store_budget(n, row, self.sampler.per_round, cfg.run.rounds,
+                                        cfg.run.checkpoint_every or cfg.run.eval_every, everyone)
+        kind, note = choose_store(cfg.run.store, n, row, rows)
+        if kind != cfg.run.store:
+            self.cfg = load_config(cfg, [f"run.store={kind}"])
+        log(note)
+        self.store_need = need + undo + 8 * rows
+        return MemoryStore(init, n) if kind == "memory" else DiskStore(init, n)
+
+    def attach_store(self, out: Path, resume: bool) -> None:
+        """Give a disk store its directory (``<out>/store`` or ``run.store_dir``), checked before
+        anything is written: writable, free space, not another run's."""
+        if isinstance(self.store, DiskStore):
+            self.store.attach(default_store_dir(out, self.cfg.run.store_dir), run_dir=out, resume=resume,
+                              need_bytes=self.store_need)
+
+    def checkpoint_saved(self) -> None:
+        """``checkpoint.pt`` of the last ``state_dict()`` is on disk (the disk store drops the
+        undo log of the checkpoint before)."""
+        hook = getattr(self.store, "checkpoint_saved", None)
+        if hook is not None:
+            hook()
 
     @property
     def store(self):
@@ -328,9 +358,12 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if not (out / CONFIG).is_file():
             raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
         cfg = load_config(out / CONFIG, overrides)
+        kept = load_config(out / CONFIG).resolved()
         for item in overrides:  # anything else would continue the checkpoint under another run
             key = item.partition("=")[0].strip()
-            if key not in {f"run.{k}" for k in RESUMABLE}:
+            section, _, name = key.partition(".")
+            same = name in kept.get(section, {}) and cfg.resolved()[section].get(name) == kept[section][name]
+            if key not in {f"run.{k}" for k in RESUMABLE} and not same:  # issue 14: restating a value is no change
                 raise ConfigError(f"--set {key}: a resume may change only {', '.join('run.' + k for k in RESUMABLE)} "
                                   f"(the target, and how the run is executed)")
     else:
@@ -338,6 +371,9 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
             raise ConfigError("no config given")
         cfg = load_config(config, overrides)
     sim = Simulation(cfg)  # every check that needs the problem passes before anything is written
+    cfg = sim.cfg  # issue 14: run.store = "auto" resolved
+    if out is not None:
+        sim.attach_store(Path(out), resume=resume is not None)  # issue 14: the disk store's checks
     if out is not None and resume is None:
         out = Path(out)
         _prepare_out(out, overwrite)
@@ -374,6 +410,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     def checkpoint():
         if out is not None:
             atomic_torch_save(sim.state_dict(), out / CHECKPOINT)
+            sim.checkpoint_saved()  # issue 14
 
     try:
         due = sim.round % every == 0 or sim.round == rounds
