@@ -39,6 +39,7 @@ from fedpd.evaluation import evaluate, evaluate_personal
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.problems.base import Problem
 from fedpd.progress import Progress
+from fedpd.sampling import UniformK
 from fedpd.solvers import GradientSolver
 from fedpd.store import MemoryStore, State
 from fedpd.streams import server_generator
@@ -228,6 +229,18 @@ class Simulation:
         self.round += 1
         self.elapsed += time.perf_counter() - t0
 
+    def eval_sample(self) -> Tensor | None:
+        """The clients the metrics are taken over (issue 14): ``run.eval_clients`` of them, drawn
+        once from the server's stream ("eval_clients", 0) and kept for the whole run (so the
+        curve follows one fixed f_S); None for every client (0, or at least N)."""
+        k = self.cfg.run.eval_clients
+        if not k or k >= self.num_clients:
+            return None
+        if getattr(self, "_eval_ids", None) is None:
+            drawn = UniformK(self.num_clients, k).sample(0, server_generator(self.cfg.run.seed, "eval_clients", 0))
+            self._eval_ids = drawn.to(self.problem.train.offsets.device)
+        return self._eval_ids
+
     def model(self) -> Tensor:
         """The model the metrics are taken at (the evaluation path)."""
         return self.algorithm.evaluation_model(self.server, self.store)
@@ -235,14 +248,17 @@ class Simulation:
     def metrics(self) -> dict:
         t0 = time.perf_counter()
         record = {"round": self.round, **self.comm.state_dict(), "sample_grads": self.engine.sample_grads}
-        record.update(evaluate(self.problem, self.model()))
+        clients = self.eval_sample()  # issue 14: None = every client
+        if clients is not None:
+            record["eval_clients"] = int(clients.numel())
+        record.update(evaluate(self.problem, self.model(), clients))
         record.update(self.algorithm.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)
             if personal is None and self.cfg.run.personal_eval == "always":
                 personal = self.model()
             if personal is not None:
-                record.update(evaluate_personal(self.problem, personal.detach()))
+                record.update(evaluate_personal(self.problem, personal.detach(), clients=clients))
         self.elapsed += time.perf_counter() - t0
         record["wall_s"] = round(self.elapsed, 4)
         return record

@@ -12,6 +12,7 @@ uniform over clients (FedPD, FedDyn and the primal-dual family minimise this f).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable
 
 import torch
@@ -24,7 +25,9 @@ from fedpd.streams import ClientStreams
 
 @dataclass
 class ClientSplit:
-    """All clients' samples of one split (train or test), concatenated."""
+    """All clients' samples of one split (train or test), concatenated. ``x`` and ``y`` may be
+    :class:`fedpd.problems.lazy.LazyRows` (samples generated on demand, issue 14): read them by
+    slices or index tensors only, as every method here does."""
 
     x: Tensor
     y: Tensor
@@ -34,8 +37,9 @@ class ClientSplit:
     def num_clients(self) -> int:
         return self.offsets.numel() - 1
 
-    @property
+    @cached_property
     def sizes(self) -> Tensor:
+        """Samples per client, int64 [N] (computed once: read every round, and N may be 10⁶)."""
         return self.offsets[1:] - self.offsets[:-1]
 
     @property
