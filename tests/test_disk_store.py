@@ -331,14 +331,22 @@ def test_running_out_of_space_mid_run_is_one_line_and_the_checkpoint_resumes(tmp
 
 def test_memory_store_that_cannot_hold_the_states_is_one_line(tmp_path, capsys, monkeypatch):
     cfg = write_config(tmp_path, CONFIG.replace('store = "disk"', 'store = "memory"'))
-    monkeypatch.setattr(disk_store, "mem_available", lambda: 500)  # 8 x 120 bytes of states
-    one_line(capsys, ["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet"], "run.store", "cannot hold")
+    monkeypatch.setattr(disk_store, "mem_available", lambda: 1500)  # 18 clients can take part: 18 x 120 bytes
+    one_line(capsys, ["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet", "--set", "problem.clients=40"],
+             "run.store", "cannot hold")
+
+
+def test_a_round_whose_participants_do_not_fit_in_memory_is_one_line(tmp_path, capsys, monkeypatch):
+    cfg = write_config(tmp_path)
+    monkeypatch.setattr(disk_store, "mem_available", lambda: 500)  # 3 participants x 3 x 120 bytes
+    one_line(capsys, ["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet"], "sampler", "participants")
 
 
 def test_too_many_clients_for_the_disk_index_is_one_line(tmp_path, capsys, monkeypatch):
     cfg = write_config(tmp_path)
-    monkeypatch.setattr(disk_store, "mem_available", lambda: 100)
-    one_line(capsys, ["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet"], "problem.clients", "index")
+    monkeypatch.setattr(disk_store, "mem_available", lambda: 2000)  # 200 clients x 8 bytes > 2000 / 2
+    one_line(capsys, ["run", str(cfg), "--out", str(tmp_path / "a"), "--quiet", "--set", "problem.clients=200"],
+             "problem.clients", "index")
 
 
 def test_the_store_cannot_be_changed_on_resume(tmp_path, capsys):

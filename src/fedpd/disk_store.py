@@ -558,7 +558,8 @@ def store_budget(num_clients: int, row_bytes: int, per_round: int | None, rounds
     return rows, rows * row_bytes, undo_rows * (row_bytes + _RECORD.size)
 
 
-def choose_store(requested: str, num_clients: int, row_bytes: int, rows: int) -> tuple[str, str]:
+def choose_store(requested: str, num_clients: int, row_bytes: int, rows: int,
+                 per_round: int | None = None) -> tuple[str, str]:
     """The store kind for ``run.store`` and the line that says why (empty: nothing to say).
 
     ``auto``: memory while the clients' states (at most ``rows`` rows) take at most an eighth of
@@ -567,6 +568,11 @@ def choose_store(requested: str, num_clients: int, row_bytes: int, rows: int) ->
     hold the run."""
     need = rows * row_bytes
     avail = mem_available()
+    k = num_clients if per_round is None else per_round
+    if 3 * k * row_bytes > avail:  # a round holds its participants' states, their new states and uploads
+        raise StoreError(f"sampler: a round's {k} participants hold {_human(3 * k * row_bytes)} of states, new states "
+                         f"and uploads ({_human(row_bytes)} each), more than the {_human(avail)} of memory available "
+                         f"(allowed: fewer participants per round, or a smaller model)")
     kind, note = requested, ""
     if requested == "auto":
         kind = "disk" if row_bytes and need > avail / 8 else "memory"

@@ -189,7 +189,7 @@ class Simulation:
         everyone = type(self.algorithm).participants is not Algorithm.participants  # e.g. SAGA's first pass
         rows, need, undo = store_budget(n, row, self.sampler.per_round, cfg.run.rounds,
                                         cfg.run.checkpoint_every or cfg.run.eval_every, everyone)
-        kind, note = choose_store(cfg.run.store, n, row, rows)
+        kind, note = choose_store(cfg.run.store, n, row, rows, self.sampler.per_round)
         if kind != cfg.run.store:
             self.cfg = load_config(cfg, [f"run.store={kind}"])
         log(note)

@@ -97,6 +97,7 @@ class LazyRows:
         self.source, self.part, self.which = source, part, which
         self.offsets = offsets.cpu()
         self.dtype, self.row_shape, self.device = dtype, tuple(row_shape), torch.device(device)
+        self._window = None
 
     @property
     def shape(self) -> torch.Size:
@@ -120,6 +121,22 @@ class LazyRows:
                 device = a
         return LazyRows(self.source, self.part, self.which, self.offsets, dtype, self.row_shape, device)
 
+    def _rows_of(self, key: tuple) -> tuple[Tensor, Tensor]:
+        """(the rows of clients ``key`` side by side, where each client's rows start); kept while
+        the same clients are read again (a round's local steps read the same participants)."""
+        if self._window is None or self._window[0] != key:
+            blocks = [self.source.part(i, self.part)[self.which] for i in key]
+            lengths = torch.tensor([b.shape[0] for b in blocks], dtype=torch.int64)
+            block = torch.cat(blocks) if blocks else torch.empty((0, *self.row_shape), dtype=self.dtype)
+            self._window = (key, block, torch.cumsum(lengths, 0) - lengths)
+        return self._window[1], self._window[2]
+
+    def take(self, ids: Tensor, local: Tensor) -> Tensor:
+        """Rows ``local`` [K, m] (positions within each client) of clients ``ids`` [K]."""
+        block, starts = self._rows_of(tuple(ids.tolist()))
+        rows = block[starts[:, None] + local.cpu()]
+        return rows.to(device=self.device, dtype=self.dtype)
+
     def __getitem__(self, index) -> Tensor:
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
@@ -135,13 +152,9 @@ class LazyRows:
             raise IndexError(f"LazyRows: sample index out of range 0..{len(self) - 1}")
         owners = torch.searchsorted(self.offsets, flat, right=True) - 1
         clients, inverse = torch.unique(owners, return_inverse=True)
-        blocks = [self.source.part(int(i), self.part)[self.which] for i in clients.tolist()]
-        if blocks:
-            lengths = torch.tensor([b.shape[0] for b in blocks], dtype=torch.int64)
-            starts = torch.cumsum(lengths, 0) - lengths
-            rows = torch.cat(blocks)[starts[inverse] + (flat - self.offsets[owners])]
-        else:
-            rows = torch.empty((0, *self.row_shape), dtype=self.dtype)
+        key = tuple(clients.tolist())
+        block, starts = self._rows_of(key)
+        rows = block[starts[inverse] + (flat - self.offsets[owners])] if key else block
         if shape is not None:
             rows = rows.reshape(*shape, *self.row_shape)
         return rows.to(device=self.device, dtype=self.dtype)
