@@ -51,7 +51,7 @@ def main() -> None:
     cfg = {"problem": {"name": "synthetic", "clients": args.clients, "dim": features, "classes": 10,
                        "max_client_samples": 2, "seed": 0},
            "algorithm": {"name": "feddyn", "eta": 10.0},
-           "solver": {"name": "sgd", "lr": 0.01, "local_steps": 2, "batch_size": 2},
+           "solver": {"name": "sgd", "lr": 1e-6, "local_steps": 2, "batch_size": 2},
            "sampler": {"name": "uniform", "clients_per_round": args.per_round},
            "run": {"rounds": rounds, "eval_every": rounds, "checkpoint_every": args.checkpoint_every,
                    "eval_clients": 100, "client_chunk": 10, "dtype": "float32", "store": "disk", "seed": 0}}

@@ -3,9 +3,10 @@
 A-FedPD and FedDyn, 10 participants per round, on FedProx's Synthetic(1, 1) (60 features, 10
 classes: d = 610, power-law client sizes up to 1000 samples), 20 local SGD steps of batch 10, at
 N = 10² and N = 10⁶ clients, with the client states in memory and on disk — eight simulations
-built up front and timed side by side in this process: each repeat runs ``--rounds`` rounds of
-every simulation in turn, and each simulation's best repeat is reported (the machine is shared
-and noisy). Evaluation is excluded (``Simulation.step`` only). The disk stores keep undo logs
+built up front and timed side by side in this process, round-robin one round at a time (so a
+burst of load from other jobs on the shared machine falls on all of them alike); each
+simulation's median seconds per round over ``--rounds`` rounds is reported, and the ratio of the
+medians. Evaluation is excluded (``Simulation.step`` only). The disk stores keep undo logs
 as in a run with a run directory, and every ``--checkpoint-every`` rounds the benchmark takes a
 checkpoint (``state_dict`` + ``checkpoint_saved``, not timed; reported separately), so the undo
 writes that follow a checkpoint are in the timed rounds.
@@ -14,12 +15,13 @@ At N = 10² the problem is built eagerly (the default for its size); at N = 10�
 samples would take ~90 GB), so a participant's samples are generated when it is first read —
 work that grows with the participants, reported as ``gen s/round``.
 
-    python benchmarks/scale_store.py [--rounds 20] [--repeats 5] [--threads 0]
+    python benchmarks/scale_store.py [--rounds 200] [--warmup 5] [--threads 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import statistics
@@ -74,25 +76,25 @@ class Timed:
         self.gen_per_round: list[float] = []
         self.checkpoint_s: list[float] = []
 
-    def rounds(self, n: int, checkpoint_every: int) -> None:
-        spent, gen0 = 0.0, self.gen_s
-        for _ in range(n):
+    def round(self, checkpoint_every: int, timed: bool = True) -> None:
+        gen0 = self.gen_s
+        t0 = time.perf_counter()
+        self.sim.step()
+        spent = time.perf_counter() - t0
+        if timed:
+            self.per_round.append(spent)
+            self.gen_per_round.append(self.gen_s - gen0)
+        if self.sim.round % checkpoint_every == 0:
             t0 = time.perf_counter()
-            self.sim.step()
-            spent += time.perf_counter() - t0
-            if self.sim.round % checkpoint_every == 0:
-                t0 = time.perf_counter()
-                self.sim.state_dict()
-                self.sim.checkpoint_saved()
+            self.sim.state_dict()
+            self.sim.checkpoint_saved()
+            if timed:
                 self.checkpoint_s.append(time.perf_counter() - t0)
-        self.per_round.append(spent / n)
-        self.gen_per_round.append((self.gen_s - gen0) / n)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=20, help="rounds per repeat")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=200, help="timed rounds of each simulation")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--checkpoint-every", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0)
@@ -101,6 +103,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     root = Path(tempfile.mkdtemp(prefix="fedpd-scale-", dir=args.dir))
+    load0 = f"{os.getloadavg()[0]:.2f}"
     try:
         t0 = time.perf_counter()
         problem = fedprox_synthetic(alpha=1.0, beta=1.0, clients=10**6, seed=0)
@@ -109,25 +112,25 @@ def main() -> None:
               f"samples, lazy={is_lazy(problem.train)})")
         del problem
         runs = [Timed(a, n, s, root) for a in ALGORITHMS for n in SIZES for s in STORES]
-        for r in runs:
-            r.rounds(args.warmup, args.checkpoint_every)
-            r.per_round.clear()
-            r.gen_per_round.clear()
-        for _ in range(args.repeats):
+        for _ in range(args.warmup):
             for r in runs:
-                r.rounds(args.rounds, args.checkpoint_every)
-        best = {r.name: min(r.per_round) for r in runs}
-        print(f"\n{platform.node()}: torch {torch.__version__}, {torch.get_num_threads()} threads; {args.repeats} repeats "
-              f"x {args.rounds} rounds after {args.warmup} warm-up rounds; best repeat\n")
-        print("| algorithm | store | N | build s | s/round (best) | s/round (median) | gen s/round | checkpoint s (median) "
-              "| clients stored | ratio N=10⁶ / N=10² |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+                r.round(args.checkpoint_every, timed=False)
+        for _ in range(args.rounds):
+            for r in runs:
+                r.round(args.checkpoint_every)
+        med = {r.name: statistics.median(r.per_round) for r in runs}
+        print(f"\n{platform.node()}: torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds "
+              f"of each, round-robin, after {args.warmup} warm-up rounds; load average before: {load0}, after: "
+              f"{os.getloadavg()[0]:.2f}\n")
+        print("| algorithm | store | N | build s | s/round (median) | s/round (mean) | s/round (min) | gen s/round (mean) | "
+              "checkpoint s (median) | clients stored | ratio of medians N=10⁶ / N=10² |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in runs:
             a, n, s = r.name
-            ratio = best[r.name] / best[(a, SIZES[0], s)]
-            gen = statistics.median(r.gen_per_round) if r.gen_per_round else 0.0
-            print(f"| {a} | {s} | {n:.0e} | {r.build_s:.2f} | {best[r.name]:.4f} | {statistics.median(r.per_round):.4f} | "
-                  f"{gen:.4f} | {statistics.median(r.checkpoint_s):.4f} | {len(r.sim.store)} | "
+            ratio = med[r.name] / med[(a, SIZES[0], s)]
+            print(f"| {a} | {s} | {n:.0e} | {r.build_s:.2f} | {med[r.name]:.4f} | {statistics.mean(r.per_round):.4f} | "
+                  f"{min(r.per_round):.4f} | {statistics.mean(r.gen_per_round):.4f} | "
+                  f"{statistics.median(r.checkpoint_s):.4f} | {len(r.sim.store)} | "
                   f"{'' if n == SIZES[0] else f'**{ratio:.2f}**'} |")
     finally:
         shutil.rmtree(root, ignore_errors=True)
