@@ -3,8 +3,9 @@
 A-FedPD and FedDyn, 10 participants per round, on FedProx's Synthetic(1, 1) (60 features, 10
 classes: d = 610, power-law client sizes up to 1000 samples), 20 local SGD steps of batch 10, at
 N = 10² and N = 10⁶ clients, with the client states in memory and on disk — eight simulations
-built up front and timed side by side in this process, round-robin one round at a time (so a
-burst of load from other jobs on the shared machine falls on all of them alike); each
+built up front and timed side by side in this process, one round at a time, each cycle in a new
+random order (so load from other jobs on the shared machine falls on all of them alike, and no
+simulation always runs right after the same other one); each
 simulation's median seconds per round over ``--rounds`` rounds is reported, and the ratio of the
 medians. Evaluation is excluded (``Simulation.step`` only). The disk stores keep undo logs
 as in a run with a run directory, and every ``--checkpoint-every`` rounds the benchmark takes a
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import shutil
 import statistics
 import tempfile
@@ -115,12 +117,13 @@ def main() -> None:
         for _ in range(args.warmup):
             for r in runs:
                 r.round(args.checkpoint_every, timed=False)
+        order = random.Random(0)
         for _ in range(args.rounds):
-            for r in runs:
+            for r in order.sample(runs, len(runs)):  # a new order every cycle: no simulation always follows another
                 r.round(args.checkpoint_every)
         med = {r.name: statistics.median(r.per_round) for r in runs}
         print(f"\n{platform.node()}: torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds "
-              f"of each, round-robin, after {args.warmup} warm-up rounds; load average before: {load0}, after: "
+              f"of each, interleaved in a random order per cycle, after {args.warmup} warm-up rounds; load average before: {load0}, after: "
               f"{os.getloadavg()[0]:.2f}\n")
         print("| algorithm | store | N | build s | s/round (median) | s/round (mean) | s/round (min) | gen s/round (mean) | "
               "checkpoint s (median) | clients stored | ratio of medians N=10⁶ / N=10² |")
