@@ -159,3 +159,14 @@ def test_a_data_attack_on_a_lazy_problem_is_one_line(tmp_path, capsys):
     assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "generated on demand" in err, err
+
+
+@pytest.mark.parametrize("override, needle", [("problem.clients=1000000000000", "problem.clients"),
+                                              ("problem.dim=300000000", "problem.dim")])
+def test_n_or_d_too_large_to_build_is_one_line(tmp_path, capsys, override, needle):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[problem]\nname = "synthetic"\nclients = 3\n[algorithm]\nname = "feddyn"\n[run]\nrounds = 1\n')
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet", "--set", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and "of memory to build" in err, err
+    assert not (tmp_path / "r").exists()

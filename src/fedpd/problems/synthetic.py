@@ -14,7 +14,7 @@ from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.problems import lazy as on_demand
-from fedpd.problems.lazy import ClientSource, client_generators, sizes_numbers
+from fedpd.problems.lazy import ClientSource, check_memory, client_generators, sizes_numbers
 
 
 def _split(parts_x, parts_y, n_train: list[int]):
@@ -123,11 +123,16 @@ def fedprox_synthetic(
     lazily — a client's samples generated when it is first read — whenever the eager build would
     hold more than ``EAGER_LIMIT`` numbers (``lazy``: force either way), with the same data.
     """
+    # issue 14: one line, not an allocation failure, when N or d cannot be built here
+    check_memory("problem.clients", 64 * clients, f"{clients} clients' sizes and offsets (64 bytes per client)")
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
     # every client's size in one vectorised draw (N = 10⁶: milliseconds)
     sizes = (torch.distributions.LogNormal(4.0, 2.0).icdf(torch.rand(clients, generator=g, dtype=f64).clamp(1e-6, 1 - 1e-6))).long() + 50
     sizes = sizes.clamp(max=max_client_samples)
+    largest = int(sizes.max())
+    check_memory("problem.dim", 8 * ((dim + 1) * classes * 6 + dim * (largest + 2)),
+                 f"a model of {(dim + 1) * classes} parameters and a client of {largest} x {dim} features")
     std = torch.arange(1, dim + 1, dtype=f64).pow(-1.2).sqrt()
     W0, b0 = torch.randn(classes, dim, generator=g, dtype=f64), torch.randn(classes, generator=g, dtype=f64)
     n_train = (sizes.double() * (1 - test_fraction)).round().long().clamp(min=1)
