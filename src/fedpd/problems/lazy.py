@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedpd.disk_store import _human, mem_available
 from fedpd.errors import ConfigError
 from fedpd.problems.base import ClientSplit
 from fedpd.streams import ClientStreams
@@ -30,8 +31,6 @@ EAGER_LIMIT = 1 << 25  # 32 M numbers, 256 MB in float64
 
 def check_memory(key: str, need: int, what: str) -> None:
     """One line (ConfigError) when building ``what`` needs more than the available memory."""
-    from fedpd.disk_store import _human, mem_available  # noqa: PLC0415 (no import cycle at load time)
-
     avail = mem_available()
     if need > avail:
         raise ConfigError(f"{key}: {what} needs about {_human(need)} of memory to build; {_human(avail)} available "
