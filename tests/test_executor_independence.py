@@ -5,7 +5,8 @@ they run in process or on nodes reached by messages (the loopback remote engine,
 Every random draw a client makes comes from its own stream (seed, purpose, round, client id), the
 server aggregates the uploads in ascending client order, and the store's means are taken in
 client order; so ``metrics.jsonl`` is bit-identical (``wall_s`` aside), with minibatch SGD,
-momentum, weight decay and stragglers all drawing randomness.
+momentum, weight decay and stragglers all drawing randomness. The permuted run keeps the
+clients' states in the disk store (issue 14), which must not change a bit either.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ def test_metrics_do_not_depend_on_chunking_or_order(name, tmp_path, request):
     fedpd.run(cfg, out, overrides=["run.engine=loopback", "run.nodes=3"])
     runs["loopback"] = metrics(out)
     request.getfixturevalue("permuted")
-    fedpd.run(cfg, tmp_path / "permuted", overrides=["run.client_chunk=2"])
-    runs["permuted"] = metrics(tmp_path / "permuted")
+    fedpd.run(cfg, tmp_path / "permuted", overrides=["run.client_chunk=2", "run.store=disk"])  # issue 14: on disk too
+    runs["permuted, disk store"] = metrics(tmp_path / "permuted")
     reference = runs[0]
     assert len(reference) == 3 and reference[-1]["round"] == 4
     assert reference[-1]["train_loss"] != reference[0]["train_loss"]  # the model moved

@@ -31,7 +31,7 @@ else:  # pragma: no cover
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
 RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "node_timeout", "client_chunk", "allow_nonfinite",
-             "tensorboard")
+             "tensorboard", "store_dir")
 
 
 class RunOptions(Options):
@@ -62,6 +62,14 @@ class RunOptions(Options):
     personal_eval: Literal["auto", "always", "never"] = Field(
         "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
         "algorithm has personal models; always = also the server model per client")
+    # --- issue 14: many clients -----------------------------------------------------------
+    store: Literal["auto", "memory", "disk"] = Field(
+        "auto", description="where clients' states live: memory, disk (files, rows on first participation), or "
+        "auto = disk when they may exceed 1/8 of the available memory (resolved in the run's config.toml)")
+    store_dir: str = Field("", description="the disk store's directory; empty: <run directory>/store (a temporary "
+                           "one for a run without a directory)")
+    eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
+                              "(records then carry eval_clients); 0: every client")
 
     @field_validator("device")
     @classmethod

@@ -110,4 +110,6 @@ class InProcessEngine:
         self.problem.sample_grads = sd["sample_grads"]
 
     def checkpointed(self, rounds: int) -> None:
-        pass  # the memory store is all in the checkpoint
+        hook = getattr(self.store, "checkpoint_saved", None)  # the disk store's undo log of the last epoch
+        if hook is not None:
+            hook()

@@ -544,11 +544,12 @@ def runs_figure(paths, metrics, x: str = "round", labels=None, title=None, yscal
 def label_counts(split: ClientSplit, num_classes: int = 0) -> tuple[np.ndarray, list]:
     """Samples of each class per client, [clients, classes], and the label of each column.
     Integer labels are their own column; other labels (e.g. ±1) are numbered in sorted order."""
-    if split.y.is_floating_point():
-        values, column = torch.unique(split.y, return_inverse=True)
+    y = split.y[0:split.y.shape[0]]  # a tensor, also where the samples are generated on demand (issue 14)
+    if y.is_floating_point():
+        values, column = torch.unique(y, return_inverse=True)
         values = values.tolist()
     else:
-        column = split.y.long()
+        column = y.long()
         values = list(range(max(num_classes, int(column.max()) + 1 if column.numel() else 0)))
     offsets = split.offsets.tolist()
     parts = [np.arange(a, b) for a, b in zip(offsets[:-1], offsets[1:])]

@@ -34,12 +34,14 @@ from fedpd.attacks import Attack
 from fedpd.checks import check_against_problem, check_finite
 from fedpd.config import RESUMABLE, Config, load_config
 from fedpd.context import FederationInfo
+from fedpd.disk_store import DiskStore, choose_store, default_store_dir, log, state_bytes, store_budget
 from fedpd.engine import Engine, InProcessEngine
 from fedpd.errors import ConfigError
 from fedpd.evaluation import evaluate, evaluate_personal
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.problems.base import Problem
 from fedpd.progress import Progress
+from fedpd.sampling import UniformK
 from fedpd.solvers import GradientSolver
 from fedpd.store import MemoryStore, State
 from fedpd.streams import server_generator
@@ -178,13 +180,14 @@ def hosted_clients(num_clients: int, nodes: int, k: int) -> list[int]:
 
 
 def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, attack: Attack, *,
-                workdir: Path | None = None, transport=None) -> Engine:
-    """The engine ``run.engine`` names, with a fresh client store."""
+                workdir: Path | None = None, transport=None, store=None) -> Engine:
+    """The engine ``run.engine`` names; the in-process one keeps its clients in ``store`` (default
+    a fresh memory store), a remote one on its nodes."""
     init = algorithm.init_client(problem.x_init)
     if transport is None and cfg.run.engine == "inprocess":
         chunk = 1 if problem.per_client else cfg.run.client_chunk or None  # per client: one at a time anyway
-        return InProcessEngine(algorithm, problem, solver, MemoryStore(init, problem.num_clients), seed=cfg.run.seed,
-                               chunk=chunk, attack=attack)
+        store = store if store is not None else MemoryStore(init, problem.num_clients)
+        return InProcessEngine(algorithm, problem, solver, store, seed=cfg.run.seed, chunk=chunk, attack=attack)
     from fedpd.remote.engine import LoopbackTransport, RemoteEngine
     from fedpd.remote.node import NodeRuntime
 
@@ -224,11 +227,35 @@ class Simulation:
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
+        store = self._make_store(self.algorithm.init_client(x0)) if cfg.run.engine == "inprocess" and transport is None \
+            else None  # remote engines keep client states on their nodes
         attack = build_attack(cfg).bind(self.num_clients)
-        self.engine: Engine = make_engine(cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
-                                          transport=transport)
+        self.engine: Engine = make_engine(self.cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
+                                          transport=transport, store=store)
         self.round = 0
         self.elapsed = 0.0
+
+    # --- issue 14: the client store (memory or disk) ------------------------------------------
+    def _make_store(self, init: State):
+        """The store ``run.store`` asks for; ``auto`` is resolved by size into ``self.cfg`` (so
+        the run's config.toml says which), with one line on stderr when it picks the disk."""
+        cfg, n, row = self.cfg, self.num_clients, state_bytes(init)
+        everyone = type(self.algorithm).participants is not Algorithm.participants  # e.g. SAGA's first pass
+        rows, need, undo = store_budget(n, row, self.sampler.per_round, cfg.run.rounds,
+                                        cfg.run.checkpoint_every or cfg.run.eval_every, everyone)
+        kind, note = choose_store(cfg.run.store, n, row, rows, self.sampler.per_round)
+        if kind != cfg.run.store:
+            self.cfg = load_config(cfg, [f"run.store={kind}"])
+        log(note)
+        self.store_need = need + undo + 8 * rows
+        return MemoryStore(init, n) if kind == "memory" else DiskStore(init, n)
+
+    def attach_store(self, out: Path, resume: bool) -> None:
+        """Give a disk store its directory (``<out>/store`` or ``run.store_dir``), checked before
+        anything is written: writable, free space, not another run's."""
+        if isinstance(self.store, DiskStore):
+            self.store.attach(default_store_dir(out, self.cfg.run.store_dir), run_dir=out, resume=resume,
+                              need_bytes=self.store_need)
 
     @property
     def store(self):
@@ -249,6 +276,18 @@ class Simulation:
         self.round += 1
         self.elapsed += time.perf_counter() - t0
 
+    def eval_sample(self) -> Tensor | None:
+        """The clients the metrics are taken over (issue 14): ``run.eval_clients`` of them, drawn
+        once from the server's stream ("eval_clients", 0) and kept for the whole run (so the
+        curve follows one fixed f_S); None for every client (0, or at least N)."""
+        k = self.cfg.run.eval_clients
+        if not k or k >= self.num_clients:
+            return None
+        if getattr(self, "_eval_ids", None) is None:
+            drawn = UniformK(self.num_clients, k).sample(0, server_generator(self.cfg.run.seed, "eval_clients", 0))
+            self._eval_ids = drawn.to(self.problem.train.offsets.device)
+        return self._eval_ids
+
     def model(self) -> Tensor:
         """The model the metrics are taken at (the evaluation path)."""
         return self.algorithm.evaluation_model(self.server, self.store)
@@ -256,14 +295,17 @@ class Simulation:
     def metrics(self) -> dict:
         t0 = time.perf_counter()
         record = {"round": self.round, **self.comm.state_dict(), "sample_grads": self.engine.sample_grads}
-        record.update(evaluate(self.problem, self.model()))
+        clients = self.eval_sample()  # issue 14: None = every client
+        if clients is not None:
+            record["eval_clients"] = int(clients.numel())
+        record.update(evaluate(self.problem, self.model(), clients))
         record.update(self.algorithm.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)
             if personal is None and self.cfg.run.personal_eval == "always":
                 personal = self.model()
             if personal is not None:
-                record.update(evaluate_personal(self.problem, personal.detach()))
+                record.update(evaluate_personal(self.problem, personal.detach(), clients=clients))
         self.elapsed += time.perf_counter() - t0
         record["wall_s"] = round(self.elapsed, 4)
         return record
@@ -395,9 +437,12 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if not (out / CONFIG).is_file():
             raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
         cfg = load_config(out / CONFIG, overrides)
+        kept = load_config(out / CONFIG).resolved()
         for item in overrides:  # anything else would continue the checkpoint under another run
             key = item.partition("=")[0].strip()
-            if key not in {f"run.{k}" for k in RESUMABLE}:
+            section, _, name = key.partition(".")
+            same = name in kept.get(section, {}) and cfg.resolved()[section].get(name) == kept[section][name]
+            if key not in {f"run.{k}" for k in RESUMABLE} and not same:  # issue 14: restating a value is no change
                 raise ConfigError(f"--set {key}: a resume may change only {', '.join('run.' + k for k in RESUMABLE)} "
                                   f"(the target, and how the run is executed)")
     else:
@@ -422,6 +467,9 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     """Run a validated config in ``out`` (start it, or continue it from its checkpoint);
     ``workdir``: where remote nodes keep client states when there is no ``out``."""
     sim = Simulation(cfg, workdir=out if out is not None else workdir, transport=transport)  # every check first
+    cfg = sim.cfg  # run.store = "auto" resolved
+    if out is not None:
+        sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
     if out is not None and not resume:
         _prepare_out(out, overwrite)
     history: list[dict] = []
@@ -460,7 +508,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     def checkpoint():
         if out is not None:
             atomic_torch_save(sim.state_dict(), out / CHECKPOINT)
-            sim.engine.checkpointed(sim.round)
+            sim.engine.checkpointed(sim.round)  # a versioned store may now drop what this checkpoint replaces
 
     try:
         due = sim.round % every == 0 or sim.round == rounds

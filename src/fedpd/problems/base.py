@@ -25,7 +25,9 @@ from fedpd.streams import ClientStreams
 
 @dataclass
 class ClientSplit:
-    """All clients' samples of one split (train or test), concatenated."""
+    """All clients' samples of one split (train or test), concatenated. ``x`` and ``y`` may be
+    :class:`fedpd.problems.lazy.LazyRows` (samples generated on demand, issue 14): read them by
+    slices or index tensors only, as every method here does."""
 
     x: Tensor
     y: Tensor
@@ -37,6 +39,7 @@ class ClientSplit:
 
     @cached_property
     def sizes(self) -> Tensor:
+        """Samples per client, int64 [N] (computed once: read every round, and N may be 10⁶)."""
         return self.offsets[1:] - self.offsets[:-1]
 
     @property
@@ -57,16 +60,24 @@ class ClientSplit:
         m = int(sizes.max()) if ids.numel() else 0
         j = torch.arange(m, device=sizes.device)
         mask = j[None, :] < sizes[:, None]
-        index = torch.where(mask, self.offsets[ids][:, None] + j[None, :], self.offsets[ids][:, None])
-        return self.x[index], self.y[index], mask.to(self.x.dtype if self.x.is_floating_point() else torch.float32)
+        X, Y = self.take(ids, torch.where(mask, j[None, :], 0))
+        return X, Y, mask.to(self.x.dtype if self.x.is_floating_point() else torch.float32)
 
     def minibatch(self, ids: Tensor, batch_size: int, rng: ClientStreams) -> tuple[Tensor, Tensor, Tensor]:
         """``batch_size`` samples per client drawn uniformly with replacement from each client's own
         stream (``rng``, one row per client of ``ids``): X [K, B, ...], Y [K, B], W [K, B]."""
         u = rng.uniform(batch_size).to(self.offsets.device)
-        index = self.offsets[ids][:, None] + (u * self.sizes[ids][:, None]).long()
+        local = (u * self.sizes[ids][:, None]).long()
         dtype = self.x.dtype if self.x.is_floating_point() else torch.float32
-        return self.x[index], self.y[index], torch.ones(index.shape, dtype=dtype, device=self.x.device)
+        X, Y = self.take(ids, local)
+        return X, Y, torch.ones(local.shape, dtype=dtype, device=self.x.device)
+
+    def take(self, ids: Tensor, local: Tensor) -> tuple[Tensor, Tensor]:
+        """Samples ``local`` [K, m] (positions within each client) of clients ``ids`` [K]: X, Y."""
+        if isinstance(self.x, Tensor):
+            index = self.offsets[ids][:, None] + local
+            return self.x[index], self.y[index]
+        return self.x.take(ids, local), self.y.take(ids, local)  # issue 14: generated on demand
 
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "ClientSplit":
         """The same split with float data in ``dtype`` and everything on ``device`` (same class)."""
@@ -228,8 +239,7 @@ class ClientData:
     def samples(self, local: Tensor) -> tuple[Tensor, Tensor]:
         """Own samples by local index (``local`` [K, b], entries < each client's size): X, Y."""
         split = self._problem.train
-        index = split.offsets[self.ids.to(split.offsets.device)][:, None] + local.to(split.offsets.device)
-        return split.x[index], split.y[index]
+        return split.take(self.ids.to(split.offsets.device), local.to(split.offsets.device))
 
     def gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None) -> Tensor:
         """∇f at x [M, d] on (X, Y, W) per leading row (clients, or single samples), counted

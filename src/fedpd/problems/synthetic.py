@@ -13,6 +13,8 @@ from fedpd.flat import FlatModel
 from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
+from fedpd.problems import lazy as on_demand
+from fedpd.problems.lazy import ClientSource, check_memory, client_generators, sizes_numbers
 
 
 def _split(parts_x, parts_y, n_train: list[int]):
@@ -105,6 +107,7 @@ def fedprox_synthetic(
     iid: bool = False,
     max_client_samples: int = 1000,
     seed: int = 0,
+    lazy: bool | None = None,
 ) -> Problem:
     """FedProx's Synthetic(α, β) (Li et al., MLSys 2020, §5.1) with a multinomial logistic model.
 
@@ -114,29 +117,44 @@ def fedprox_synthetic(
     ``max_client_samples`` (the generator has no cap; its heavy tail only slows a simulation
     down). ``iid`` draws one
     (W, b) and v ~ N(0, I) for everybody.
+
+    The sizes (and the iid (W, b)) come from the problem's generator; everything of client k from
+    client k's own generator (:func:`fedpd.problems.lazy.client_generators`), so the problem builds
+    lazily — a client's samples generated when it is first read — whenever the eager build would
+    hold more than ``EAGER_LIMIT`` numbers (``lazy``: force either way), with the same data.
     """
+    # issue 14: one line, not an allocation failure, when N or d cannot be built here
+    check_memory("problem.clients", 64 * clients, f"{clients} clients' sizes and offsets (64 bytes per client)")
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
+    # every client's size in one vectorised draw (N = 10⁶: milliseconds)
     sizes = (torch.distributions.LogNormal(4.0, 2.0).icdf(torch.rand(clients, generator=g, dtype=f64).clamp(1e-6, 1 - 1e-6))).long() + 50
     sizes = sizes.clamp(max=max_client_samples)
+    largest = int(sizes.max())
+    check_memory("problem.dim", 8 * ((dim + 1) * classes * 6 + dim * (largest + 2)),
+                 f"a model of {(dim + 1) * classes} parameters and a client of {largest} x {dim} features")
     std = torch.arange(1, dim + 1, dtype=f64).pow(-1.2).sqrt()
     W0, b0 = torch.randn(classes, dim, generator=g, dtype=f64), torch.randn(classes, generator=g, dtype=f64)
-    xs, ys, n_train = [], [], []
-    for k in range(clients):
+    n_train = (sizes.double() * (1 - test_fraction)).round().long().clamp(min=1)
+
+    def client(k: int):
+        """Client k's samples from its own generator (issue 14): the same whether generated with
+        everybody's or alone, on demand."""
+        (gk,) = client_generators(seed, "synthetic", [k])
         if iid:
             W, b, v = W0, b0, torch.zeros(dim, dtype=f64)
         else:
-            u = alpha**0.5 * torch.randn((), generator=g, dtype=f64)
-            W = u + torch.randn(classes, dim, generator=g, dtype=f64)
-            b = u + torch.randn(classes, generator=g, dtype=f64)
-            B = beta**0.5 * torch.randn((), generator=g, dtype=f64)
-            v = B + torch.randn(dim, generator=g, dtype=f64)
-        n = int(sizes[k])
-        x = v + std * torch.randn(n, dim, generator=g, dtype=f64)
-        xs.append(x)
-        ys.append((x @ W.T + b).argmax(1))
-        n_train.append(max(1, int(round(n * (1 - test_fraction)))))
-    train, test = _split(xs, ys, n_train)
+            u = alpha**0.5 * torch.randn((), generator=gk, dtype=f64)
+            W = u + torch.randn(classes, dim, generator=gk, dtype=f64)
+            b = u + torch.randn(classes, generator=gk, dtype=f64)
+            B = beta**0.5 * torch.randn((), generator=gk, dtype=f64)
+            v = B + torch.randn(dim, generator=gk, dtype=f64)
+        x = v + std * torch.randn(int(sizes[k]), dim, generator=gk, dtype=f64)
+        return x, (x @ W.T + b).argmax(1)
+
+    if lazy is None:
+        lazy = sizes_numbers(sizes, dim) > on_demand.EAGER_LIMIT
+    train, test = ClientSource(client, sizes, n_train).splits(lazy)
     module = nn.Linear(dim, classes)
     return Problem(
         name="synthetic",
