@@ -10,8 +10,8 @@ A-FedPD LeNet on 3x32x32, (d) ResNet-18 with GroupNorm on 3x32x32 (one round):
     central   centralized SGD: one module, the same number of steps (10 x 20) on pooled data
 
 Times are side by side in this process, alternating, best of --repeats (one torch thread).
-Memory is each variant's peak resident memory in a child process of its own, above the memory
-the child holds once data and model exist (so torch's own ~300 MB is not counted).
+Memory is each variant's peak resident memory in a child process of its own, above what the child
+held before building it (so torch's own ~300 MB is not counted; its data, model and states are).
 
     python benchmarks/side_by_side.py [--models logistic,mlp,lenet,resnet18_gn] [--repeats 3]
 """
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
+import threading
 import time
 
 import torch
@@ -131,15 +132,33 @@ def timed(runner, rounds: int) -> float:
     return (time.perf_counter() - t0) / rounds
 
 
+def resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
-    """Peak memory of one variant above what it holds once built."""
+    """Peak memory of one variant above what the process held before building it (torch,
+    imports): its data, model, states and the working memory of its rounds."""
+    warm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.GroupNorm(2, 4), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    F.cross_entropy(warm(torch.randn(2, 3, 8, 8)), torch.tensor([0, 1])).backward()  # load torch's kernels first
+    before = resident_mb()
+    peak = [before]
+    done = threading.Event()
+
+    def sample():  # ru_maxrss cannot be reset past the imports' own peak: sample instead
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_mb())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     runner = make(variant, model, chunk)
-    runner.round()  # warm-up
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    for _ in range(rounds):
+    for _ in range(rounds + 1):
         runner.round()
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"peak_mb": after / 1024, "working_mb": max(after - before, 0) / 1024}
+    done.set()
+    sampler.join()
+    return {"peak_mb": peak[0], "working_mb": peak[0] - before}
 
 
 def memory(variant: str, model: str, chunk: int | None, rounds: int) -> dict:

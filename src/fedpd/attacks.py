@@ -156,7 +156,7 @@ class DataAttack(Attack):
     Options = DataAttackOptions
 
     def apply_data(self, problem: Problem) -> Problem:
-        if not isinstance(problem.train.x, Tensor):  # issue 14: samples generated on demand
+        if not isinstance(problem.train.x, Tensor):  # samples generated on demand
             raise ConfigError(f"attack.name: {self.name!r} changes the data when the problem is built, and this "
                               f"problem's {problem.num_clients} clients' samples are generated on demand (allowed: "
                               f"update or dropout attacks, or fewer clients)")

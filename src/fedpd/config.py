@@ -62,7 +62,7 @@ class RunOptions(Options):
     personal_eval: Literal["auto", "always", "never"] = Field(
         "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
         "algorithm has personal models; always = also the server model per client")
-    # --- issue 14: many clients -----------------------------------------------------------
+    # --- many clients --------------------------------------------------------------------
     store: Literal["auto", "memory", "disk"] = Field(
         "auto", description="where clients' states live: memory, disk (files, rows on first participation), or "
         "auto = disk when they may exceed 1/8 of the available memory (resolved in the run's config.toml)")

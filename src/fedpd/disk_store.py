@@ -1,4 +1,4 @@
-"""A client store on disk for 10⁵–10⁶ clients or large states, with exact resume (issue 14).
+"""A client store on disk for 10⁵–10⁶ clients or large states, with exact resume.
 
 :class:`DiskStore` meets the :class:`fedpd.store.ClientStore` contract with the same numbers as
 :class:`fedpd.store.MemoryStore` (a state is copied byte for byte; the mean is summed in the

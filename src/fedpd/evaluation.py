@@ -1,7 +1,7 @@
 """Metrics at a model x: f and ‖∇f‖² over all clients' training data, loss/accuracy on the
 pooled test data. f = (1/N) Σ_i f_i, so sample j of client i weighs 1/(N·n_i).
 
-``clients`` (issue 14, ``run.eval_clients``): the same metrics over a sample S of the clients
+``clients`` (``run.eval_clients``): the same metrics over a sample S of the clients
 instead — f_S = (1/|S|) Σ_{i∈S} f_i, its gradient, and the test samples of S pooled. Samples are
 read chunk by chunk (slices of the split, or of S's samples), never as one [n] array, so a split
 whose samples are generated on demand (:mod:`fedpd.problems.lazy`) is read only where needed."""
@@ -105,7 +105,7 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1,
     ``personal_loss``, ``personal_acc`` / ``personal_mse`` — and as the mean over the worst
     ``worst`` fraction of them (at least one client): ``personal_acc_worst10`` (lowest accuracies),
     ``personal_mse_worst10`` (highest errors). Clients are evaluated in vectorised chunks.
-    ``clients``: only these clients (ascending; issue 14's ``run.eval_clients``).
+    ``clients``: only these clients (ascending; ``run.eval_clients``).
     """
     split = problem.test
     n_clients = split.num_clients

@@ -544,7 +544,7 @@ def runs_figure(paths, metrics, x: str = "round", labels=None, title=None, yscal
 def label_counts(split: ClientSplit, num_classes: int = 0) -> tuple[np.ndarray, list]:
     """Samples of each class per client, [clients, classes], and the label of each column.
     Integer labels are their own column; other labels (e.g. ±1) are numbered in sorted order."""
-    y = split.y[0:split.y.shape[0]]  # a tensor, also where the samples are generated on demand (issue 14)
+    y = split.y[0:split.y.shape[0]]  # a tensor, also where the samples are generated on demand
     if y.is_floating_point():
         values, column = torch.unique(y, return_inverse=True)
         values = values.tolist()

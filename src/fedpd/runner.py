@@ -223,7 +223,7 @@ class Simulation:
         self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
-        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client (issue 16)
+        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
@@ -235,7 +235,7 @@ class Simulation:
         self.round = 0
         self.elapsed = 0.0
 
-    # --- issue 14: the client store (memory or disk) ------------------------------------------
+    # --- the client store (memory or disk) -------------------------------------------------
     def _make_store(self, init: State):
         """The store ``run.store`` asks for; ``auto`` is resolved by size into ``self.cfg`` (so
         the run's config.toml says which), with one line on stderr when it picks the disk."""
@@ -277,7 +277,7 @@ class Simulation:
         self.elapsed += time.perf_counter() - t0
 
     def eval_sample(self) -> Tensor | None:
-        """The clients the metrics are taken over (issue 14): ``run.eval_clients`` of them, drawn
+        """The clients the metrics are taken over (``run.eval_clients``) of them, drawn
         once from the server's stream ("eval_clients", 0) and kept for the whole run (so the
         curve follows one fixed f_S); None for every client (0, or at least N)."""
         k = self.cfg.run.eval_clients
@@ -295,7 +295,7 @@ class Simulation:
     def metrics(self) -> dict:
         t0 = time.perf_counter()
         record = {"round": self.round, **self.comm.state_dict(), "sample_grads": self.engine.sample_grads}
-        clients = self.eval_sample()  # issue 14: None = every client
+        clients = self.eval_sample()  # None: every client
         if clients is not None:
             record["eval_clients"] = int(clients.numel())
         record.update(evaluate(self.problem, self.model(), clients))
@@ -442,7 +442,7 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
             key = item.partition("=")[0].strip()
             section, _, name = key.partition(".")
             same = name in kept.get(section, {}) and cfg.resolved()[section].get(name) == kept[section][name]
-            if key not in {f"run.{k}" for k in RESUMABLE} and not same:  # issue 14: restating a value is no change
+            if key not in {f"run.{k}" for k in RESUMABLE} and not same:  # restating a value is no change
                 raise ConfigError(f"--set {key}: a resume may change only {', '.join('run.' + k for k in RESUMABLE)} "
                                   f"(the target, and how the run is executed)")
     else:
@@ -493,7 +493,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
-    tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too (issue 16)
+    tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too
 
     def record():
         m = sim.metrics()
@@ -503,7 +503,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
         if tb is not None:
             tb.add(m)
         bar.update(sim.round, m)
-        check_finite(cfg, m, history, out)  # NaN / Inf: the run stops unless run.allow_nonfinite (issue 16)
+        check_finite(cfg, m, history, out)  # NaN / Inf: the run stops unless run.allow_nonfinite
 
     def checkpoint():
         if out is not None:

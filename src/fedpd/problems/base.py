@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.func import vmap
 
 from fedpd.flat import FlatModel
@@ -26,7 +26,7 @@ from fedpd.streams import ClientStreams
 @dataclass
 class ClientSplit:
     """All clients' samples of one split (train or test), concatenated. ``x`` and ``y`` may be
-    :class:`fedpd.problems.lazy.LazyRows` (samples generated on demand, issue 14): read them by
+    :class:`fedpd.problems.lazy.LazyRows` (samples generated on demand): read them by
     slices or index tensors only, as every method here does."""
 
     x: Tensor
@@ -75,9 +75,11 @@ class ClientSplit:
     def take(self, ids: Tensor, local: Tensor) -> tuple[Tensor, Tensor]:
         """Samples ``local`` [K, m] (positions within each client) of clients ``ids`` [K]: X, Y."""
         if isinstance(self.x, Tensor):
-            index = self.offsets[ids][:, None] + local
-            return self.x[index], self.y[index]
-        return self.x.take(ids, local), self.y.take(ids, local)  # issue 14: generated on demand
+            index = (self.offsets[ids][:, None] + local).reshape(-1)
+            shape = local.shape
+            return (self.x.index_select(0, index).view(*shape, *self.x.shape[1:]),
+                    self.y.index_select(0, index).view(*shape, *self.y.shape[1:]))
+        return self.x.take(ids, local), self.y.take(ids, local)  # generated on demand
 
     def to(self, dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> "ClientSplit":
         """The same split with float data in ``dtype`` and everything on ``device`` (same class)."""
@@ -164,6 +166,9 @@ class Problem:
         return torch.cat([g.reshape(-1) for g in grads])
 
     def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+        linear = softmax_regression(self)
+        if linear is not None:
+            return softmax_regression_gradients(linear, x, X, Y, W)
         forward = self.__dict__.get("_vmapped_model")
         if forward is None:
             forward = self.__dict__["_vmapped_model"] = vmap(self.model)
@@ -202,6 +207,39 @@ class Problem:
         self.__dict__.pop("_vmapped_model", None)
         self.__dict__.pop("_eval_weights", None)
         return self
+
+
+def softmax_regression(problem: Problem) -> nn.Linear | None:
+    """The Linear layer when the problem is multinomial logistic regression — one ``nn.Linear``
+    (bare, or :class:`fedpd.models.LogisticRegression`) with cross-entropy loss and no
+    regulariser — whose gradient has a closed form; else None."""
+    from fedpd.models import LogisticRegression
+    from fedpd.problems import losses
+
+    module = problem.model.module
+    linear = module.linear if isinstance(module, LogisticRegression) else module
+    if (isinstance(linear, nn.Linear) and linear.out_features >= 2 and problem.loss is losses.cross_entropy
+            and problem.regularizer is None and not problem.model.buffers):
+        return linear
+    return None
+
+
+def softmax_regression_gradients(linear: nn.Linear, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+    """∇f_k of weighted mean cross-entropy of logits X_k A_kᵀ + b_k for every row k at once:
+    (softmax − one-hot)ᵀ X / Σ W, in a handful of batched ops instead of an autograd pass — the
+    common convex baseline (MNIST, FedProx's Synthetic, Fed+'s MNIST) runs several times faster.
+    The layout is the flat vector's: the weight [C, F] row-major, then the bias [C]."""
+    k, (c, f) = x.shape[0], linear.weight.shape
+    A = x[:, : c * f].view(k, c, f)
+    inputs = X.reshape(k, X.shape[1], f).to(x.dtype)
+    logits = torch.bmm(inputs, A.transpose(1, 2))
+    if linear.bias is not None:
+        logits = logits + x[:, c * f:].unsqueeze(1)
+    residual = torch.softmax(logits, -1)
+    residual.scatter_add_(2, Y.long().unsqueeze(-1), torch.full_like(Y, -1, dtype=residual.dtype).unsqueeze(-1))
+    residual = residual * (W / W.sum(1, keepdim=True)).to(residual.dtype).unsqueeze(-1)
+    grad_A = torch.bmm(residual.transpose(1, 2), inputs).reshape(k, c * f)
+    return torch.cat([grad_A, residual.sum(1)], 1) if linear.bias is not None else grad_A
 
 
 class ClientData:

@@ -1,4 +1,4 @@
-"""Clients' data generated on demand (issue 14): a problem with 10⁶ clients builds in seconds.
+"""Clients' data generated on demand: a problem with 10⁶ clients builds in seconds.
 
 A generated problem gives every client its own seeded generator, keyed by (problem seed, client
 id) through :mod:`fedpd.streams`, so client i's samples are the same whether they are generated

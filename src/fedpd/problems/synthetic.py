@@ -123,7 +123,7 @@ def fedprox_synthetic(
     lazily — a client's samples generated when it is first read — whenever the eager build would
     hold more than ``EAGER_LIMIT`` numbers (``lazy``: force either way), with the same data.
     """
-    # issue 14: one line, not an allocation failure, when N or d cannot be built here
+    # one line, not an allocation failure, when N or d cannot be built here
     check_memory("problem.clients", 64 * clients, f"{clients} clients' sizes and offsets (64 bytes per client)")
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
@@ -138,7 +138,7 @@ def fedprox_synthetic(
     n_train = (sizes.double() * (1 - test_fraction)).round().long().clamp(min=1)
 
     def client(k: int):
-        """Client k's samples from its own generator (issue 14): the same whether generated with
+        """Client k's samples from its own generator: the same whether generated with
         everybody's or alone, on demand."""
         (gk,) = client_generators(seed, "synthetic", [k])
         if iid:
