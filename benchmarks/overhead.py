@@ -34,7 +34,9 @@ def fedpd_config(dtype: str) -> dict:
 
 
 def time_fedpd(dtype: str) -> float:
-    sim = Simulation(load_config(fedpd_config(dtype)))
+    cfg = fedpd_config(dtype)
+    cfg["run"]["threads"] = torch.get_num_threads()  # what the plain loop gets too (run.threads = 0 is automatic)
+    sim = Simulation(load_config(cfg))
     t0 = time.perf_counter()
     for _ in range(ROUNDS):
         sim.step()

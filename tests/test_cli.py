@@ -168,7 +168,7 @@ def test_list_compare_and_plot(config, tmp_path, capsys):
         dirs.append(tmp_path / algo)
         assert run_cli(["run", config, "--out", dirs[-1], "--quiet", "--set", f"algorithm.name={algo}"], capsys)[0] == 0
     code, out, _ = run_cli(["compare", *dirs], capsys)
-    assert code == 0 and "scaffold" in out and "grad_norm_sq" in out
+    assert code == 0 and "scaffold" in out and "‖∇f‖²" in out  # grad_norm_sq, abbreviated to fit
     png = tmp_path / "p.png"
     code, _, _ = run_cli(["plot", *dirs, "--metric", "grad_norm_sq", "--x", "uplink_floats", "-o", png], capsys)
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

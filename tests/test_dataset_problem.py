@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -153,6 +152,7 @@ def test_per_client_test_and_augment(data_dir):
 
 def test_image_folder_dataset(data_dir):
     cfg = config(data_dir, dataset="image-folder", path="imgs.tar.gz", clients=2, model="mlp")
+    cfg["solver"]["batch_size"] = 2  # clients of 3 images: a larger batch is refused (fedpd.checks)
     p = build_problem(load_config(cfg))
     assert p.train.x.shape == (6, 3, 6, 8) and p.test.y.numel() == 4
     assert p.info["num_classes"] == 2
@@ -265,8 +265,10 @@ def test_missing_dataset_key_and_missing_files(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------- real MNIST
 
 def real_data_dir() -> Path:
-    """$FEDPD_DATA, else ../shared/data next to the repository."""
-    return Path(os.environ.get("FEDPD_DATA") or ROOT.parent / "shared" / "data")
+    """$FEDPD_DATA, else fedpd's default data directory (as fedpd itself reads it)."""
+    from fedpd.data.loaders import resolve_data_dir
+
+    return resolve_data_dir(None)
 
 
 def test_mnist_fedavg_logistic_reaches_90_percent():

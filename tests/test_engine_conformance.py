@@ -1,5 +1,6 @@
 """The in-process engine passes the engine conformance suite (tests/engine_conformance.py) with
-every client grouping: one client at a time, chunks of 3, and all participants at once."""
+every client grouping: one client at a time, chunks of 3, and all participants at once; and with
+the clients' states in the disk store (issue 14)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from engine_conformance import EngineConformance
 
 
 class TestInProcessEngine(EngineConformance):
-    @pytest.fixture(params=[["run.client_chunk=0"], ["run.client_chunk=1"], ["run.client_chunk=3"]],
-                    ids=["all", "one", "three"])
+    @pytest.fixture(params=[["run.client_chunk=0"], ["run.client_chunk=1"], ["run.client_chunk=3"],
+                            ["run.client_chunk=3", "run.store=disk"]],
+                    ids=["all", "one", "three", "three-disk"])
     def engine(self, request) -> list[str]:
         return ["run.engine=inprocess", *request.param]
+
+
+class TestLoopbackRemoteEngine(EngineConformance):
+    """The remote engine (messages, node runtimes with versioned file stores) with its nodes in
+    this process: the same numbers as the in-process engine."""
+
+    @pytest.fixture(params=[1, 3], ids=["one-node", "three-nodes"])
+    def engine(self, request) -> list[str]:
+        return ["run.engine=loopback", f"run.nodes={request.param}"]

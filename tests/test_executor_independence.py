@@ -1,10 +1,12 @@
 """One result on any executor: for every algorithm, the metrics do not depend on how the engine
-groups the clients (``run.client_chunk`` 1, 3 or all) or in which order it runs them.
+groups the clients (``run.client_chunk`` 1, 3 or all), in which order it runs them, or whether
+they run in process or on nodes reached by messages (the loopback remote engine, 3 nodes).
 
 Every random draw a client makes comes from its own stream (seed, purpose, round, client id), the
 server aggregates the uploads in ascending client order, and the store's means are taken in
 client order; so ``metrics.jsonl`` is bit-identical (``wall_s`` aside), with minibatch SGD,
-momentum, weight decay and stragglers all drawing randomness.
+momentum, weight decay and stragglers all drawing randomness. The permuted run keeps the
+clients' states in the disk store (issue 14), which must not change a bit either.
 """
 
 from __future__ import annotations
@@ -65,11 +67,39 @@ def test_metrics_do_not_depend_on_chunking_or_order(name, tmp_path, request):
         out = tmp_path / f"chunk{chunk}"
         fedpd.run(cfg, out, overrides=[f"run.client_chunk={chunk}"])
         runs[chunk] = metrics(out)
+    out = tmp_path / "loopback"  # by messages, to three nodes with file stores
+    fedpd.run(cfg, out, overrides=["run.engine=loopback", "run.nodes=3"])
+    runs["loopback"] = metrics(out)
     request.getfixturevalue("permuted")
-    fedpd.run(cfg, tmp_path / "permuted", overrides=["run.client_chunk=2"])
-    runs["permuted"] = metrics(tmp_path / "permuted")
+    fedpd.run(cfg, tmp_path / "permuted", overrides=["run.client_chunk=2", "run.store=disk"])  # issue 14: on disk too
+    runs["permuted, disk store"] = metrics(tmp_path / "permuted")
     reference = runs[0]
     assert len(reference) == 3 and reference[-1]["round"] == 4
     assert reference[-1]["train_loss"] != reference[0]["train_loss"]  # the model moved
     for key, records in runs.items():
         assert records == reference, f"client_chunk / order {key!r} changed the metrics"
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedpd", "afedpd", "fedplus", "apfl", "perfedavg"])
+def test_per_client_execution_is_executor_independent_and_agrees_with_vectorised(name, tmp_path, request):
+    """run.execution = "per_client" (large models' way: one client at a time through the module)
+    gives one result in any order and on remote nodes, and the vectorised numbers to rounding."""
+    cfg = config(name)
+    per_client = ["run.execution=per_client"]
+    reference = metrics_of(fedpd.run(cfg, tmp_path / "a", overrides=per_client))
+    loopback = metrics_of(fedpd.run(cfg, tmp_path / "b", overrides=[*per_client, "run.engine=loopback", "run.nodes=3"]))
+    assert loopback == reference
+    vectorised = metrics_of(fedpd.run(cfg, tmp_path / "c"))
+    for a, b in zip(reference, vectorised):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], float):
+                assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+            else:
+                assert a[key] == b[key], key
+    request.getfixturevalue("permuted")
+    assert metrics_of(fedpd.run(cfg, tmp_path / "d", overrides=per_client)) == reference
+
+
+def metrics_of(path_or_result) -> list[dict]:
+    return metrics(path_or_result.out_dir)

@@ -1,4 +1,4 @@
-"""Fed+ (seed 002, Alg. 1): Table 1's presets reproduce the standalone methods' iterates, and one
+"""Fed+ (Kundu, Yu, Wynter, Lim 2022, Alg. 1): Table 1's presets reproduce the standalone methods' iterates, and one
 round of the Fed+ rule pinned by hand (θ_k by closed form, λ, σ, δ, per-party E_k, aggregation
 over all parties or participants only, hybrid groups)."""
 
@@ -272,7 +272,7 @@ def test_fedplus_regression_generator():
     assert not torch.equal(other.train.x, p.train.x)
 
 
-# --- robustness acceptance (seed 002 §5.1 synthetic regression, fixed seeds) -------------------
+# --- robustness acceptance (Fed+ §5.1 synthetic regression, fixed seeds) -----------------------
 # N = 10, d = 1000, party 9 an outlier; full-batch GD (η = 0.003, below 2/L for this data), E = 20,
 # 30 rounds, σ = 10 (κ ≈ 0.97, in the paper's recommended range). Figures in docs/fedplus.md.
 ROBUST_RUN = {"problem": {"name": "fedplus_regression"}, "solver": {"name": "gd", "lr": 0.003, "local_steps": 20},

@@ -1,4 +1,4 @@
-"""SAM (FedSAM, A-FedPDSAM, FedSpeed), FedCM, FedPD-VR and seed 003's Parallel SAGA / ADMM:
+"""SAM (FedSAM, A-FedPDSAM, FedSpeed), FedCM, FedPD-VR and Xu's (2020) Parallel SAGA / ADMM:
 one update of each pinned by hand on tiny least squares, plus convergence checks."""
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def test_sample_gradients_are_counted_where_they_are_spent():
     assert int(sim.problem.sample_grads) == n
 
 
-# --- seed 003: Parallel SAGA -------------------------------------------------------------------
+# --- Xu 2020: Parallel SAGA --------------------------------------------------------------------
 def gd_on_sum(sim, eta, rounds):
     x = torch.zeros(D, dtype=F64)
     out = []
@@ -268,7 +268,7 @@ def test_saga_with_everyone_is_gradient_descent_on_the_sum(algo):
 
 @pytest.mark.parametrize("init", ["zero", "gradients"])
 def test_parallel_saga_partial_participation_by_hand(init):
-    """init = "gradients" is seed 003 Alg. 1's start, y_j⁰ = ∇f_j(w⁰), y⁰ = Σ_j y_j⁰: round 0
+    """init = "gradients" is Xu 2020 Alg. 1's start, y_j⁰ = ∇f_j(w⁰), y⁰ = Σ_j y_j⁰: round 0
     takes every client (whoever was sampled) and steps w¹ = w⁰ − η·y⁰; "zero" starts empty."""
     eta = 0.05
     sim = simulation({"name": "parallel_saga", "eta": eta, "init": init},
@@ -333,7 +333,7 @@ def test_stochastic_saga_refreshes_b_rows_and_keeps_y_the_table_sum():
         assert sim.store.data["table"].shape[1] == n_i  # one row per local sample
 
 
-# --- seed 003: Parallel ADMM -------------------------------------------------------------------
+# --- Xu 2020: Parallel ADMM --------------------------------------------------------------------
 def test_parallel_admm_rounds_by_hand_with_the_new_average():
     eta = 0.05
     sim = simulation({"name": "parallel_admm", "eta": eta})

@@ -41,7 +41,8 @@ def test_plain_lines_when_not_a_terminal():
     bar.update(11)  # no new metrics: nothing printed
     bar.update(15, METRICS)
     bar.close()
-    lines = out.getvalue().splitlines()
+    resumed, *lines = out.getvalue().splitlines()
+    assert resumed == "run continuing from round 10 (the last checkpoint) to round 20"  # start > 0: a resume
     assert len(lines) == 1 and "\x1b" not in lines[0]
     assert lines[0].startswith("run round 15/20  train_loss=0.6931  grad_norm_sq=1.234e-05")
     assert re.search(r"~\d+s left\]$", lines[0])

@@ -156,6 +156,10 @@ class DataAttack(Attack):
     Options = DataAttackOptions
 
     def apply_data(self, problem: Problem) -> Problem:
+        if not isinstance(problem.train.x, Tensor):  # samples generated on demand
+            raise ConfigError(f"attack.name: {self.name!r} changes the data when the problem is built, and this "
+                              f"problem's {problem.num_clients} clients' samples are generated on demand (allowed: "
+                              f"update or dropout attacks, or fewer clients)")
         ids = self.targets(problem.num_clients)
         classes = problem.info.get("num_classes")
         if classes is None and not problem.train.y.is_floating_point():
@@ -165,7 +169,7 @@ class DataAttack(Attack):
         if splits == "both":
             problem.test = transform_parties(problem.test, ids, self.name, classes)
         problem.info = {**problem.info, "attacked_parties": ids.tolist(), "attack": self.name}
-        problem.__dict__.pop("_vmapped_grad", None)
+        problem.__dict__.pop("_vmapped_model", None)
         return problem
 
 

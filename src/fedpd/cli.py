@@ -1,20 +1,60 @@
-"""The ``fedpd`` command: run, list, plot, compare, demo (and data, for datasets; reproduce, for the papers).
+"""The ``fedpd`` command: run, list, show, plot, compare, demo (and data, for datasets; reproduce,
+for the papers; flower, for deployments).
 
 Every error in what the user gave — config, arguments, files, paths the OS refuses — is one
-line on stderr and exit status 2, never a traceback.
+line on stderr and exit status 2, never a traceback. A run whose metrics become NaN or ±Inf
+stops with exit status 3 (unless ``run.allow_nonfinite = true``); Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+from pathlib import Path
 
 from fedpd.errors import FedpdError
+
+#: the run directory being written, for the Ctrl-C message (and the demo's folder)
+_CURRENT: dict[str, Path | None] = {"dir": None, "demo": None}
+
+EXIT_CODES = """exit status: 0 done; 2 bad input (config, arguments, files: one line on stderr); 3 a run's
+metrics became NaN or Inf (the run stopped; run.allow_nonfinite = true runs on); 130 interrupted."""
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's default prints the usage too)
         raise FedpdError(f"{self.prog}: {message}")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("fedpd")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        from fedpd import __version__ as ours
+    import platform
+
+    import torch
+
+    return f"fedpd {ours} (torch {torch.__version__}, Python {platform.python_version()})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, worked out only when asked (it imports torch)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        kwargs.update(nargs=0, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version())
+        parser.exit(0)
+
+
+def _threads_override(args) -> list[str]:
+    return [] if getattr(args, "threads", None) is None else [f"run.threads={args.threads}"]
 
 
 def _cmd_run(args) -> int:
@@ -30,11 +70,11 @@ def _cmd_run(args) -> int:
     out = args.out
     if out is None and not args.resume:
         import time
-        from pathlib import Path
 
         out = Path("runs") / f"{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    result = run(args.config, out, overrides=args.set or (), resume=args.resume, progress=not args.quiet,
-                 overwrite=args.overwrite)
+    _CURRENT["dir"] = Path(args.resume or out)
+    result = run(args.config, out, overrides=[*(args.set or ()), *_threads_override(args)], resume=args.resume,
+                 progress=not args.quiet, overwrite=args.overwrite)
     last = result.history[-1] if result.history else {}
     from fedpd.progress import summary
 
@@ -43,22 +83,30 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from fedpd import registry
+    from fedpd import describe
 
-    for title, table in registry.CATALOG.items():
-        print(f"{title}:")
-        width = max(len(k) for k in table)
-        for name, entry in table.items():
-            print(f"  {name:<{width}}  {entry.description}")
-    try:
-        from fedpd.models import MODELS
+    if args.name is None:
+        describe.print_list()
+        return 0
+    found = describe.resolve(args.name)
+    for i, (section, name) in enumerate(found):
+        if i:
+            print()
+        if name is None:
+            if section == "run":
+                describe.show("run", None)
+            else:
+                describe.print_list(section)
+        else:
+            describe.show(section, name)
+    return 0
 
-        print("models:")
-        width = max(len(k) for k in MODELS)
-        for name, (_, desc) in MODELS.items():
-            print(f"  {name:<{width}}  {desc}")
-    except ImportError:
-        pass
+
+def _cmd_show(args) -> int:
+    from fedpd import describe
+
+    section, name = describe.check_show(args.section, args.name)
+    describe.show(section, name)
     return 0
 
 
@@ -69,68 +117,183 @@ def _cmd_plot(args) -> int:
         if len(args.dirs) != 1 or args.metric:
             raise FedpdError("fedpd plot --split: give one run directory and no --metric")
         path = plot_split(args.dirs[0], output=args.output)
-    elif args.metric is None:
+    elif not args.metric:
         raise FedpdError("fedpd plot: --metric is required (or --split for the label distribution)")
     else:
-        path = plot_runs(args.dirs, args.metric, x=args.x, output=args.output)
+        yscale = "log" if args.logy else "linear" if args.linear else "auto"
+        path = plot_runs(args.dirs, args.metric, x=args.x, output=args.output, yscale=yscale,
+                         group=not args.no_group, title=args.title)
     print(f"wrote {path}")
     return 0
 
 
 def _cmd_compare(args) -> int:
-    from fedpd.results import compare_rows, print_table
+    from fedpd.results import compare_table, format_table, render_table, split_metrics
 
-    header, rows = compare_rows(args.dirs)
-    print_table(header, rows)
+    metrics = split_metrics(args.metrics) if args.metrics else None
+    columns, rows = compare_table(args.dirs, metrics)
+    if args.format == "table":
+        render_table(columns, rows)
+    else:
+        sys.stdout.write(format_table(columns, rows, args.format))
     return 0
 
 
 def _cmd_demo(args) -> int:
     from fedpd.demo import run_demo
 
-    run_demo(args.out, rounds=args.rounds, progress=not args.quiet)
+    def started(path: Path) -> None:
+        _CURRENT["dir"] = path
+        _CURRENT["demo"] = path.parent
+
+    run_demo(args.out, rounds=args.rounds, progress=not args.quiet, overwrite=args.overwrite,
+             threads=args.threads or 0, on_run=started)
     return 0
 
 
-def make_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="fedpd", description="Federated optimisation: primal-dual, Fed+ and classic baselines.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+def _interrupted() -> str:
+    """The Ctrl-C line: the run directory being written and whether it holds a checkpoint."""
+    from fedpd.runner import CHECKPOINT
 
-    r = sub.add_parser("run", help="run a config (or resume a run directory)")
-    r.add_argument("config", nargs="?", help="TOML config file")
-    r.add_argument("--out", help="run directory to write (default runs/<config>-<time>)")
-    r.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    where, demo = _CURRENT["dir"], _CURRENT["demo"]
+    if where is None:
+        return "fedpd: interrupted"
+    again = (f"; fedpd demo --out {shlex.quote(str(demo))} --overwrite starts the demo again" if demo is not None
+             else "")
+    if (where / CHECKPOINT).exists():
+        return (f"fedpd: interrupted; {where} holds the last checkpoint: continue that run with "
+                f"fedpd run --resume {shlex.quote(str(where))}{again}")
+    if demo is not None:
+        return f"fedpd: interrupted before the first checkpoint of {where}{again}"
+    return (f"fedpd: interrupted before the first checkpoint of {where}: nothing to resume "
+            f"(run it again with --overwrite)")
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fedpd", description="Federated optimisation on heterogeneous clients: primal-dual (FedPD,\n"
+                "FedDyn, FedADMM, A-FedPD), Fed+ and classic baselines on one simulator.",
+                epilog="Start with: fedpd demo. Every command has --help.\n\n" + EXIT_CODES,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action=_VersionAction, help="print fedpd's version (and torch's) and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    r = sub.add_parser("run", help="run a config, or continue a run directory (--resume)",
+                       description="Run a TOML config into a run directory (config.toml, metrics.jsonl, "
+                       "checkpoint.pt), or continue one from its last checkpoint.",
+                       epilog="examples:\n  fedpd run examples/fedpd.toml --out runs/fedpd --set algorithm.p=0.3\n"
+                       "  fedpd run --resume runs/fedpd --set run.rounds=1000\n\n" + EXIT_CODES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("config", nargs="?", help="TOML config file (fedpd list shows what it can name)")
+    r.add_argument("--out", metavar="DIR", help="run directory to write (default runs/<config>-<time>)")
+    r.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override a config value, TOML syntax (repeatable); on --resume only run.rounds, "
+                   "run.threads, run.allow_nonfinite and run.tensorboard")
     r.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     r.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
+    r.add_argument("--threads", type=int, metavar="N",
+                   help="CPU threads (run.threads; 0: automatic, see README); changes no result, also on --resume")
     r.add_argument("--quiet", action="store_true", help="no progress output")
     r.set_defaults(func=_cmd_run)
 
-    ls = sub.add_parser("list", help="algorithms, problems, solvers and samplers")
+    ls = sub.add_parser("list", help="what a config can name; with NAME: its options, defaults and ranges",
+                        description="Without NAME: every algorithm, problem, solver, sampler, attack and model "
+                        "with a one-line description. With NAME: that entry's options (defaults, types, ranges, "
+                        "meaning), or every entry of a section (e.g. fedpd list samplers; fedpd list run).",
+                        epilog="examples:\n  fedpd list\n  fedpd list fedpd\n  fedpd list samplers",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ls.add_argument("name", nargs="?", metavar="NAME", help="an entry (e.g. fedpd, sgd, dataset) or a section")
     ls.set_defaults(func=_cmd_list)
 
-    pl = sub.add_parser("plot", help="draw a metric of several runs on one figure (or a run's label split)")
-    pl.add_argument("dirs", nargs="+", help="run directories")
-    pl.add_argument("--metric", help="metric key, e.g. grad_norm_sq, train_loss, test_acc")
-    pl.add_argument("--x", default="round", help="x axis: round, comm_rounds, uplink_floats, downlink_floats, sample_grads, wall_s")
+    sh = sub.add_parser("show", help="the options of one entry: fedpd show SECTION NAME",
+                        description="The options of one entry, with defaults, types, allowed ranges and "
+                        "meaning, read from the same models that validate configs.",
+                        epilog="examples:\n  fedpd show algorithm fedpd\n  fedpd show solver sgd\n  fedpd show run",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sh.add_argument("section", metavar="SECTION", help="problem, algorithm, solver, sampler, attack, model or run")
+    sh.add_argument("name", nargs="?", metavar="NAME", help="the entry (not for run)")
+    sh.set_defaults(func=_cmd_show)
+
+    pl = sub.add_parser("plot", help="draw metrics of runs (one panel each), or a run's label split",
+                        description="One panel per metric, one line per run. Runs of one config that differ only "
+                        "in seeds become their mean with a band of ± one standard deviation. The y axis is "
+                        "logarithmic for grad_norm_sq (and residuals), linear for accuracies, else logarithmic "
+                        "when the values span more than two decades.",
+                        epilog="examples:\n  fedpd plot runs/fedpd runs/fedavg --metric grad_norm_sq,train_loss "
+                        "--x comm_rounds -o fig.pdf\n  fedpd plot runs/fedpd --split -o split.png",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    pl.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
+    pl.add_argument("--metric", action="append", metavar="KEY[,KEY]",
+                    help="metric key(s) of metrics.jsonl, e.g. grad_norm_sq, train_loss, test_acc, personal_acc; "
+                    "comma-separated or repeated: one panel each")
+    pl.add_argument("--x", default="round", choices=("round", "comm_rounds", "uplink_floats", "downlink_floats",
+                                                      "sample_grads", "wall_s"),
+                    metavar="AXIS", help="x axis: round (default), comm_rounds, uplink_floats, downlink_floats, "
+                    "sample_grads, wall_s")
+    scale = pl.add_mutually_exclusive_group()
+    scale.add_argument("--logy", action="store_true", help="logarithmic y axis for every panel")
+    scale.add_argument("--linear", action="store_true", help="linear y axis for every panel")
+    pl.add_argument("--no-group", action="store_true", help="one line per run, even for several seeds of one config")
+    pl.add_argument("--title", help="figure title")
     pl.add_argument("--split", action="store_true",
                     help="instead: the label distribution (clients x classes) of one run's training split")
-    pl.add_argument("-o", "--output", default="plot.png", help="figure to write; the suffix picks the format "
-                    "(.png, .pdf, .svg, .jpg, ...)")
+    pl.add_argument("-o", "--output", default="plot.png", metavar="FILE", help="figure to write (default plot.png); "
+                    "the suffix picks the format (.png, .pdf, .svg, .jpg, ...)")
     pl.set_defaults(func=_cmd_plot)
 
-    cp = sub.add_parser("compare", help="table of final and best metrics of several runs")
-    cp.add_argument("dirs", nargs="+", help="run directories")
+    cp = sub.add_parser("compare", help="final and best metrics of runs, one row per run",
+                        description="Final and best value of each metric, one row per run. The table fits the "
+                        "terminal (least important columns left out, and named); --format csv, json or "
+                        "markdown prints every column for other programs.",
+                        epilog="examples:\n  fedpd compare runs/fedpd runs/fedavg\n"
+                        "  fedpd compare runs/* --format csv > results.csv",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cp.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
+    cp.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"),
+                    help="table (default, fitted to the terminal), csv, json or markdown (every column)")
+    cp.add_argument("--metrics", metavar="KEY[,KEY]", action="append",
+                    help="metrics to show (default: the losses, grad_norm_sq, accuracies and personal metrics "
+                    "the runs report)")
     cp.set_defaults(func=_cmd_compare)
 
-    dm = sub.add_parser("demo", help="FedPD Fig. 2(b): FedAvg, FedProx, FedPD (p = 0, 0.5) on strongly non-iid data")
-    dm.add_argument("--out", help="where to write the runs and the plot (default runs/demo-<time>)")
+    dm = sub.add_parser("demo", help="FedPD Fig. 2(b): FedAvg, FedProx, FedPD (p = 0, 0.5) on strongly non-iid data",
+                        description="Four runs of FedPD's Fig. 2(b) (strongly non-i.i.d. penalised logistic "
+                        "regression, 100 clients): a table and grad_norm_sq.png in the demo's directory.")
+    dm.add_argument("--out", metavar="DIR", help="where to write the runs and the figure (default runs/demo-<time>)")
     dm.add_argument("--rounds", type=int, default=600, help="rounds per run (default 600)")
-    dm.add_argument("--quiet", action="store_true")
+    dm.add_argument("--overwrite", action="store_true", help="replace the demo runs already in --out")
+    dm.add_argument("--threads", type=int, metavar="N", help="CPU threads (run.threads; default automatic)")
+    dm.add_argument("--quiet", action="store_true", help="no progress output")
     dm.set_defaults(func=_cmd_demo)
+
+    fl = sub.add_parser("flower", help="deploy on Flower: write a run's Flower app, or TLS certificates and node keys",
+                        description="Helpers for running fedpd on a Flower SuperLink and SuperNodes "
+                        "(docs/deployment.md). Simulation needs none of this: fedpd run --set run.engine=flower.")
+    flsub = fl.add_subparsers(dest="flower_command", required=True, parser_class=_Parser)
+    fa = flsub.add_parser("app", help="write the Flower app that runs a config (for: flwr run APPDIR CONNECTION)")
+    fa.add_argument("config", help="TOML config file of the run")
+    fa.add_argument("--out", required=True, metavar="APPDIR", help="the app directory to write")
+    fa.add_argument("--run-dir", metavar="DIR", help="run directory on the server machine (default runs/<config>)")
+    fa.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    fa.add_argument("--overwrite", action="store_true", help="replace an app already in APPDIR")
+    fa.set_defaults(func=_cmd_flower_app)
+    fc = flsub.add_parser("certs", help="a CA, the SuperLink's TLS certificate and SuperNode key pairs")
+    fc.add_argument("dir", help="folder to write ca.crt, server.crt, server.key, node<k>, node<k>.pub into")
+    fc.add_argument("--nodes", type=int, default=2, help="SuperNode key pairs to make (default 2)")
+    fc.add_argument("--host", action="append", default=[], metavar="NAME",
+                    help="the SuperLink's host name or IP as SuperNodes reach it (repeatable; localhost, "
+                    "127.0.0.1 and ::1 are always in the certificate)")
+    fc.set_defaults(func=_cmd_flower_certs)
+    fn = flsub.add_parser("connection", help="add a SuperLink connection to flwr's config ($FLWR_HOME/config.toml)")
+    fn.add_argument("name", help="the connection's name (flwr run APPDIR NAME)")
+    fn.add_argument("--address", required=True, metavar="HOST:PORT", help="the SuperLink's address")
+    fn.add_argument("--root-certificates", metavar="CA_FILE", help="the CA certificate (TLS), e.g. ca.crt")
+    fn.add_argument("--insecure", action="store_true", help="plain HTTP (tests on one machine only)")
+    fn.add_argument("--default", action="store_true", help="make it flwr's default connection")
+    fn.set_defaults(func=_cmd_flower_connection)
 
     try:
         from fedpd.data.cli import add_data_parser
-    except ImportError:
+    except ImportError:  # pragma: no cover
         pass
     else:
         add_data_parser(sub)
@@ -140,15 +303,81 @@ def make_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _cmd_flower_app(args) -> int:
+    from pathlib import Path
+
+    from fedpd.config import load_config
+    from fedpd.flower.deploy import write_app
+
+    cfg = load_config(args.config, args.set or ())
+    run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
+    appdir = write_app(cfg, Path(args.out), run_dir, overwrite=args.overwrite)
+    print(f"wrote {appdir}/pyproject.toml (run directory on the server: {run_dir.absolute()})\n"
+          f"run it with: flwr run {appdir} <connection> --stream")
+    return 0
+
+
+def _cmd_flower_connection(args) -> int:
+    from fedpd.flower.deploy import write_connection
+
+    if args.insecure and args.root_certificates:
+        raise FedpdError("fedpd flower connection: give --root-certificates or --insecure, not both")
+    path = write_connection(args.name, args.address, args.root_certificates, args.insecure, args.default)
+    print(f"wrote connection {args.name!r} ({args.address}) into {path}")
+    return 0
+
+
+def _cmd_flower_certs(args) -> int:
+    from fedpd.flower.deploy import make_certificates
+
+    if args.nodes < 0:
+        raise FedpdError(f"fedpd flower certs: --nodes {args.nodes} (allowed: 0 or more)")
+    paths = make_certificates(args.dir, nodes=args.nodes, hosts=tuple(args.host))
+    print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} into {args.dir}\n"
+          f"keep ca.key and the node keys private; SuperNodes need ca.crt and their own node<k> key")
+    return 0
+
+
+def _notices(show):
+    """``warnings.showwarning`` that prints fedpd's notices as one line each."""
+    from fedpd.checks import FedpdNotice
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, FedpdNotice):
+            print(f"fedpd: note: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
+    from fedpd.checks import NonFiniteMetrics
+
+    _CURRENT.update(dir=None, demo=None)
+    with warnings.catch_warnings():
+        warnings.showwarning = _notices(warnings.showwarning)
+        return _main(argv, NonFiniteMetrics)
+
+
+def _main(argv, NonFiniteMetrics) -> int:
     try:
-        args = make_parser().parse_args(argv)
+        parser = make_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:  # bare `fedpd`: what it can do
+            parser.print_help()
+            return 0
         return args.func(args)
+    except NonFiniteMetrics as err:
+        print(f"fedpd: error: {err}", file=sys.stderr)
+        return err.exit_code
     except FedpdError as err:
         print(f"fedpd: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("fedpd: interrupted (the last checkpoint is intact; continue with fedpd run --resume DIR)", file=sys.stderr)
+        print(_interrupted(), file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `fedpd list | head`: the reader left, nothing to report
         sys.stderr.close()
@@ -157,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"fedpd: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
+    except SystemExit as exit:  # --help, --version
+        return exit.code if isinstance(exit.code, int) else 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "engine", "client_chunk")
+RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "node_timeout", "client_chunk", "allow_nonfinite",
+             "tensorboard", "store_dir")
 
 
 class RunOptions(Options):
@@ -41,12 +42,34 @@ class RunOptions(Options):
     dtype: Literal["auto", "float32", "float64"] = Field("auto", description="auto: float64 for built-in problems, "
                                                          "the problem's own (float32) for datasets")
     device: str = Field("cpu", description="cpu, cuda, cuda:N, mps or auto (the best present)")
-    engine: Literal["inprocess"] = Field("inprocess", description="what runs the clients")
-    client_chunk: int = Field(0, ge=0, description="clients vectorised together; 0: all participants at once")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0: torch's default")
+    engine: Literal["inprocess", "loopback", "flower"] = Field(
+        "inprocess", description="what runs the clients: inprocess (vectorised here), loopback (nodes in this process, "
+        "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
+    nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
+    node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
+                                "the nodes to connect) before its clients count as dropped out")
+    execution: Literal["auto", "vectorised", "per_client"] = Field(
+        "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
+        "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.runner.PER_CLIENT_ABOVE)")
+    client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
+                              "participants at once")
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
+                         "step is large, OMP_NUM_THREADS if set); changes no result")
+    tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "
+                              "directory (needs fedpd[tensorboard])")
+    allow_nonfinite: bool = Field(False, description="run on when a metric becomes NaN or Inf (default: the run "
+                                  "stops, exit status 3)")
     personal_eval: Literal["auto", "always", "never"] = Field(
         "auto", description="personal_* metrics (each client's model on its own test split): auto = when the "
         "algorithm has personal models; always = also the server model per client")
+    # --- many clients --------------------------------------------------------------------
+    store: Literal["auto", "memory", "disk"] = Field(
+        "auto", description="where clients' states live: memory, disk (files, rows on first participation), or "
+        "auto = disk when they may exceed 1/8 of the available memory (resolved in the run's config.toml)")
+    store_dir: str = Field("", description="the disk store's directory; empty: <run directory>/store (a temporary "
+                           "one for a run without a directory)")
+    eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
+                              "(records then carry eval_clients); 0: every client")
 
     @field_validator("device")
     @classmethod

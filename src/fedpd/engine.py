@@ -13,7 +13,9 @@ SuperNodes, Ray workers — can be tested against the same suite (``tests/engine
 * ``store`` — the client states (:class:`fedpd.store.ClientStore`), read by the evaluation path.
 * ``comm`` — the :class:`fedpd.comm.CommCounter` every message passes through.
 * ``sample_grads`` — per-sample gradients the clients have computed so far.
-* ``state_dict()`` / ``load_state_dict(sd)`` — everything above, for an exact resume.
+* ``state_dict()`` / ``load_state_dict(sd)`` — everything above, for an exact resume;
+  ``checkpointed(rounds)`` — told once the run's checkpoint of that many rounds is on disk (a
+  store that keeps versions may then drop older ones).
 
 :class:`InProcessEngine` processes the participants in chunks of ``chunk`` clients, each chunk
 as one vectorised [chunk, d] computation (``None``: all participants at once; 1: one client at a
@@ -51,6 +53,8 @@ class Engine(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, sd: dict) -> None: ...
+
+    def checkpointed(self, rounds: int) -> None: ...
 
 
 class InProcessEngine:
@@ -104,3 +108,8 @@ class InProcessEngine:
         self.store.load_state_dict(sd["store"])
         self.comm.load_state_dict(sd["comm"])
         self.problem.sample_grads = sd["sample_grads"]
+
+    def checkpointed(self, rounds: int) -> None:
+        hook = getattr(self.store, "checkpoint_saved", None)  # the disk store's undo log of the last epoch
+        if hook is not None:
+            hook()

@@ -1,5 +1,10 @@
 """Metrics at a model x: f and ‖∇f‖² over all clients' training data, loss/accuracy on the
-pooled test data. f = (1/N) Σ_i f_i, so sample j of client i weighs 1/(N·n_i)."""
+pooled test data. f = (1/N) Σ_i f_i, so sample j of client i weighs 1/(N·n_i).
+
+``clients`` (``run.eval_clients``): the same metrics over a sample S of the clients
+instead — f_S = (1/|S|) Σ_{i∈S} f_i, its gradient, and the test samples of S pooled. Samples are
+read chunk by chunk (slices of the split, or of S's samples), never as one [n] array, so a split
+whose samples are generated on demand (:mod:`fedpd.problems.lazy`) is read only where needed."""
 
 from __future__ import annotations
 
@@ -13,25 +18,50 @@ from fedpd.problems.base import Problem
 CHUNK = 8192
 
 
-def _train_weights(problem: Problem) -> Tensor:
-    w = problem.__dict__.get("_eval_weights")
-    if w is None:
-        split = problem.train
-        sizes = split.sizes.to(torch.float64)
-        present = int((sizes > 0).sum())
-        w = (1.0 / (present * sizes.clamp(min=1)))[split.owner]
-        problem.__dict__["_eval_weights"] = w
-    return w
+def _chunks(split, clients: Tensor | None):
+    """(index, owner) chunks of at most CHUNK samples: ``index`` a slice of the split (all clients)
+    or sample positions (the clients ``clients``, ascending), ``owner`` each sample's client."""
+    offsets = split.offsets
+    if clients is None:
+        n = split.y.shape[0]
+        for start in range(0, n, CHUNK):
+            stop = min(start + CHUNK, n)
+            pos = torch.arange(start, stop, device=offsets.device)
+            yield slice(start, stop), torch.searchsorted(offsets, pos, right=True) - 1
+        return
+    sizes = split.sizes[clients]
+    first, group, held = 0, [], 0
+    bounds = []
+    for j, m in enumerate(sizes.tolist()):
+        if held and held + m > CHUNK:
+            bounds.append((first, j))
+            first, held = j, 0
+        held += m
+    bounds.append((first, clients.numel()))
+    for a, b in bounds:
+        ids, m = clients[a:b], sizes[a:b]
+        if int(m.sum()) == 0:
+            continue
+        owner = torch.repeat_interleave(ids, m)
+        start = torch.repeat_interleave(offsets[ids] - (torch.cumsum(m, 0) - m), m)
+        yield start + torch.arange(owner.numel(), device=offsets.device), owner
 
 
-def evaluate(problem: Problem, x: Tensor) -> dict[str, float]:
+def _inverse_sizes(split, clients: Tensor | None) -> Tensor:
+    """1 / (clients with data · n_i) per client (the weight of one of its samples in f)."""
+    sizes = split.sizes.to(torch.float64)
+    present = int((sizes > 0).sum()) if clients is None else int((sizes[clients] > 0).sum())
+    return 1.0 / (present * sizes.clamp(min=1))
+
+
+def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None) -> dict[str, float]:
     x = x.detach().requires_grad_(True)
-    split, weights = problem.train, _train_weights(problem)
+    split = problem.train
+    inverse = _inverse_sizes(split, clients)
     loss_total, grad_total = 0.0, torch.zeros_like(x)
-    for start in range(0, split.y.shape[0], CHUNK):
-        sl = slice(start, start + CHUNK)
-        per_sample = problem.loss(problem.model(x, split.x[sl]), split.y[sl])
-        value = (per_sample * weights[sl].to(per_sample.dtype)).sum()
+    for index, owner in _chunks(split, clients):
+        per_sample = problem.loss(problem.model(x, split.x[index]), split.y[index])
+        value = (per_sample * inverse[owner].to(per_sample.dtype)).sum()
         (g,) = torch.autograd.grad(value, x)
         loss_total += float(value.detach())
         grad_total += g
@@ -41,23 +71,23 @@ def evaluate(problem: Problem, x: Tensor) -> dict[str, float]:
         loss_total += float(value.detach())
         grad_total += g
     out = {"train_loss": loss_total, "grad_norm_sq": float((grad_total * grad_total).sum())}
-    out.update(evaluate_test(problem, x.detach()))
+    out.update(evaluate_test(problem, x.detach(), clients))
     return out
 
 
 @torch.no_grad()
-def evaluate_test(problem: Problem, x: Tensor) -> dict[str, float]:
+def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None) -> dict[str, float]:
     split = problem.test
-    n = split.y.shape[0]
+    n = split.y.shape[0] if clients is None else int(split.sizes[clients].sum())
     if n == 0:
         return {}
     loss_sum, correct = 0.0, 0
-    for start in range(0, n, CHUNK):
-        sl = slice(start, start + CHUNK)
-        outputs = problem.model(x, split.x[sl])
-        loss_sum += float(problem.loss(outputs, split.y[sl]).sum())
+    for index, _ in _chunks(split, clients):
+        outputs = problem.model(x, split.x[index])
+        y = split.y[index]
+        loss_sum += float(problem.loss(outputs, y).sum())
         if problem.classifies:
-            correct += int((problem.predict(outputs) == split.y[sl]).sum())
+            correct += int((problem.predict(outputs) == y).sum())
     out = {"test_loss": loss_sum / n}
     if problem.classifies:
         out["test_acc"] = correct / n
@@ -65,8 +95,9 @@ def evaluate_test(problem: Problem, x: Tensor) -> dict[str, float]:
 
 
 @torch.no_grad()
-def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1) -> dict[str, float]:
-    """Each client's own model on its own test split (Fed+ §5.1, seed 002 Table 2).
+def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1,
+                      clients: Tensor | None = None) -> dict[str, float]:
+    """Each client's own model on its own test split (Fed+, Kundu et al. 2022, §5.1 and Table 2).
 
     ``models`` is [N, d] (client i's model in row i) or [d] (the server model for every client).
     Per client the mean test loss, and the accuracy (classification) or mean squared error
@@ -74,28 +105,29 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1) -> d
     ``personal_loss``, ``personal_acc`` / ``personal_mse`` — and as the mean over the worst
     ``worst`` fraction of them (at least one client): ``personal_acc_worst10`` (lowest accuracies),
     ``personal_mse_worst10`` (highest errors). Clients are evaluated in vectorised chunks.
+    ``clients``: only these clients (ascending; ``run.eval_clients``).
     """
     split = problem.test
     n_clients = split.num_clients
     if split.y.shape[0] == 0:
         return {}
+    device = split.offsets.device
+    chosen = torch.arange(n_clients, device=device) if clients is None else clients.to(device)
     sizes = split.sizes
-    device = split.x.device
     loss_sum = torch.zeros(n_clients, dtype=torch.float64, device=device)
     score_sum = torch.zeros(n_clients, dtype=torch.float64, device=device)  # correct predictions or squared errors
-    owner = split.owner
     if models.dim() == 1:
-        for start in range(0, split.y.shape[0], CHUNK):
-            sl = slice(start, start + CHUNK)
-            out = problem.model(models, split.x[sl])
-            loss_sum.index_add_(0, owner[sl], problem.loss(out, split.y[sl]).double())
-            score_sum.index_add_(0, owner[sl], _score(problem, out, split.y[sl]))
+        for index, owner in _chunks(split, clients):
+            out = problem.model(models, split.x[index])
+            y = split.y[index]
+            loss_sum.index_add_(0, owner, problem.loss(out, y).double())
+            score_sum.index_add_(0, owner, _score(problem, out, y))
     else:
         model_fn = torch.func.vmap(problem.model)
         per_sample = max(1, split.x[:1].numel())
-        step = max(1, CHUNK * 64 // (per_sample * max(1, int(sizes.max()))))  # clients per chunk
-        for start in range(0, n_clients, step):
-            ids = torch.arange(start, min(start + step, n_clients), device=device)
+        step = max(1, CHUNK * 64 // (per_sample * max(1, int(sizes[chosen].max()))))  # clients per chunk
+        for start in range(0, chosen.numel(), step):
+            ids = chosen[start:start + step]
             X, Y, W = split.padded(ids)
             out = model_fn(models[ids].to(X.dtype if X.is_floating_point() else models.dtype), X)
             k, m = Y.shape[:2]
@@ -105,6 +137,8 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1) -> d
             score = _score(problem, flat_out, Y.reshape(k * m)) * mask
             loss_sum[ids] = loss.reshape(k, m).sum(1)
             score_sum[ids] = score.reshape(k, m).sum(1)
+    if clients is not None:
+        sizes, loss_sum, score_sum = sizes[chosen], loss_sum[chosen], score_sum[chosen]
     has = sizes > 0
     count = sizes[has].double()
     loss_c, score_c = loss_sum[has] / count, score_sum[has] / count

@@ -43,14 +43,13 @@ class FlatModel:
             return torch.cat([p.reshape(-1) for p in self.module.parameters()]).to(dtype).clone()
 
     def unflatten(self, x: Tensor) -> dict[str, Tensor]:
-        """Views of ``x`` shaped like the module's parameters (no copies)."""
+        """Views of ``x`` shaped like the module's parameters (no copies). One ``split`` rather
+        than a slice per parameter: its backward writes the gradient once (a slice's backward
+        fills a zero vector of the full length per parameter)."""
         if x.shape != (self.dim,):
             raise ValueError(f"flat parameter vector has shape {tuple(x.shape)}; the model has {self.dim} parameters")
-        out, start = {}, 0
-        for name, shape, n in zip(self.names, self.shapes, self.numels):
-            out[name] = x[start : start + n].view(shape)
-            start += n
-        return out
+        parts = torch.split(x, self.numels)
+        return {name: part.view(shape) for name, part, shape in zip(self.names, parts, self.shapes)}
 
     def slices(self) -> dict[str, slice]:
         """Where each named parameter lives in the flat vector (for per-layer rules)."""

@@ -11,14 +11,28 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+#: what a progress or final line shows, in this order: personal metrics first where the run has
+#: them (Fed+ and the personalised baselines: each client's own model on its own test data), then
+#: the server model's
+PERSONAL_KEYS = ("personal_acc", "personal_mse", "personal_loss")
+GLOBAL_KEYS = ("train_loss", "grad_norm_sq", "test_acc", "comm_rounds")
+
+
+def _item(key: str, value) -> str:
+    return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+
+
 def summary(metrics: dict) -> str:
-    keys = ("train_loss", "grad_norm_sq", "test_acc", "comm_rounds")
-    parts = []
-    for k in keys:
-        v = metrics.get(k)
-        if v is not None:
-            parts.append(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}")
-    return "  ".join(parts)
+    """One line of the metrics that matter. For a personalised run (``personal_*`` metrics) the
+    personal ones lead and the server model's follow after "server model:" (its loss is not what
+    a personalised method minimises: a large ``train_loss`` there is not divergence)."""
+    personal = [_item(k, metrics[k]) for k in PERSONAL_KEYS if metrics.get(k) is not None]
+    shared = [_item(k, metrics[k]) for k in GLOBAL_KEYS if metrics.get(k) is not None]
+    if personal:
+        comm = [s for s in shared if s.startswith("comm_rounds=")]
+        server = [s for s in shared if not s.startswith("comm_rounds=")]
+        return "  ".join(personal + comm + (["server model: " + "  ".join(server)] if server else []))
+    return "  ".join(shared)
 
 
 class Progress:
@@ -44,6 +58,14 @@ class Progress:
                                      TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(), metrics,
                                      console=console or Console(file=self.stream), expand=True, transient=False)
             self._task = self._bar.add_task(label or "rounds", total=total, completed=start, info="")
+        if enabled and start > 0:  # a resumed run: say where it continues
+            what = (f"continuing from round {start} (the last checkpoint) to round {total}" if start < total
+                    else f"already at round {total} of {total}: nothing left to run")
+            if self._bar is not None:
+                self._bar.console.print(f"{label}{what}", markup=False, highlight=False)
+            else:
+                print(f"{label}{what}", file=self.stream, flush=True)
+        if self._bar is not None:
             self._bar.start()
 
     def update(self, round: int, metrics: dict | None = None) -> None:

@@ -35,9 +35,11 @@ from fedpd.streams import server_generator
 class Clients(Protocol):
     """The client half of a round, as an engine provides it."""
 
-    def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State]]:
+    def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State | None]]:
         """Run ``local`` on clients ``ids`` (in any grouping and order) and keep each client's new
-        state pending; return the uploads as (ids of a group, its uploads [len, ...]) pairs."""
+        state pending; return the uploads as (ids of a group, its uploads [len, ...]) pairs —
+        None for a group whose upload came back unusable (rejected); clients that sent nothing
+        at all are left out (the engine counts them as dropouts)."""
 
     def commit(self, ids: Tensor, reply: State, round: int) -> None:
         """Clients ``ids`` take ``reply`` (``receive``; none when empty) and keep their pending
@@ -61,8 +63,11 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
         clients.commit(working, {}, round)
         comm.end_round()
         return server
+    unusable = sum(g.numel() for g, up in groups if up is None)  # a node's reply that cannot be read
+    groups = [(g, up) for g, up in groups if up is not None]
     for _, up in groups:
         comm.up(up)  # what was sent, rejected or not
+    comm.rejected_uploads += unusable
     senders = torch.cat([g for g, _ in groups]) if groups else working[:0]
     upload, keep = screen([u for _, u in groups], [g.numel() for g, _ in groups])
     order = senders.argsort()

@@ -63,6 +63,14 @@ class LocalObjective:
             g = g + self.mu * (x - self.center)
         return g
 
+    def add_grad(self, g: Tensor, x: Tensor) -> Tensor:
+        """g plus the gradient of the terms at x (no work when there are none)."""
+        if self.linear is not None:
+            g = g + self.linear
+        if self.mu:
+            g = g + self.mu * (x - self.center)
+        return g
+
 
 @dataclass
 class LocalResult:
@@ -176,23 +184,30 @@ class GradientSolver:
         its step count is then the steps it took."""
         run = self.start(ctx)
         buf, start_gap = None, None
+        x = x.clone()  # the iterate is updated in place: a fresh [K, d] per step costs more than the step
         for q in range(run.rounds):
             if q >= run.rounds:  # every client met its criterion
                 break
             batch = run.batch(q)
             g_f = run.f_grad(x, batch, q)
-            decay = self.weight_decay * x if self.weight_decay else 0.0
-            g_L = g_f + objective.grad(x) + decay
-            if q == 0:
-                start_gap = (g_L * g_L).sum(1)
-            if tol:
-                met = ((g_L * g_L).sum(1) <= tol).cpu()
-                run.steps = torch.where(met & (run.steps > q), q, run.steps)
-            g = run.sam(x, g_f, batch, q) + objective.grad(x) + decay
+            if q == 0 or tol:  # ‖∇(local objective)‖² at the iterate
+                g_L = objective.add_grad(g_f + self.weight_decay * x if self.weight_decay else g_f, x)
+                gap = (g_L * g_L).sum(1)
+                if q == 0:
+                    start_gap = gap
+                if tol:
+                    run.steps = torch.where((gap <= tol).cpu() & (run.steps > q), q, run.steps)
+            g = objective.add_grad(run.sam(x, g_f, batch, q), x)
+            if self.weight_decay:
+                g = g + self.weight_decay * x
             if self.momentum:
-                buf = g if buf is None else self.momentum * buf + g
+                buf = g if buf is None else buf.mul_(self.momentum).add_(g)
                 g = buf
-            x = run.advance(q, x, x - run.lr * g)
+            active = run.active(q)
+            if active is None:
+                x.add_(g, alpha=-run.lr)
+            else:  # stragglers that are done keep their iterate
+                torch.where(active.to(x.device)[:, None], torch.add(x, g, alpha=-run.lr), x, out=x)
         return LocalResult(x, run.steps, run.lr, start_gap)
 
 

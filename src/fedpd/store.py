@@ -30,6 +30,24 @@ from torch import Tensor
 
 State = dict[str, Tensor]
 
+#: the mean over clients is summed in chunks of this many bytes of rows, in ascending client
+#: order, by every store alike (so a disk store gives the memory store's numbers)
+MEAN_CHUNK_BYTES = 64 << 20
+
+
+def ordered_mean(read, count: int, init: Tensor, num_clients: int) -> Tensor:
+    """The mean over ``num_clients`` clients of ``count`` stored rows and ``num_clients - count``
+    untouched ones (``init``). ``read(a, b)`` gives the stored rows a..b-1 of the clients in
+    ascending id order; they are summed chunk by chunk in that order."""
+    step = max(1, MEAN_CHUNK_BYTES // max(1, init.numel() * init.element_size()))
+    total = None
+    for a in range(0, count, step):
+        part = read(a, min(a + step, count)).sum(0)
+        total = part if total is None else total + part
+    if total is None:
+        total = torch.zeros_like(init)
+    return (total + (num_clients - count) * init) / num_clients
+
 
 class ClientStore(Protocol):
     """The contract every client store meets (see the module docstring)."""
@@ -53,6 +71,8 @@ class ClientStore(Protocol):
 
 class MemoryStore:
     """Client states in memory, one growing [rows, ...] tensor per key."""
+
+    kind = "memory"
 
     def __init__(self, init: State, num_clients: int):
         self.init = {k: v.clone() for k, v in init.items()}
@@ -114,8 +134,8 @@ class MemoryStore:
         """Mean of ``key`` over all N clients, summed in ascending client order."""
         _, rows = self._sorted_rows()
         buf = self.data[key]
-        total = buf.index_select(0, rows.to(buf.device)).sum(0) + (self.num_clients - len(rows)) * self.init[key]
-        return total / self.num_clients
+        rows = rows.to(buf.device)
+        return ordered_mean(lambda a, b: buf.index_select(0, rows[a:b]), rows.numel(), self.init[key], self.num_clients)
 
     def full(self, key: str) -> Tensor:
         """``key`` of all N clients, [N, ...] (untouched clients hold the initial state). A copy;

@@ -1,11 +1,10 @@
 """Fixtures for the data tests: tiny files in the exact public formats, written by the tests themselves,
-and the real offline copies in ../shared/data (or $FEDPD_SHARED_DATA) when present."""
+and the real datasets in the data directory ($FEDPD_DATA, as fedpd itself reads it) when present."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 import pickle
 import struct
 import subprocess
@@ -17,15 +16,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-SHARED = Path(os.environ.get("FEDPD_SHARED_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
+from fedpd.data.loaders import resolve_data_dir  # noqa: E402
+
+SHARED = resolve_data_dir(None)  # $FEDPD_DATA, else fedpd's default data directory
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 
 def shared(sub: str) -> Path:
-    """Path of ``sub`` in the shared data folder, or skip the test when it is absent."""
+    """Path of ``sub`` in the data directory, or skip the test when it is absent."""
     p = SHARED / sub
     if not p.exists():
-        pytest.skip(f"../shared/data/{sub} not present")
+        pytest.skip(f"{sub} not in the data directory {SHARED} (set FEDPD_DATA to a folder that holds it)")
     return p
 
 

@@ -1,25 +1,25 @@
-"""The real offline copies in ../shared/data (or $FEDPD_SHARED_DATA): MNIST, Fashion-MNIST, CIFAR-10 (JPEG
+"""The real datasets in the data directory ($FEDPD_DATA, as fedpd itself reads it): MNIST, Fashion-MNIST, CIFAR-10 (JPEG
 archive, and python batches made from it by the shared conversion script), LEAF FEMNIST and Shakespeare.
 Each test skips with a reason when its files are absent."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from fedpd.data import checksums, dataset_status, load_dataset
+from fedpd.data.loaders import resolve_data_dir
 from fedpd.errors import DataError
 
-SHARED = Path(os.environ.get("FEDPD_SHARED_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
+SHARED = resolve_data_dir(None)  # $FEDPD_DATA, else fedpd's default data directory
 
 
 def shared(sub: str) -> Path:
     p = SHARED / sub
     if not p.exists():
-        pytest.skip(f"../shared/data/{sub} not present")
+        pytest.skip(f"{sub} not in the data directory {SHARED} (set FEDPD_DATA to a folder that holds it)")
     return p
 
 

@@ -12,7 +12,7 @@ from fedpd.solvers import LocalObjective
 
 class FedCMOptions(Options):
     alpha: float = Field(0.1, gt=0, le=1, description="weight of the local gradient in the direction")
-    server_lr: float = Field(1.0, gt=0)
+    server_lr: float = Field(1.0, gt=0, description='server step size on the averaged update')
 
 
 class FedCM(Algorithm):

@@ -120,18 +120,18 @@ class FedPlusLocalOptions(Options):
 
 
 class FedPlusServerOptions(Options):
-    aggregate_over: Literal["all", "participants"] = "participants"
-    weights: WEIGHTS = "uniform"
+    aggregate_over: Literal["all", "participants"] = Field("participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's")
+    weights: WEIGHTS = Field("uniform", description='uniform: every participant weighs the same; samples: by data size (each sends n_k)')
     party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: solver.local_steps")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the preset's aggregator")
 
 
 class FedPlusFedProxOptions(Options):
     sigma: float = Field(0.1, gt=0, description="FedProx's mu")
-    aggregate_over: Literal["all", "participants"] = "participants"
-    weights: WEIGHTS = "uniform"
+    aggregate_over: Literal["all", "participants"] = Field("participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's")
+    weights: WEIGHTS = Field("uniform", description='uniform: every participant weighs the same; samples: by data size (each sends n_k)')
     party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: solver.local_steps")
-    local_step: Literal["implicit", "explicit"] = "implicit"
+    local_step: Literal["implicit", "explicit"] = Field("implicit", description='implicit: proximal step of eq. (14); explicit: gradient step on the σ-term')
 
 
 class FedPlus(Algorithm):

@@ -35,21 +35,21 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_list)
 
     q = sub.add_parser("download", help="fetch a dataset's canonical archives (mnist, fashion-mnist, cifar10, cifar100)")
-    q.add_argument("name", metavar="NAME")
+    q.add_argument("name", metavar="NAME", help="dataset: mnist, fashion-mnist, cifar10 or cifar100")
     data_dir(q)
     q.add_argument("--base-url", metavar="URL", help="fetch from URL/<file> instead of the public mirrors")
     q.add_argument("--no-progress", action="store_true", help="print nothing while downloading")
     q.set_defaults(func=cmd_download)
 
     q = sub.add_parser("split", help="partition a dataset's training set into clients and show the label matrix")
-    q.add_argument("name", metavar="NAME")
-    q.add_argument("--partition", choices=PARTITIONS, default="iid")
+    q.add_argument("name", metavar="NAME", help="dataset (fedpd data list)")
+    q.add_argument("--partition", choices=PARTITIONS, default="iid", help="how to split (default iid)")
     q.add_argument("--clients", type=int, metavar="N", help="number of clients (not used by natural)")
     q.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet concentration (default 0.5)")
     q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards per client (default 2)")
     q.add_argument("--min-size", type=int, default=1, metavar="M", help="minimum samples per client (default 1)")
     q.add_argument("--exponent", type=float, default=1.5, help="power_law Pareto exponent (default 1.5)")
-    q.add_argument("--seed", type=int, default=0, metavar="S")
+    q.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the partition (default 0)")
     data_dir(q)
     q.add_argument("--path", metavar="P", help="image-folder only: folder or .tar.gz (absolute or under the data dir)")
     q.add_argument("--label-mode", choices=("fine", "coarse"), help="cifar100 only: 100 fine (default) or 20 coarse labels")
@@ -97,21 +97,53 @@ def cmd_download(args) -> int:
     return 0
 
 
-def plot_label_matrix(matrix: np.ndarray, path, title: str) -> None:
-    """The clients × classes label counts of a split as a heatmap (`fedpd data split --plot`,
-    `fedpd plot RUN --split`); ``path`` is a file name or a binary file object."""
+#: class names of the datasets whose files carry none (the order of their labels)
+CLASS_NAMES = {
+    "mnist": [str(i) for i in range(10)],
+    "fashion-mnist": ["T-shirt/top", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
+                      "ankle boot"],
+    "femnist": [*"0123456789", *"ABCDEFGHIJKLMNOPQRSTUVWXYZ", *"abcdefghijklmnopqrstuvwxyz"],
+    "sent140": ["negative", "positive"],
+}
+
+
+def known_class_names(dataset: str) -> list[str] | None:
+    """The class names of ``dataset`` when its files carry none (MNIST, Fashion-MNIST, FEMNIST, Sent140)."""
+    return CLASS_NAMES.get(dataset)
+
+
+def label_matrix_figure(matrix: np.ndarray, title: str, class_names: list[str] | None = None):
+    """The clients × classes label counts of a split as a heatmap Figure. Every class gets a tick
+    (named by ``class_names`` when given) up to 40 classes; clients are numbered from 0."""
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ConfigError("--plot needs matplotlib, which is not installed: pip install matplotlib (or 'fedpd[plot]')") from None
     k, c = matrix.shape
-    fig = Figure(figsize=(min(14.0, 3.0 + 0.35 * c), min(12.0, 2.5 + 0.25 * k)))
+    names = list(class_names) if class_names is not None and len(class_names) == c else [str(i) for i in range(c)]
+    long_names = max((len(n) for n in names), default=1) > 3
+    fig = Figure(figsize=(min(14.0, max(4.5, 3.5 + (0.45 if long_names else 0.3) * c)), min(8.0, 2.8 + 0.22 * k)))
     ax = fig.add_subplot()
     im = ax.imshow(matrix, aspect="auto", interpolation="nearest", cmap="viridis")
-    fig.colorbar(im, ax=ax, label="samples")
+    fig.colorbar(im, ax=ax, label="training samples")
+    if c <= 40:
+        ax.set_xticks(range(c))
+        ax.set_xticklabels(names, rotation=45 if long_names else 0, ha="right" if long_names else "center",
+                           fontsize="small" if c > 12 else "medium")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     ax.set_title(title)
+    return fig
+
+
+def plot_label_matrix(matrix: np.ndarray, path, title: str, class_names: list[str] | None = None) -> None:
+    """:func:`label_matrix_figure` written to ``path`` (`fedpd data split --plot`, `fedpd plot RUN
+    --split`): a file name or a binary file object."""
+    fig = label_matrix_figure(matrix, title, class_names)
     try:
         fig.savefig(path, dpi=120, bbox_inches="tight")
     except (OSError, ValueError) as e:
@@ -142,6 +174,7 @@ def cmd_split(args) -> int:
     if ds.classes and len(ds.classes) <= 20:
         print("classes: " + ", ".join(f"{i} {c}" for i, c in enumerate(ds.classes)))
     if args.plot:
-        plot_label_matrix(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients")
+        plot_label_matrix(matrix, args.plot, f"{ds.name}: {args.partition}, {len(parts)} clients",
+                          ds.classes or known_class_names(key))
         print(f"plot: {args.plot}")
     return 0

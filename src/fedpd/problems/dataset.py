@@ -75,12 +75,12 @@ class DatasetOptions(Options):
     dataset: str = Field(description="dataset name (fedpd data list)")
     data_dir: str | None = Field(None, description="default: $FEDPD_DATA, else ~/.cache/fedpd/data")
     clients: int = Field(100, ge=1, description="ignored by the natural partition (one client per user)")
-    partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = "iid"
+    partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = Field("iid", description='how the training samples are split into clients')
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
     classes_per_client: int = Field(2, ge=1, description="shards: labels per client")
     min_size: int = Field(1, ge=0, description="dirichlet / power_law: fewest samples per client")
     exponent: float = Field(1.5, gt=0, description="power_law exponent")
-    test: Literal["pooled", "per_client"] = "pooled"
+    test: Literal["pooled", "per_client"] = Field("pooled", description='pooled: one test set for the server model; per_client: a test split per client')
     test_fraction: float = Field(0.2, ge=0, lt=1, description="per_client: share of each client's samples")
     max_samples: int | None = Field(None, ge=1, description="random training subsample (quick runs)")
     max_test_samples: int | None = Field(None, ge=1, description="random test subsample")
@@ -220,5 +220,5 @@ def dataset_problem(
         classifies=True,
         predict=losses.argmax_predict,
         info={"dataset": key, "model": name, "partition": partition, "num_classes": ds.num_classes,
-              "dtype": torch.float32},
+              "classes": ds.classes, "dtype": torch.float32},
     )

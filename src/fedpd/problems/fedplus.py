@@ -55,17 +55,17 @@ def _quadratic(split: ClientSplit, ids: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class FedPlusRegressionOptions(Options):
-    clients: int = Field(10, ge=1)
-    dim: int = Field(1000, ge=1)
-    samples_per_client: int = Field(100, ge=2)
-    test_fraction: float = Field(0.5, ge=0, lt=1)
-    outliers: int = Field(1, ge=0)
-    noise_var: float = Field(2.0, ge=0)
-    mean_var: float = Field(0.5, ge=0)
-    center_var: float = Field(5.0, ge=0)
-    outlier_center_var: float = Field(50.0, ge=0)
-    laplace_scale: float = Field(0.5, ge=0)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    clients: int = Field(10, ge=1, description='number of clients (parties)')
+    dim: int = Field(1000, ge=1, description='number of features d')
+    samples_per_client: int = Field(100, ge=2, description='training samples per client')
+    test_fraction: float = Field(0.5, ge=0, lt=1, description="share of each client's samples held out for testing")
+    outliers: int = Field(1, ge=0, description='the last this many parties are outliers')
+    noise_var: float = Field(2.0, ge=0, description='variance of the label noise')
+    mean_var: float = Field(0.5, ge=0, description="variance of each party's feature mean μ_k")
+    center_var: float = Field(5.0, ge=0, description="variance of the shared centre w̄ of the parties' models")
+    outlier_center_var: float = Field(50.0, ge=0, description="variance of the outliers' own centre")
+    laplace_scale: float = Field(0.5, ge=0, description='scale of the Laplace noise of w_k around its centre')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("fedplus_regression", FedPlusRegressionOptions,
@@ -192,16 +192,16 @@ def fedplus_image_problem(x: Tensor, y: Tensor, *, variant: str = "robust", clie
 
 
 class FedPlusMNISTOptions(Options):
-    dataset: str = "mnist"
-    variant: Literal["robust", "personal"] = "robust"
-    clients: int = Field(10, ge=1)
+    dataset: str = Field("mnist", description='image dataset to build it from (fedpd data list)')
+    variant: Literal["robust", "personal"] = Field("robust", description='robust: negated parties; personal: also noisy classes per party')
+    clients: int = Field(10, ge=1, description='number of clients (parties)')
     negate_fraction: Optional[float] = Field(None, ge=0, le=1, description="default: 0.1 (N <= 10) or 0.2")
-    classes_per_party: int = Field(2, ge=0)
-    noise_scale: float = Field(0.5, ge=0)
-    test_fraction: float = Field(0.5, ge=0, lt=1)
+    classes_per_party: int = Field(2, ge=0, description='personal: classes given Laplace noise per party')
+    noise_scale: float = Field(0.5, ge=0, description='personal: Laplace scale on [0, 1] images')
+    test_fraction: float = Field(0.5, ge=0, lt=1, description="share of each client's samples held out for testing")
     max_samples: int = Field(0, ge=0, description="0: all samples")
     data_dir: str = Field("", description="default: $FEDPD_DATA")
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("fedplus_mnist", FedPlusMNISTOptions,

@@ -13,6 +13,8 @@ from fedpd.flat import FlatModel
 from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
+from fedpd.problems import lazy as on_demand
+from fedpd.problems.lazy import ClientSource, check_memory, client_generators, sizes_numbers
 
 
 def _split(parts_x, parts_y, n_train: list[int]):
@@ -23,17 +25,17 @@ def _split(parts_x, parts_y, n_train: list[int]):
 
 
 class FedPDLogregOptions(Options):
-    clients: int = Field(100, ge=1)
-    samples_per_client: int = Field(400, ge=1)
-    test_samples_per_client: int = Field(100, ge=0)
+    clients: int = Field(100, ge=1, description='number of clients (parties)')
+    samples_per_client: int = Field(400, ge=1, description='training samples per client')
+    test_samples_per_client: int = Field(100, ge=0, description='test samples per client')
     dim: int = Field(20, ge=2, description="features, the last a constant 1")
     non_iid: Literal["weak", "strong"] = Field("strong", description="weak: one ground truth; strong: one per agent")
     heterogeneity: float | None = Field(None, ge=0, le=1, description="instead of non_iid: agent truth (1 - h) shared "
                                         "+ h own (0: one truth, 1: as strong); FedPD's p-vs-heterogeneity study")
     penalty_lambda: float = Field(0.1, ge=0, description="λ of the non-convex penalty")
     penalty_alpha: float = Field(1.0, gt=0, description="α of the non-convex penalty")
-    label_noise: float = Field(1.0, ge=0)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    label_noise: float = Field(1.0, ge=0, description='std of the noise added before the sign of the labels')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("fedpd_logreg", FedPDLogregOptions,
@@ -93,13 +95,13 @@ def fedpd_logreg(
 class SyntheticOptions(Options):
     alpha: float = Field(1.0, ge=0, description="α: how much the local models differ")
     beta: float = Field(1.0, ge=0, description="β: how much the local data differ")
-    clients: int = Field(30, ge=1)
-    dim: int = Field(60, ge=1)
-    classes: int = Field(10, ge=2)
-    test_fraction: float = Field(0.2, ge=0, lt=1)
-    iid: bool = False
-    max_client_samples: int = Field(1000, ge=1)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    clients: int = Field(30, ge=1, description='number of clients (parties)')
+    dim: int = Field(60, ge=1, description='number of features d')
+    classes: int = Field(10, ge=2, description='number of classes')
+    test_fraction: float = Field(0.2, ge=0, lt=1, description="share of each client's samples held out for testing")
+    iid: bool = Field(False, description='one model and one feature distribution for every client')
+    max_client_samples: int = Field(1000, ge=1, description='cap on the power-law client sizes')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("synthetic", SyntheticOptions,
@@ -115,6 +117,7 @@ def fedprox_synthetic(
     iid: bool = False,
     max_client_samples: int = 1000,
     seed: int = 0,
+    lazy: bool | None = None,
 ) -> Problem:
     """FedProx's Synthetic(α, β) (Li et al., MLSys 2020, §5.1) with a multinomial logistic model.
 
@@ -124,29 +127,44 @@ def fedprox_synthetic(
     ``max_client_samples`` (the generator has no cap; its heavy tail only slows a simulation
     down). ``iid`` draws one
     (W, b) and v ~ N(0, I) for everybody.
+
+    The sizes (and the iid (W, b)) come from the problem's generator; everything of client k from
+    client k's own generator (:func:`fedpd.problems.lazy.client_generators`), so the problem builds
+    lazily — a client's samples generated when it is first read — whenever the eager build would
+    hold more than ``EAGER_LIMIT`` numbers (``lazy``: force either way), with the same data.
     """
+    # one line, not an allocation failure, when N or d cannot be built here
+    check_memory("problem.clients", 64 * clients, f"{clients} clients' sizes and offsets (64 bytes per client)")
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
+    # every client's size in one vectorised draw (N = 10⁶: milliseconds)
     sizes = (torch.distributions.LogNormal(4.0, 2.0).icdf(torch.rand(clients, generator=g, dtype=f64).clamp(1e-6, 1 - 1e-6))).long() + 50
     sizes = sizes.clamp(max=max_client_samples)
+    largest = int(sizes.max())
+    check_memory("problem.dim", 8 * ((dim + 1) * classes * 6 + dim * (largest + 2)),
+                 f"a model of {(dim + 1) * classes} parameters and a client of {largest} x {dim} features")
     std = torch.arange(1, dim + 1, dtype=f64).pow(-1.2).sqrt()
     W0, b0 = torch.randn(classes, dim, generator=g, dtype=f64), torch.randn(classes, generator=g, dtype=f64)
-    xs, ys, n_train = [], [], []
-    for k in range(clients):
+    n_train = (sizes.double() * (1 - test_fraction)).round().long().clamp(min=1)
+
+    def client(k: int):
+        """Client k's samples from its own generator: the same whether generated with
+        everybody's or alone, on demand."""
+        (gk,) = client_generators(seed, "synthetic", [k])
         if iid:
             W, b, v = W0, b0, torch.zeros(dim, dtype=f64)
         else:
-            u = alpha**0.5 * torch.randn((), generator=g, dtype=f64)
-            W = u + torch.randn(classes, dim, generator=g, dtype=f64)
-            b = u + torch.randn(classes, generator=g, dtype=f64)
-            B = beta**0.5 * torch.randn((), generator=g, dtype=f64)
-            v = B + torch.randn(dim, generator=g, dtype=f64)
-        n = int(sizes[k])
-        x = v + std * torch.randn(n, dim, generator=g, dtype=f64)
-        xs.append(x)
-        ys.append((x @ W.T + b).argmax(1))
-        n_train.append(max(1, int(round(n * (1 - test_fraction)))))
-    train, test = _split(xs, ys, n_train)
+            u = alpha**0.5 * torch.randn((), generator=gk, dtype=f64)
+            W = u + torch.randn(classes, dim, generator=gk, dtype=f64)
+            b = u + torch.randn(classes, generator=gk, dtype=f64)
+            B = beta**0.5 * torch.randn((), generator=gk, dtype=f64)
+            v = B + torch.randn(dim, generator=gk, dtype=f64)
+        x = v + std * torch.randn(int(sizes[k]), dim, generator=gk, dtype=f64)
+        return x, (x @ W.T + b).argmax(1)
+
+    if lazy is None:
+        lazy = sizes_numbers(sizes, dim) > on_demand.EAGER_LIMIT
+    train, test = ClientSource(client, sizes, n_train).splits(lazy)
     module = nn.Linear(dim, classes)
     return Problem(
         name="synthetic",
@@ -162,14 +180,14 @@ def fedprox_synthetic(
 
 
 class LeastSquaresOptions(Options):
-    clients: int = Field(10, ge=1)
-    samples_per_client: int = Field(50, ge=1)
-    test_samples_per_client: int = Field(10, ge=0)
-    dim: int = Field(5, ge=1)
-    heterogeneity: float = Field(1.0, ge=0)
-    noise: float = Field(0.1, ge=0)
-    ridge: float = Field(0.0, ge=0)
-    seed: int = Field(0, ge=0, le=SEED_MAX)
+    clients: int = Field(10, ge=1, description='number of clients (parties)')
+    samples_per_client: int = Field(50, ge=1, description='training samples per client')
+    test_samples_per_client: int = Field(10, ge=0, description='test samples per client')
+    dim: int = Field(5, ge=1, description='number of features d')
+    heterogeneity: float = Field(1.0, ge=0, description="std of each client's true model around the shared one")
+    noise: float = Field(0.1, ge=0, description='std of the label noise')
+    ridge: float = Field(0.0, ge=0, description='ridge penalty ridge/2 ‖x‖²')
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
 
 
 @declares("least_squares", LeastSquaresOptions, "heterogeneous least squares (quadratic: has the exact local solver)")

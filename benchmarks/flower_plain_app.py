@@ -1,0 +1,81 @@
+"""A plain Flower FedAvg app for benchmarks/flower_overhead.py: what a Flower user would write
+for the W1 workload, with Flower's own ``FedAvg`` strategy and a torch ``ClientApp``.
+
+Each virtual node holds ``steps * batch`` synthetic samples (784 features, 10 classes, seeded by
+its partition id) and trains ``torch.nn.Linear(784, 10)`` with ``torch.optim.SGD`` for ``steps``
+minibatches of ``batch``; the server averages by ``num-examples``. ``simulate()`` returns the
+seconds of each round, measured in the ServerApp.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+
+IN, OUT = 784, 10
+SETTINGS: dict = {}  # filled by simulate(); the ServerApp runs in this process's thread
+
+client_app = ClientApp()
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    torch.set_num_threads(1)
+    config = msg.content["config"]
+    steps, batch, lr = int(config["steps"]), int(config["batch"]), float(config["lr"])
+    rng = np.random.default_rng(int(context.node_config["partition-id"]))
+    x = torch.from_numpy(rng.standard_normal((steps * batch, IN)).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, OUT, steps * batch))
+    model = torch.nn.Linear(IN, OUT)
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    optimiser = torch.optim.SGD(model.parameters(), lr=lr)
+    for s in range(steps):
+        optimiser.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[s * batch:(s + 1) * batch]), y[s * batch:(s + 1) * batch]).backward()
+        optimiser.step()
+    reply = RecordDict({"arrays": ArrayRecord(model.state_dict()),
+                        "metrics": MetricRecord({"num-examples": steps * batch})})
+    return Message(reply, reply_to=msg)
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def main(grid: Grid, context: Context) -> None:
+    from flwr.app import ConfigRecord
+
+    s = SETTINGS
+    stamps: list[float] = []
+
+    def evaluate(server_round: int, arrays: ArrayRecord):  # called before round 1 and after each round
+        stamps.append(time.perf_counter())
+        return None
+
+    strategy = FedAvg(fraction_train=s["per_round"] / s["clients"], fraction_evaluate=0.0,
+                      min_train_nodes=s["per_round"], min_evaluate_nodes=0, min_available_nodes=s["clients"])
+    torch.manual_seed(0)
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(torch.nn.Linear(IN, OUT).state_dict()),
+                   num_rounds=s["rounds"], train_config=ConfigRecord({"steps": s["steps"], "batch": s["batch"],
+                                                                      "lr": s["lr"]}),
+                   evaluate_fn=evaluate)
+    s["stamps"] = [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def simulate(*, clients: int, per_round: int, steps: int, batch: int, lr: float, rounds: int, cpus: int) -> list[float]:
+    from flwr.simulation import run_simulation
+
+    SETTINGS.update(clients=clients, per_round=per_round, steps=steps, batch=batch, lr=lr, rounds=rounds)
+    logging.getLogger("flwr").setLevel(logging.ERROR)
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"address": "local", "num_cpus": cpus, "include_dashboard": False,
+                                                 "logging_level": logging.ERROR, "log_to_driver": False}})
+    return SETTINGS["stamps"]

@@ -1,0 +1,210 @@
+"""fedpd against the loop a researcher writes by hand, on every model size.
+
+One FedAvg workload — 10 clients per round, 20 SGD steps of batch 10 each, 200 samples per
+client — three ways, on (a) logistic regression 784 -> 10, (b) MLP 784-200-200-10, (c) the
+A-FedPD LeNet on 3x32x32, (d) ResNet-18 with GroupNorm on 3x32x32 (one round):
+
+    fedpd     fedpd's in-process engine (as `fedpd run` builds it; run.client_chunk as chosen)
+    plain     a plain per-client PyTorch loop: one reused nn.Module, torch.optim.SGD, the
+              clients one after another, the server averaging their weights
+    central   centralized SGD: one module, the same number of steps (10 x 20) on pooled data
+
+Times are side by side in this process, alternating, best of --repeats (one torch thread).
+Memory is each variant's peak resident memory in a child process of its own, above what the child
+held before building it (so torch's own ~300 MB is not counted; its data, model and states are).
+
+    python benchmarks/side_by_side.py [--models logistic,mlp,lenet,resnet18_gn] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+
+from fedpd.algorithms.fedavg import FedAvg
+from fedpd.engine import InProcessEngine
+from fedpd.flat import FlatModel
+from fedpd.models import build_model
+from fedpd.problems import losses
+from fedpd.problems.base import ClientSplit, Problem
+from fedpd.runner import PER_CLIENT_ABOVE
+from fedpd.solvers import SGDSolver
+from fedpd.store import MemoryStore
+
+SHAPES = {"logistic": (784,), "mlp": (784,), "lenet": (3, 32, 32), "resnet18_gn": (3, 32, 32)}
+ROUNDS = {"logistic": 5, "mlp": 3, "lenet": 2, "resnet18_gn": 1}
+CLIENTS, STEPS, BATCH, SAMPLES, LR = 10, 20, 10, 200, 0.01
+
+
+def data(model: str):
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(SAMPLES, *SHAPES[model], generator=g) for _ in range(CLIENTS)]
+    ys = [torch.randint(0, 10, (SAMPLES,), generator=g) for _ in range(CLIENTS)]
+    return xs, ys
+
+
+def module(model: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(model, input_shape=SHAPES[model], num_classes=10)
+
+
+class Fedpd:
+    def __init__(self, model: str, chunk: int | None, execution: str = "auto"):
+        xs, ys = data(model)
+        split = ClientSplit.from_parts(xs, ys)
+        flat = FlatModel(module(model))
+        problem = Problem(model, split, ClientSplit.from_parts([x[:0] for x in xs], [y[:0] for y in ys]), flat,
+                          losses.cross_entropy, flat.initial(torch.float32), classifies=True,
+                          predict=losses.argmax_predict)
+        problem.per_client = execution == "per_client" or (execution == "auto" and flat.dim > PER_CLIENT_ABOVE)
+        if problem.per_client:
+            chunk = 1  # as the engine does: one client at a time
+        self.algorithm = FedAvg()
+        self.server = self.algorithm.init_server(problem.x_init)
+        store = MemoryStore(self.algorithm.init_client(problem.x_init), CLIENTS)
+        self.engine = InProcessEngine(self.algorithm, problem, SGDSolver(lr=LR, local_steps=STEPS, batch_size=BATCH),
+                                      store, seed=0, chunk=chunk)
+        self.t = 0
+
+    def round(self):
+        self.server = self.engine.run_round(self.server, torch.arange(CLIENTS), self.t)
+        self.t += 1
+
+
+class Plain:
+    def __init__(self, model: str):
+        self.xs, self.ys = data(model)
+        self.net = module(model)
+        self.weights = {k: v.clone() for k, v in self.net.state_dict().items()}
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=LR)
+        self.g = torch.Generator().manual_seed(1)
+
+    def round(self):
+        total = {k: torch.zeros_like(v) for k, v in self.weights.items()}
+        for x, y in zip(self.xs, self.ys):
+            self.net.load_state_dict(self.weights)
+            for _ in range(STEPS):
+                idx = torch.randint(SAMPLES, (BATCH,), generator=self.g)
+                self.opt.zero_grad()
+                F.cross_entropy(self.net(x[idx]), y[idx]).backward()
+                self.opt.step()
+            for k, v in self.net.state_dict().items():
+                total[k] += v
+        self.weights = {k: v / CLIENTS for k, v in total.items()}
+
+
+class Central:
+    def __init__(self, model: str):
+        xs, ys = data(model)
+        self.x, self.y = torch.cat(xs), torch.cat(ys)
+        self.net = module(model)
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=LR)
+        self.g = torch.Generator().manual_seed(1)
+
+    def round(self):
+        for _ in range(CLIENTS * STEPS):
+            idx = torch.randint(len(self.y), (BATCH,), generator=self.g)
+            self.opt.zero_grad()
+            F.cross_entropy(self.net(self.x[idx]), self.y[idx]).backward()
+            self.opt.step()
+
+
+EXECUTION = "auto"
+
+
+def make(variant: str, model: str, chunk: int | None):
+    return {"fedpd": lambda: Fedpd(model, chunk, EXECUTION), "plain": lambda: Plain(model),
+            "central": lambda: Central(model)}[variant]()
+
+
+def timed(runner, rounds: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        runner.round()
+    return (time.perf_counter() - t0) / rounds
+
+
+def resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
+    """Peak memory of one variant above what the process held before building it (torch,
+    imports): its data, model, states and the working memory of its rounds."""
+    warm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.GroupNorm(2, 4), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    F.cross_entropy(warm(torch.randn(2, 3, 8, 8)), torch.tensor([0, 1])).backward()  # load torch's kernels first
+    before = resident_mb()
+    peak = [before]
+    done = threading.Event()
+
+    def sample():  # ru_maxrss cannot be reset past the imports' own peak: sample instead
+        while not done.is_set():
+            peak[0] = max(peak[0], resident_mb())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    runner = make(variant, model, chunk)
+    for _ in range(rounds + 1):
+        runner.round()
+    done.set()
+    sampler.join()
+    return {"peak_mb": peak[0], "working_mb": peak[0] - before}
+
+
+def memory(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
+    argv = [sys.executable, __file__, "--child", variant, "--models", model, "--chunk", str(chunk or 0),
+            "--rounds", str(rounds), "--execution", EXECUTION]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="logistic,mlp,lenet,resnet18_gn")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=-1, help="run.client_chunk for fedpd (0: all; -1: the engine's rule)")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds per timing (default per model)")
+    ap.add_argument("--memory", action="store_true", help="also measure memory (child processes)")
+    ap.add_argument("--execution", default="auto", choices=("auto", "vectorised", "per_client"),
+                    help="fedpd's run.execution")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    global EXECUTION
+    EXECUTION = args.execution
+    chunk = None if args.chunk == 0 else (args.chunk if args.chunk > 0 else "auto")
+    if args.child:
+        c = None if chunk in (None, "auto") else chunk
+        print(json.dumps(child(args.child, args.models, c, args.rounds or 1)))
+        return
+    for model in args.models.split(","):
+        rounds = args.rounds or ROUNDS[model]
+        c = None if chunk in (None, "auto") else chunk
+        runners = {v: make(v, model, c) for v in ("fedpd", "plain", "central")}
+        best = {v: float("inf") for v in runners}
+        for r in runners.values():
+            r.round()  # warm-up
+        for _ in range(args.repeats):
+            for v, r in runners.items():
+                best[v] = min(best[v], timed(r, rounds))
+        line = (f"{model:>12}: s/round fedpd {best['fedpd']:.4f}  plain {best['plain']:.4f}  central {best['central']:.4f}"
+                f"  | fedpd/plain {best['fedpd'] / best['plain']:.2f}  fedpd/central {best['fedpd'] / best['central']:.2f}")
+        if args.memory:
+            mem = {v: memory(v, model, c, rounds) for v in runners}
+            line += "  | working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items())
+            line += f"  fedpd/plain {mem['fedpd']['working_mb'] / max(mem['plain']['working_mb'], 1):.2f}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

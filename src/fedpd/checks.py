@@ -1,0 +1,112 @@
+"""Checks of a config against the problem it builds, before the first round, and of the metrics
+while a run goes.
+
+* :func:`check_against_problem`: options whose value is valid on its own but makes no sense for
+  this problem (a minibatch larger than every client's data, an optional package a chosen
+  feature needs) end with one :class:`ConfigError` line before anything is written.
+* :func:`notices`: values that are allowed but probably not meant (a Bernoulli sampler that
+  picks fewer than one client per round on average) are one warning line each
+  (:class:`FedpdNotice`; the CLI prints ``fedpd: note: ...``), and the run goes on.
+* :func:`check_finite`: a metric that became NaN or ±Inf stops the run with
+  :class:`NonFiniteMetrics` (exit status 3 from the CLI) unless ``run.allow_nonfinite = true``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+from fedpd.errors import ConfigError, FedpdError
+
+#: the exit status of the CLI when a run's metrics became non-finite (2 is bad input)
+NONFINITE_EXIT = 3
+
+
+class NonFiniteMetrics(FedpdError):
+    """A run's metrics became NaN or ±Inf (a diverged run). ``round``: where; ``keys``: which;
+    ``history``: the metric records up to and including that evaluation; ``out_dir``: the run
+    directory (or None)."""
+
+    exit_code = NONFINITE_EXIT
+
+    def __init__(self, message: str, round: int, keys: list[str], history: list[dict] | None = None, out_dir=None):
+        super().__init__(message)
+        self.round, self.keys, self.history, self.out_dir = round, keys, history or [], out_dir
+
+
+def nonfinite_keys(record: dict) -> list[str]:
+    """The metrics of ``record`` that are NaN or ±Inf (``wall_s`` aside)."""
+    return [k for k, v in record.items()
+            if k != "wall_s" and isinstance(v, float) and not math.isfinite(v)]
+
+
+def check_finite(cfg, record: dict, history: list[dict] | None = None, out_dir=None) -> None:
+    """Raise :class:`NonFiniteMetrics` if a metric of ``record`` is NaN or ±Inf, unless the run
+    allows it (``run.allow_nonfinite``)."""
+    if getattr(cfg.run, "allow_nonfinite", False):
+        return
+    bad = nonfinite_keys(record)
+    if not bad:
+        return
+    values = ", ".join(f"{k} = {record[k]}" for k in bad[:4]) + (", ..." if len(bad) > 4 else "")
+    where = ""
+    if out_dir is not None:
+        kept = "its last checkpoint, from before, is kept" if (Path(out_dir) / "checkpoint.pt").exists() \
+            else "no checkpoint was written"
+        where = f" (run directory {out_dir}; {kept})"
+    raise NonFiniteMetrics(
+        f"the run diverged: at round {record.get('round')} {values}{where}; it stopped there. "
+        f"A smaller step size (solver.lr) usually helps; run.allow_nonfinite = true runs on regardless",
+        record.get("round", 0), bad, history, out_dir)
+
+
+#: algorithms whose batch_size means "at most every sample" by their definition (stochastic
+#: Parallel SAGA draws min(B, n_i) rows of its gradient table without replacement)
+TAKES_AT_MOST_ALL = ("stochastic_saga",)
+
+
+def _largest_client(split) -> int:
+    sizes = split.sizes
+    return int(sizes.max()) if sizes.numel() else 0
+
+
+def check_against_problem(cfg, problem) -> None:
+    """Refuse option values that make no sense for ``problem``, before the first round.
+
+    ``batch_size`` (of the solver, or of an algorithm that draws its own minibatches with
+    replacement) above the largest client's number of training samples is refused: minibatches
+    are drawn with replacement, so such a batch only repeats samples, costing time and memory
+    for nothing (``solver.name = "gd"`` takes every sample of every client). A batch above some
+    clients' sizes but within the largest is fine."""
+    largest = _largest_client(problem.train)
+    for section in ("solver", "algorithm"):
+        if section == "algorithm" and cfg.names["algorithm"] in TAKES_AT_MOST_ALL:
+            continue
+        batch = getattr(cfg.options[section], "batch_size", None)
+        if batch is not None and largest and batch > largest:
+            full = ', or solver.name = "gd" for full batches' if section == "solver" else ""
+            raise ConfigError(f"{section}.batch_size: {batch} is larger than every client's training data "
+                              f"(largest client: {largest} samples; allowed: 1..{largest}{full})")
+    if getattr(cfg.run, "tensorboard", False):
+        from fedpd.tensorboard import require
+
+        require()
+    for message in notices(cfg, problem):
+        warnings.warn(message, FedpdNotice, stacklevel=3)
+
+
+class FedpdNotice(UserWarning):
+    """A value that is allowed but probably not what was meant; the CLI prints it as one line
+    ``fedpd: note: ...`` on stderr and runs on."""
+
+
+def notices(cfg, problem) -> list[str]:
+    """Values that are valid but look like a mistake for this problem (the run goes on)."""
+    out = []
+    n = problem.num_clients
+    if cfg.names["sampler"] == "bernoulli" and cfg.options["sampler"].q * n < 1:
+        q = cfg.options["sampler"].q
+        out.append(f"sampler.q: {q:g} x {n} clients = {q * n:.2g} expected participants per round; most rounds "
+                   f"will have none (nothing happens in them)")
+    return out

@@ -1,0 +1,293 @@
+"""``fedpd list`` and ``fedpd show``: what a config can name, and every option of one entry with its
+type, default, allowed range and meaning.
+
+Everything is read from the pydantic option models that validate configs
+(``fedpd.registry.TABLES[section][name].options`` and ``.description``, ``RunOptions`` for
+``[run]``), so the listing cannot drift from what the validator accepts. Option descriptions
+are the models' ``Field(description=...)``, written beside each option
+(``tests/test_cli_ux.py`` checks that every option has one).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import re
+import shutil
+import sys
+import textwrap
+import types
+import typing
+from dataclasses import dataclass
+
+import annotated_types
+from pydantic import BaseModel
+
+from fedpd.errors import ConfigError
+
+#: words for a section in `fedpd list` (plural) and `fedpd show` (singular)
+PLURAL = {"problem": "problems", "algorithm": "algorithms", "solver": "solvers", "sampler": "samplers",
+          "attack": "attacks", "model": "models", "aggregator": "aggregators", "run": "run"}
+
+
+@dataclass
+class OptionRow:
+    name: str
+    type: str
+    default: str
+    allowed: str
+    description: str
+
+
+def tables() -> dict[str, dict]:
+    """Every section whose entries a config names: ``registry.TABLES`` plus the models."""
+    from fedpd import registry
+
+    out = {section: table for section, table in registry.TABLES.items()}
+    try:
+        from fedpd.models import MODELS
+    except ImportError:  # pragma: no cover
+        MODELS = {}
+    if MODELS and "model" not in out:
+        out["model"] = MODELS
+    return out
+
+
+def entry_description(section: str, entry) -> str:
+    return entry[1] if section == "model" and isinstance(entry, tuple) else getattr(entry, "description", "")
+
+
+def section_names() -> list[str]:
+    return [*tables(), "run"]
+
+
+def _section_key(word: str) -> str | None:
+    """A section from its singular or plural name ("algorithm", "algorithms")."""
+    for section in section_names():
+        if word in (section, PLURAL.get(section, section + "s")):
+            return section
+    return None
+
+
+def find(name: str) -> list[tuple[str, str]]:
+    """(section, name) of every entry called ``name``."""
+    return [(section, name) for section, table in tables().items() if name in table]
+
+
+def _type_text(annotation) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return "str"
+    if origin in (typing.Union, types.UnionType):
+        inner = [_type_text(a) for a in args if a is not type(None)]
+        return " or ".join(inner) + (" or unset" if type(None) in args else "")
+    if origin in (list, tuple):
+        return f"list of {_type_text(args[0])}" if args else "list"
+    if origin is dict or annotation is dict:
+        return "table"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "table"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _literal_values(annotation) -> list:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return list(typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return [v for a in typing.get_args(annotation) for v in _literal_values(a)]
+    return []
+
+
+def _value_text(value) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "unset"
+    if isinstance(value, BaseModel):
+        return str(value.model_dump())
+    return str(value)
+
+
+def _range_text(metadata, key: str = "x") -> str:
+    low = high = ""
+    for m in metadata:
+        if isinstance(m, annotated_types.Ge):
+            low = f"{m.ge} ≤"
+        elif isinstance(m, annotated_types.Gt):
+            low = f"{m.gt} <"
+        elif isinstance(m, annotated_types.Le):
+            high = f"≤ {m.le}"
+        elif isinstance(m, annotated_types.Lt):
+            high = f"< {m.lt}"
+    if low and high:
+        return f"{low} {key} {high}"
+    if low:
+        return {"≤": "≥", "<": ">"}[low.split()[-1]] + " " + low.split()[0]
+    return high
+
+
+def option_rows(section: str, name: str | None, model: type[BaseModel]) -> list[OptionRow]:
+    rows = []
+    for key, field in model.model_fields.items():
+        if field.is_required():
+            default = "required"
+        elif field.default_factory is not None:
+            default = _value_text(field.default_factory())
+        else:
+            default = _value_text(field.default)
+        values = _literal_values(field.annotation)
+        allowed = " | ".join(str(v) for v in values) if values else _range_text(field.metadata, key)
+        if values and type(None) in typing.get_args(field.annotation):
+            allowed += " (or unset)"
+        description = field.description or ""
+        rows.append(OptionRow(key, _type_text(field.annotation), default, allowed, description))
+    return rows
+
+
+def model_option_rows(name: str, factory) -> list[OptionRow]:
+    rows = []
+    for p in inspect.signature(factory).parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+            default = "required" if p.default is inspect.Parameter.empty else _value_text(p.default)
+            if p.annotation is not inspect.Parameter.empty:
+                typ = p.annotation if isinstance(p.annotation, str) else _type_text(p.annotation)
+            else:
+                typ = "" if p.default in (inspect.Parameter.empty, None) else type(p.default).__name__
+            rows.append(OptionRow(p.name, typ, default, "", ""))
+    return rows
+
+
+def _doc_paragraph(obj) -> str:
+    """The first paragraph of ``obj``'s docstring (the paper and equations it implements)."""
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):  # e.g. a functools.partial of a generic class
+        return ""
+    target = obj
+    doc = inspect.getdoc(target) or ""
+    first = " ".join(doc.split("\n\n")[0].split())
+    if "module docstring" in first:  # e.g. Fed+: the module says what the paper is
+        module = inspect.getmodule(target)
+        first = " ".join((inspect.getdoc(module) or "").split("\n\n")[0].split()) if module else first
+    first = re.sub(r":\w+:`~?([^`]+)`", r"\1", first)  # :data:`X` -> X
+    return first.replace("``", "")
+
+
+def _width() -> int:
+    """The terminal's width ($COLUMNS when set, 80 when not a terminal), at least 40."""
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
+
+
+def _wrap(text: str, width: int, indent: int, first: str | None = None) -> str:
+    """``text`` filled to ``width`` columns, every line indented by ``indent`` spaces, or the first
+    line starting with ``first`` (then the text follows on the same line)."""
+    lead = " " * indent
+    return textwrap.fill(text, width=width, initial_indent=lead if first is None else first,
+                         subsequent_indent=lead, break_on_hyphens=False, break_long_words=True) or (first or "")
+
+
+def print_list(section: str | None = None, file=None) -> None:
+    """One line per entry (name and description, wrapped to the terminal), every section or one."""
+    out = file or sys.stdout
+    width = _width()
+    for sec, table in tables().items():
+        if section not in (None, sec):
+            continue
+        print(f"{PLURAL.get(sec, sec + 's')}:", file=out)
+        pad = min(max(len(k) for k in table) + 4, width // 3)
+        for name, entry in table.items():
+            first = f"  {name:<{pad - 4}}  "
+            if len(first) > pad:  # a long name: the description starts on the next line
+                print(first.rstrip(), file=out)
+                first = " " * pad
+            print(_wrap(entry_description(sec, entry), width, pad, first), file=out)
+    if section in (None, "run"):
+        print("run:", file=out)
+        print(_wrap("every run's [run] options (rounds, seed, threads, tensorboard, ...): fedpd show run",
+                    width, 2), file=out)
+    if section is None:
+        print(_wrap("The options of one entry with their defaults, ranges and meaning: fedpd list NAME "
+                    "(e.g. fedpd list fedpd), or fedpd show SECTION NAME.", width, 0), file=out)
+
+
+def _print_options(rows: list[OptionRow], width: int, out) -> None:
+    """Each option as the TOML line that sets its default, then its type and range, then what it
+    means, wrapped to ``width``."""
+    for r in rows:
+        head = f"  {r.name} = {r.default}" if r.default != "required" else f"  {r.name}  (required)"
+        kind = r.allowed if " | " in r.allowed else ", ".join(x for x in (r.type, r.allowed) if x)
+        if kind:
+            gap = max(2, 36 - len(head))
+            if len(head) + gap + len(kind) <= width:
+                head = head + " " * gap + kind
+            else:  # the type and range on lines of their own
+                head = _wrap(head.strip(), width, 4, "  ") + "\n" + _wrap(kind, width, 6)
+        elif len(head) > width:
+            head = _wrap(head.strip(), width, 4, "  ")
+        print(head, file=out)
+        if r.description:
+            print(_wrap(r.description, width, 6), file=out)
+
+
+def show(section: str, name: str | None, file=None) -> None:
+    """Print one entry: its description, its source (docstring) and its options."""
+    out = file or sys.stdout
+    width = _width()
+    if section == "run":
+        from fedpd.config import RunOptions
+
+        print("[run]: the options every run has", file=out)
+        _print_options(option_rows("run", None, RunOptions), width, out)
+        return
+    table = tables()[section]
+    entry = table[name]
+    description = entry_description(section, entry)
+    print(_wrap(f"{section} {name}: {description}", width, 2, ""), file=out)
+    if section == "model":
+        factory = entry[0]
+        rows = model_option_rows(name, factory)
+        doc = _doc_paragraph(factory)
+        header = f'[model] with name = "{name}" (problem "dataset")'
+    else:
+        rows = option_rows(section, name, entry.options)
+        doc = _doc_paragraph(entry.build)
+        header = f'[{section}] with name = "{name}"'
+    if doc and doc != description:
+        print(_wrap(doc, width, 2), file=out)
+    print(f"{header}: " + ("options and their defaults:" if rows else "no other options"), file=out)
+    _print_options(rows, width, out)
+
+
+def resolve(word: str) -> list[tuple[str, str | None]]:
+    """What ``fedpd list WORD`` names: a section (name None) or the entries called WORD."""
+    section = _section_key(word)
+    if section is not None:
+        return [(section, None)]
+    found = find(word)
+    if found:
+        return found
+    names = sorted({n for t in tables().values() for n in t} | set(section_names())
+                   | {PLURAL.get(s, s + "s") for s in section_names()})
+    close = difflib.get_close_matches(word, names, n=3)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise ConfigError(f"fedpd list: no section or entry named {word!r} ({hint}allowed: a section — "
+                      f"{', '.join(PLURAL.get(s, s + 's') for s in section_names())} — or a name they list)")
+
+
+def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
+    section = _section_key(section_word)
+    if section is None:
+        raise ConfigError(f"fedpd show: unknown section {section_word!r} "
+                          f"(allowed: {', '.join(section_names())})")
+    if section == "run":
+        if name is not None:
+            raise ConfigError("fedpd show run: takes no NAME ([run] has no entries)")
+        return section, None
+    table = tables()[section]
+    if name is None:
+        raise ConfigError(f"fedpd show {section}: missing NAME (allowed: {', '.join(table)})")
+    if name not in table:
+        raise ConfigError(f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table)})")
+    return section, name

@@ -1,0 +1,116 @@
+"""The Flower ClientApp and ServerApp that run fedpd (``fedpd.flower.apps:client_app`` and
+``fedpd.flower.apps:server_app``, the components of the app ``fedpd flower app`` writes).
+
+ClientApp — every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.NodeRuntime`:
+
+* in a deployment, the node's own config names the clients it hosts and where their states live:
+  ``flower-supernode --node-config "hosted-clients='0-49' store-dir='/var/lib/fedpd/n0'"``
+  (``hosted-clients``: ids and ranges, comma-separated); its data is read from ``FEDPD_DATA`` or
+  the config's ``problem.data_dir`` on that machine;
+* in Flower's simulation runtime, virtual node k of n hosts the k-th contiguous block of the
+  client ids and keeps their states under the run directory (``<run>/nodes/node<k>``).
+
+ServerApp (deployment) — reads its run config (``fedpd-config``: the run's TOML; ``out``: the run
+directory on the server machine; ``resume``, ``overwrite``) and runs the fedpd loop with the
+remote engine over its ``Grid``: metrics.jsonl and checkpoints are written there, as by
+``fedpd run``.
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from pathlib import Path
+
+import torch
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fedpd.errors import ConfigError
+from fedpd.flower.transport import to_content, to_envelope
+from fedpd.remote.messages import Envelope
+from fedpd.remote.node import NodeRuntime, _pieces
+
+
+def parse_hosted(text: str) -> list[int]:
+    """``"0-3,7,9-10"`` → [0, 1, 2, 3, 7, 9, 10]; a malformed list is a ValueError naming it."""
+    out: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            raise ValueError(f"hosted-clients {text!r}: expected ids and ranges like '0-49,60'")
+        out.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    return out
+
+
+def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
+    """This node's runtime, from its node config (deployment) or its partition (simulation)."""
+    node_config = dict(context.node_config)
+    if "hosted-clients" in node_config:
+        hosted = parse_hosted(node_config["hosted-clients"])
+        if "store-dir" not in node_config:
+            raise ValueError("node config: store-dir missing (where this node keeps its clients' states)")
+        return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True)
+    if "partition-id" in node_config:  # a virtual node of Flower's simulation runtime
+        from fedpd.runner import hosted_clients
+
+        cfg, problem, _, _ = _pieces(request.config["config"])
+        k, n = int(node_config["partition-id"]), int(node_config["num-partitions"])
+        root = request.config.get("store-root")
+        if not root:
+            raise ValueError("the server sent no store-root for simulated nodes")
+        return NodeRuntime(hosted_clients(problem.num_clients, n, k), Path(root) / f"node{k}", durable=False)
+    raise ValueError("node config: hosted-clients missing (the client ids this SuperNode hosts, e.g. '0-49')")
+
+
+client_app = ClientApp()
+
+
+@client_app.query("fedpd")
+def _handle(msg: Message, context: Context) -> Message:
+    request = to_envelope(msg.content)
+    try:
+        cfg = tomllib.loads(request.config["config"])
+        torch.set_num_threads(int(cfg.get("run", {}).get("threads", 0)) or 1)
+        reply = node_runtime(context, request).handle(request)
+    except Exception as err:  # a node that cannot even start: the server reads the reason
+        reply = Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
+    reply.config["host"] = _where()
+    return Message(to_content(reply), reply_to=msg)
+
+
+def _where() -> str:
+    """Where this ClientApp runs: the machine, and the Ray node in a simulation on a cluster."""
+    where = socket.gethostname()
+    try:
+        import ray
+
+        if ray.is_initialized():
+            where += "/" + ray.get_runtime_context().get_node_id()
+    except Exception:  # no Ray here (a deployment)
+        pass
+    return where
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    from fedpd.config import load_config
+    from fedpd.flower.transport import FlowerTransport
+    from fedpd.runner import run
+
+    rc = dict(context.run_config)
+    if "fedpd-config" not in rc:
+        raise ConfigError("run config: fedpd-config missing (write the app with: fedpd flower app CONFIG --out DIR)")
+    out = Path(str(rc.get("out") or "runs/flower"))
+    resume = bool(rc.get("resume", False))
+    cfg = load_config(tomllib.loads(str(rc["fedpd-config"])))
+    kwargs = {"resume": out} if resume else {"config": cfg, "out": out, "overwrite": bool(rc.get("overwrite", False))}
+    result = run(**kwargs, progress=True, transport=FlowerTransport(grid))
+    last = result.history[-1] if result.history else {}
+    print(f"fedpd: finished round {last.get('round')}; run directory: {out}", flush=True)

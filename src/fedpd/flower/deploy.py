@@ -1,0 +1,146 @@
+"""What a deployment needs that fedpd can write for you: the Flower app of a run, and the TLS
+certificates and SuperNode keys (``fedpd flower app``, ``fedpd flower certs``; docs/deployment.md
+walks through a deployment with them).
+
+The app is a directory ``flwr run`` packs: a ``pyproject.toml`` whose components are fedpd's own
+ServerApp and ClientApp (:mod:`fedpd.flower.apps`, so fedpd must be installed on the SuperLink's
+machine and on every SuperNode) and whose run config holds the resolved fedpd config and the run
+directory on the server machine.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from pathlib import Path
+
+import tomli_w
+
+from fedpd.config import Config
+from fedpd.errors import ConfigError
+from fedpd.io import atomic_write_bytes, atomic_write_text
+
+APP_FILE = "pyproject.toml"
+
+
+def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False) -> Path:
+    """The Flower app that runs ``cfg`` with its run directory at ``run_dir`` (on the server)."""
+    appdir = Path(appdir)
+    if (appdir / APP_FILE).exists() and not overwrite:
+        raise ConfigError(f"--out {str(appdir)!r}: already holds a Flower app ({APP_FILE}); pass --overwrite to "
+                          f"replace it")
+    if appdir.exists() and not appdir.is_dir():
+        raise ConfigError(f"--out {str(appdir)!r}: exists and is not a directory")
+    name = f"fedpd-{cfg.names['algorithm']}-{cfg.names['problem']}".replace("_", "-")
+    pyproject = {
+        "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
+        "project": {"name": name, "version": "1.0.0", "license": "Apache-2.0",
+                    "description": f"fedpd: {cfg.names['algorithm']} on {cfg.names['problem']}",
+                    "dependencies": ["fedpd[flower]"]},
+        "tool": {"flwr": {"app": {
+            "publisher": "fedpd",
+            "components": {"serverapp": "fedpd.flower.apps:server_app", "clientapp": "fedpd.flower.apps:client_app"},
+            "config": {"fedpd-config": cfg.to_toml(), "out": str(Path(run_dir).absolute()), "resume": False,
+                       "overwrite": False},
+        }}},
+    }
+    appdir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(appdir / APP_FILE, tomli_w.dumps(pyproject, multiline_strings=True))
+    return appdir
+
+
+def make_certificates(folder: Path, nodes: int = 2, hosts: tuple[str, ...] = (), days: int = 365) -> dict[str, Path]:
+    """A CA, a SuperLink certificate signed by it (for localhost, 127.0.0.1, ::1 and ``hosts``) and
+    ``nodes`` SuperNode key pairs (EC P-384, OpenSSH format, as Flower's node authentication wants)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def pem_key(key) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedpd federation CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    server_key = ec.generate_private_key(ec.SECP384R1())
+    names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                     x509.IPAddress(ipaddress.ip_address("::1"))]
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    server = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0] if hosts else "localhost")]))
+              .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=days))
+              .add_extension(x509.SubjectAlternativeName(names), critical=False)
+              .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+              .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    files = {"ca.crt": ca.public_bytes(serialization.Encoding.PEM), "ca.key": pem_key(ca_key),
+             "server.crt": server.public_bytes(serialization.Encoding.PEM), "server.key": pem_key(server_key)}
+    for k in range(nodes):
+        key = ec.generate_private_key(ec.SECP384R1())
+        files[f"node{k}"] = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption())
+        files[f"node{k}.pub"] = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                              serialization.PublicFormat.OpenSSH) + b"\n"
+    paths = {}
+    for name, data in files.items():
+        atomic_write_bytes(folder / name, data)
+        if name.endswith(".key") or name.startswith("node") and not name.endswith(".pub"):
+            os.chmod(folder / name, 0o600)  # private keys: the owner only
+        paths[name] = folder / name
+    return paths
+
+
+def flower_home() -> Path:
+    """Where the ``flwr`` command keeps its config: $FLWR_HOME, else ~/.flwr."""
+    return Path(os.environ.get("FLWR_HOME") or Path.home() / ".flwr")
+
+
+def write_connection(name: str, address: str, root_certificates: Path | None = None, insecure: bool = False,
+                     default: bool = False) -> Path:
+    """Add (or replace) the SuperLink connection ``name`` in the flwr config, for
+    ``flwr run APPDIR name`` and ``flwr supernode register KEY name``."""
+    import tomllib
+
+    if root_certificates is None and not insecure:
+        raise ConfigError("fedpd flower connection: give --root-certificates CA_FILE (TLS) or --insecure")
+    if root_certificates is not None:
+        root_certificates = Path(root_certificates).absolute()
+        if not root_certificates.is_file():
+            raise ConfigError(f"--root-certificates {str(root_certificates)!r}: no such file (the CA certificate "
+                              f"the SuperLink's certificate is signed with, e.g. ca.crt of fedpd flower certs)")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r}: expected HOST:PORT of the SuperLink, e.g. 127.0.0.1:9092")
+    path = flower_home() / "config.toml"
+    try:
+        current = tomllib.loads(path.read_text()) if path.exists() else {}
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err}); fix or move it first") from None
+    superlink = current.setdefault("superlink", {})
+    entry = {"address": address}
+    if root_certificates is not None:
+        entry["root-certificates"] = str(root_certificates)
+    else:
+        entry["insecure"] = True
+    superlink[name] = entry
+    if default or "default" not in superlink:
+        superlink["default"] = name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, tomli_w.dumps(current))
+    return path

@@ -1,0 +1,72 @@
+"""Envelopes as Flower messages, and the remote engine's transport over a Flower ``Grid``.
+
+One message type, ``query.fedpd``: the ``ConfigRecord`` "config" carries the envelope's kind and
+config, the ``ArrayRecord`` "arrays" its arrays (numpy, bit-exact through Flower). Replies are
+pulled with ``Grid.pull_messages`` on a short poll (``send_and_receive`` drops late replies and,
+in deployment, sleeps 3 s between pulls). A reply that Flower says will never come (node
+unavailable, message expired, ClientApp crashed) is ``LOST`` and the engine sends the work
+again; a ClientApp that raised is an error reply.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+from fedpd.remote.engine import LOST
+from fedpd.remote.messages import Envelope
+
+MESSAGE_TYPE = "query.fedpd"
+#: Flower error codes after which a reply will never come (expired, reply expired, node
+#: unavailable, ClientApp crashed): the work is lost and sent again
+LOST_CODES = (3, 4, 5, 8)
+
+
+def to_content(env: Envelope) -> RecordDict:
+    config = {k: v for k, v in env.config.items() if v is not None}
+    config["kind"] = env.kind
+    arrays = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in env.arrays.items()})
+    return RecordDict({"config": ConfigRecord(config), "arrays": arrays})
+
+
+def to_envelope(content: RecordDict) -> Envelope:
+    config = dict(content["config"]) if "config" in content else {}
+    kind = str(config.pop("kind", ""))
+    arrays = content["arrays"] if "arrays" in content else {}
+    return Envelope(kind, config, {k: arrays[k].numpy() for k in arrays})
+
+
+class FlowerTransport:
+    """The remote engine's transport through a ServerApp's ``grid``."""
+
+    def __init__(self, grid, wait: float = 0.2):
+        self.grid, self.wait = grid, wait
+
+    def nodes(self) -> list[int]:
+        return sorted(int(n) for n in self.grid.get_node_ids())
+
+    def wait_for_nodes(self) -> None:
+        time.sleep(self.wait)
+
+    def push(self, node, request):
+        return self.push_many([(node, request)])[0]
+
+    def push_many(self, requests):
+        messages = [Message(to_content(request), dst_node_id=int(node), message_type=MESSAGE_TYPE)
+                    for node, request in requests]
+        ids = list(self.grid.push_messages(messages)) if messages else []
+        return [i if i else None for i in ids]
+
+    def pull(self, handles):
+        out = {}
+        for reply in self.grid.pull_messages(list(handles)):
+            handle = reply.metadata.reply_to_message_id
+            if reply.has_error():
+                code = int(reply.error.code)
+                out[handle] = LOST if code in LOST_CODES else Envelope("error", {"error": f"Flower error {code}: "
+                                                                                        f"{reply.error.reason[:300]}"})
+            else:
+                out[handle] = to_envelope(reply.content)
+        return out

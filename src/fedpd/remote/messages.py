@@ -1,0 +1,49 @@
+"""What travels between a server and a node: a kind, plain config values and named arrays.
+
+An :class:`Envelope` maps one-to-one onto a Flower message (``ConfigRecord`` + ``ArrayRecord``);
+the loopback transport passes it as it is. Arrays are numpy (float64 and int64 survive Flower's
+transport bit-exactly); keys are namespaced: ``m/`` the algorithm's broadcast, ``u/`` a node's
+uploads (stacked over its clients), ``r/`` the server's reply, ``s/`` client states (evaluation).
+
+Kinds, server → node (the node answers each with an envelope of the same kind):
+
+    hello    → config {"hosted": [client ids]}
+    train    {"round", "ids", "prune"} + m/…  → {"ids", "sample_grads"} + u/…
+    commit   {"round", "accepted"} + r/…      → {}
+    restore  {"rounds"}                       → {}  (roll back to the checkpoint's round)
+    states   {"key"}                          → {"ids"} + s/<key> (evaluation path, not counted)
+
+Every request also carries ``config`` (the run's resolved TOML), so a node needs nothing but its
+own node config (the clients it hosts, where it keeps their state).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+KINDS = ("hello", "train", "commit", "restore", "states")
+
+
+@dataclass
+class Envelope:
+    kind: str
+    config: dict = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+def pack(prefix: str, state: dict[str, Tensor]) -> dict[str, np.ndarray]:
+    """Tensors as numpy arrays under ``prefix``/key (CPU copies; dtype and shape kept)."""
+    return {f"{prefix}/{k}": v.detach().cpu().numpy().copy() for k, v in state.items()}
+
+
+def unpack(prefix: str, arrays: dict[str, np.ndarray], device: torch.device | str = "cpu") -> dict[str, Tensor]:
+    """The tensors packed under ``prefix`` (on ``device``)."""
+    start = len(prefix) + 1
+    return {k[start:]: torch.from_numpy(np.array(v)).to(device) for k, v in arrays.items() if k.startswith(prefix + "/")}

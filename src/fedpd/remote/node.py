@@ -1,0 +1,119 @@
+"""The node side of a remote engine: what a SuperNode (or any worker) does with each message.
+
+A node hosts a fixed set of client ids and keeps their states in a :class:`VersionedStore` on
+its own disk. From the run's config (sent with every message) it builds the problem, the
+algorithm and the local solver exactly as the simulator does, so a client's ``local`` here is
+the very computation the in-process engine would run — same code, same per-client streams, same
+numbers. It holds nothing else between messages: a node process may be killed and restarted (or,
+in a Flower deployment, be a fresh process per message) and continue from its files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+
+from fedpd.config import load_config
+from fedpd.context import ClientContext
+from fedpd.problems.base import ClientData
+from fedpd.remote.filestore import VersionedStore
+from fedpd.remote.messages import Envelope, pack, unpack
+
+_BUILT: dict[str, tuple] = {}  # config hash -> (cfg, problem, algorithm, solver): pure, so shared
+
+
+def _pieces(config_toml: str):
+    """(cfg, problem, algorithm, solver) of a run's config, built once per process."""
+    key = hashlib.sha256(config_toml.encode()).hexdigest()
+    if key not in _BUILT:
+        from fedpd.runner import build, build_problem, resolve_device
+
+        import tomllib
+
+        cfg = load_config(tomllib.loads(config_toml))
+        problem = build_problem(cfg, resolve_device(cfg.run.device))
+        algorithm, solver, _ = build(cfg, problem)
+        _BUILT.clear()  # one run at a time per process
+        _BUILT[key] = (cfg, problem, algorithm, solver)
+    return _BUILT[key]
+
+
+class NodeRuntime:
+    """One node: the clients ``hosted`` (ids of the run's partition), their states under ``root``."""
+
+    def __init__(self, hosted: list[int], root: str | Path, durable: bool = True):
+        self.hosted, self.root, self.durable = sorted(int(i) for i in hosted), Path(root), durable
+
+    def store(self, config_toml: str) -> VersionedStore:
+        _, problem, algorithm, _ = _pieces(config_toml)
+        return VersionedStore(self.root, algorithm.init_client(problem.x_init), self.hosted, self.durable)
+
+    def handle(self, request: Envelope) -> Envelope:
+        """The reply to one request; a problem on this side is a reply with ``error`` set."""
+        try:
+            return getattr(self, f"_{request.kind}")(request)
+        except Exception as err:  # the server decides what a failed node means for the round
+            return Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
+
+    def _hello(self, request: Envelope) -> Envelope:
+        return Envelope("hello", {"hosted": self.hosted})
+
+    def _train(self, request: Envelope) -> Envelope:
+        cfg, problem, algorithm, solver = _pieces(request.config["config"])
+        store = self.store(request.config["config"])
+        if request.config.get("prune") is not None:
+            store.prune(int(request.config["prune"]))
+        ids = [int(i) for i in request.config["ids"]]
+        foreign = sorted(set(ids) - set(self.hosted))
+        if foreign:
+            raise ValueError(f"clients {foreign[:5]} are not hosted here")
+        round, device = int(request.config["round"]), problem.device
+        message = unpack("m", request.arrays, device)
+        before = int(problem.sample_grads)
+        ids_t = torch.tensor(ids, dtype=torch.int64)
+        chunk = 1 if problem.per_client else cfg.run.client_chunk or len(ids)
+        uploads, states = [], []
+        for part in torch.split(ids_t, chunk):
+            ctx = ClientContext(part, round, ClientData(problem, part), solver, cfg.run.seed)
+            current = {k: v.to(device) for k, v in store.get(part.tolist()).items()}
+            up, new = algorithm.local(message, current, ctx)
+            uploads.append(up)
+            states.append(new)
+        upload = {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]} if uploads else {}
+        state = {k: torch.cat([s[k] for s in states]) for k in states[0]} if states and states[0] else {}
+        if state:  # stateless clients (FedAvg) have nothing to keep, and the server sends no commit
+            store.stage(round, ids, state)
+        return Envelope("train", {"ids": ids, "sample_grads": int(problem.sample_grads) - before}, pack("u", upload))
+
+    def _commit(self, request: Envelope) -> Envelope:
+        cfg, problem, algorithm, _ = _pieces(request.config["config"])
+        store = self.store(request.config["config"])
+        round = int(request.config["round"])
+        staged = store.staged(round)
+        if staged is None:  # committed before (a retried message), or nothing was trained here
+            return Envelope("commit", {})
+        ids, state = staged
+        accepted = [int(i) for i in request.config["accepted"]]
+        keep = torch.tensor([i in set(accepted) for i in ids], dtype=torch.bool)
+        kept_ids = [i for i, k in zip(ids, keep.tolist()) if k]
+        new = {k: v[keep].to(problem.device) for k, v in state.items()}
+        reply = unpack("r", request.arrays, problem.device)
+        if reply and kept_ids:
+            part = torch.tensor(kept_ids, dtype=torch.int64)
+            ctx = ClientContext(part, round, ClientData(problem, part), None, cfg.run.seed)
+            new = algorithm.receive(new, reply, ctx)
+        store.commit(round, kept_ids, new)
+        return Envelope("commit", {})
+
+    def _restore(self, request: Envelope) -> Envelope:
+        self.store(request.config["config"]).rollback(int(request.config["rounds"]))
+        return Envelope("restore", {})
+
+    def _states(self, request: Envelope) -> Envelope:
+        store = self.store(request.config["config"])
+        ids = store.touched()
+        state = store.get(ids) if ids else {}
+        key = request.config["key"]
+        return Envelope("states", {"ids": ids}, pack("s", {key: state[key]} if ids else {}))

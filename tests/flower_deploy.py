@@ -1,0 +1,127 @@
+"""A Flower deployment on 127.0.0.1 for the tests: a SuperLink, SuperNodes, keys and a connection,
+each process started in its own session, tracked by PID and stopped (TERM, then KILL of its group)
+when the :class:`Deployment` closes — nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
+       "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Deployment:
+    """``tls``: the SuperLink speaks TLS with certificates from ``fedpd flower certs``; ``auth``:
+    it only admits SuperNodes whose public key was registered (needs TLS)."""
+
+    def __init__(self, root: Path, tls: bool = True, auth: bool = True):
+        self.root, self.tls, self.auth = Path(root), tls, auth
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, **ENV, "FLWR_HOME": str(self.root / "flwr_home"),
+                    "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # Flower spawns its own commands
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.port = free_port()
+        self.certs = self.root / "certs"
+        if tls:
+            from fedpd.flower.deploy import make_certificates
+
+            make_certificates(self.certs, nodes=3)
+        home = Path(self.env["FLWR_HOME"])
+        home.mkdir(exist_ok=True)
+        security = f'root-certificates = "{self.certs / "ca.crt"}"' if tls else "insecure = true"
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "test"\n\n[superlink.test]\n'
+                                          f'address = "127.0.0.1:{self.port}"\n{security}\n')
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.root / f"{name}.log", "ab")
+        proc = subprocess.Popen(argv, cwd=self.root, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def superlink(self) -> None:
+        flags = ([f"--ssl-ca-certfile={self.certs / 'ca.crt'}", f"--ssl-certfile={self.certs / 'server.crt'}",
+                  f"--ssl-keyfile={self.certs / 'server.key'}"] if self.tls else ["--insecure"])
+        if self.auth:
+            flags.append("--enable-supernode-auth")
+        self.start("superlink", [str(BIN / "flower-superlink"), *flags, "--host", "127.0.0.1", "--port", str(self.port)])
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"the SuperLink did not start:\n{self.log('superlink')}")
+
+    def register(self, k: int) -> int:
+        out = subprocess.run([str(BIN / "flwr"), "supernode", "register", str(self.certs / f"node{k}.pub"), "test",
+                              "--format", "json"], env=self.env, capture_output=True, text=True, timeout=60)
+        reply = json.loads(out.stdout[out.stdout.index("{"):])
+        assert reply.get("success"), out.stdout + out.stderr
+        return int(reply["node-id"])
+
+    def supernode(self, k: int, hosted: str, store: Path, key: int | None = None, name: str | None = None):
+        flags = [f"--root-certificates={self.certs / 'ca.crt'}"] if self.tls else ["--insecure"]
+        if key is not None:
+            flags.append(f"--auth-supernode-private-key={self.certs / f'node{key}'}")
+        config = f"hosted-clients='{hosted}' store-dir='{store}'"
+        return self.start(name or f"supernode{k}", [str(BIN / "flower-supernode"), *flags, "--superlink",
+                                                    f"127.0.0.1:{self.port}", "--port", str(free_port()),
+                                                    "--node-config", config, "--max-retries", "3"])
+
+    def flwr_run(self, appdir: Path, timeout: float = 600, run_config: str | None = None) -> subprocess.CompletedProcess:
+        argv = [str(BIN / "flwr"), "run", str(appdir), "test", "--stream"]
+        if run_config:
+            argv += ["--run-config", run_config]
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+    def close(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+        deadline = time.time() + 15
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self.procs.values():  # whatever ignored TERM (SuperExec children included)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+    def __enter__(self) -> "Deployment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

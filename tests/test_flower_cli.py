@@ -1,0 +1,79 @@
+"""``fedpd flower app / certs / connection``: what they write, and one line (exit 2) for bad input
+— a missing certificate file, a malformed address, an app directory already in use."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+
+from fedpd.cli import main  # noqa: E402
+
+CONFIG = '[problem]\nname = "least_squares"\nclients = 4\n[algorithm]\nname = "feddyn"\n[run]\nrounds = 3\n'
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_app_holds_fedpds_components_and_the_resolved_config(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG)
+    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run"),
+                 "--set", "run.rounds=7"]) == 0
+    app = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
+    assert app["components"] == {"serverapp": "fedpd.flower.apps:server_app", "clientapp": "fedpd.flower.apps:client_app"}
+    run_cfg = tomllib.loads(app["config"]["fedpd-config"])
+    assert run_cfg["algorithm"]["name"] == "feddyn" and run_cfg["run"]["rounds"] == 7
+    assert app["config"]["out"] == str((tmp_path / "run").absolute())
+
+
+def test_app_refuses_an_existing_app_and_a_bad_config(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG)
+    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app")]) == 0
+    capsys.readouterr()
+    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app")]) == 2
+    assert "--overwrite" in one_line(capsys)
+    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "b"), "--set", "run.rounds=0"]) == 2
+    assert "run.rounds" in one_line(capsys)
+
+
+def test_certs_make_a_ca_a_server_certificate_for_loopback_and_ec_node_keys(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key
+
+    assert main(["flower", "certs", str(tmp_path), "--nodes", "2", "--host", "fl.example.org"]) == 0
+    server = x509.load_pem_x509_certificate((tmp_path / "server.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+    assert server.issuer == ca.subject
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {"localhost", "fl.example.org"} <= set(names.get_values_for_type(x509.DNSName))
+    assert {"127.0.0.1", "::1"} <= {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    for k in range(2):
+        key = load_ssh_private_key((tmp_path / f"node{k}").read_bytes(), password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)  # Flower's node authentication wants EC keys
+        assert (tmp_path / f"node{k}.pub").read_text().startswith("ecdsa-sha2-nistp384 ")
+        assert (tmp_path / f"node{k}").stat().st_mode & 0o077 == 0  # private: the owner only
+
+
+def test_connection_writes_flwrs_config_and_checks_the_certificate(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    capsys.readouterr()
+    assert main(["flower", "connection", "prod", "--address", "10.0.0.1:9092", "--root-certificates",
+                 str(tmp_path / "missing.crt")]) == 2
+    assert "no such file" in one_line(capsys)
+    assert main(["flower", "connection", "prod", "--address", "nowhere", "--insecure"]) == 2
+    assert "HOST:PORT" in one_line(capsys)
+    (tmp_path / "ca.crt").write_text("certificate")
+    assert main(["flower", "connection", "prod", "--address", "10.0.0.1:9092", "--root-certificates",
+                 str(tmp_path / "ca.crt")]) == 0
+    assert main(["flower", "connection", "test", "--address", "127.0.0.1:9092", "--insecure", "--default"]) == 0
+    config = tomllib.loads((tmp_path / "home" / "config.toml").read_text())["superlink"]
+    assert config["default"] == "test" and config["test"] == {"address": "127.0.0.1:9092", "insecure": True}
+    assert config["prod"]["root-certificates"] == str(tmp_path / "ca.crt")

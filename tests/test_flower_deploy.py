@@ -1,0 +1,105 @@
+"""fedpd deployed on Flower, on 127.0.0.1: a SuperLink and two SuperNodes as separate processes
+(tests/flower_deploy.py starts them, tracks their PIDs and stops them). With TLS and SuperNode
+authentication the run writes the in-process metrics; a SuperNode whose key was never
+registered is refused; a SuperNode killed with SIGKILL mid-run and restarted lets the run
+finish with the same metrics. These are the slowest tests: a deployment round takes seconds
+(every message starts a ClientApp process; an idle SuperNode polls every 3 s)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+
+import fedpd  # noqa: E402
+from fedpd.cli import main  # noqa: E402
+
+from flower_deploy import Deployment  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """
+[problem]
+name = "least_squares"
+clients = 6
+dim = 3
+samples_per_client = 8
+[algorithm]
+name = "afedpd"
+eta = 2.0
+[solver]
+name = "sgd"
+lr = 0.05
+local_steps = 3
+batch_size = 4
+[sampler]
+name = "uniform"
+clients_per_round = 4
+[run]
+rounds = ROUNDS
+eval_every = 1
+seed = 4
+"""
+
+
+def metrics(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
+            for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def app(tmp_path: Path, rounds: int) -> tuple[Path, Path, list[dict]]:
+    """(the Flower app, its run directory, the in-process metrics of the same config)."""
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG.replace("ROUNDS", str(rounds)))
+    expected = [{k: v for k, v in r.items() if k != "wall_s"} for r in fedpd.run(cfg).history]
+    run_dir = tmp_path / "run"
+    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app"), "--run-dir", str(run_dir)]) == 0
+    return tmp_path / "app", run_dir, expected
+
+
+def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
+    appdir, run_dir, expected = app(tmp_path, rounds=3)
+    with Deployment(tmp_path / "dep", tls=True, auth=True) as dep:
+        dep.superlink()
+        dep.register(0), dep.register(1)
+        dep.supernode(0, "0-2", tmp_path / "store0", key=0)
+        dep.supernode(1, "3-5", tmp_path / "store1", key=1)
+        done = dep.flwr_run(appdir, timeout=600)
+        assert (run_dir / "metrics.jsonl").exists(), done.stdout[-3000:] + dep.log("superlink")
+        assert metrics(run_dir) == expected, done.stdout[-3000:]
+        assert any((tmp_path / "store0").glob("c*/v*.pt"))  # client state on the node's own disk
+        # an unregistered SuperNode is refused: it exits with an error, and the run was not affected
+        refused = dep.supernode(2, "0-5", tmp_path / "store2", key=2, name="unregistered")
+        assert refused.wait(60) != 0
+        assert "Failed to activate SuperNode" in dep.log("unregistered") or "2004" in dep.log("unregistered")
+
+
+def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tmp_path):
+    """Without node keys a restarted SuperNode joins at once under a new id (the dead one stays
+    listed for a minute); the server learns that the new node hosts the same clients, sends the
+    lost work again, and the node continues from the client states in its store directory."""
+    import subprocess
+
+    appdir, run_dir, expected = app(tmp_path, rounds=5)
+    with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
+        dep.superlink()
+        dep.supernode(0, "0-2", tmp_path / "store0")
+        dep.supernode(1, "3-5", tmp_path / "store1")
+        argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
+        run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+        dep.procs["flwr-run"] = run
+        deadline = time.time() + 300
+        while time.time() < deadline and run.poll() is None:  # wait for round 2's record
+            if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3:
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, "the run ended before the SuperNode could be killed"
+        dep.kill("supernode1")  # SIGKILL, mid-run
+        dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-restarted")
+        out, _ = run.communicate(timeout=600)
+        assert metrics(run_dir) == expected, out[-3000:]
