@@ -87,7 +87,7 @@ class AFedPDTable2(Experiment):
     budgets = {
         "smoke": Budget("smoke", (0,), "1 round of 2 local steps on 500 training images, IID, A-FedPDSAM only (tests only).",
                         {"blocks": (("cifar10", "lenet"),), "splits": ("iid",), "rounds": 1, "local_steps": 2,
-                         "max_samples": 500, "max_test_samples": 200, "eval_every": 1,
+                         "max_samples": 500, "max_test_samples": 200, "eval_every": 1, "batch_size": 4,
                          "methods": ("afedpdsam",)}),
         "reduced": Budget("reduced", (0,), "CIFAR-10 with LeNet only; 10 000 of the 50 000 training images (100 per "
                           "client before the split; the paper: 500), 2 000 of the 10 000 test images, 20 rounds of 10 "
@@ -123,7 +123,8 @@ class AFedPDTable2(Experiment):
                     if method not in budget.get("methods", METHODS):
                         continue
                     cfg = {"problem": problem, "model": {"name": model}, "algorithm": {"name": method, **options},
-                           "solver": {"name": "sgd", "lr": 0.1, "local_steps": budget["local_steps"], "batch_size": 50,
+                           "solver": {"name": "sgd", "lr": 0.1, "local_steps": budget["local_steps"],
+                                      "batch_size": budget.get("batch_size", 50),
                                       "weight_decay": 0.001, "lr_decay": 0.998},
                            "sampler": {"name": "uniform", "clients_per_round": 10},
                            # one client at a time: faster than vectorising LeNet over 10 clients on a CPU

@@ -102,6 +102,8 @@ def classify(spec: RunSpec, cfg: Config, path: Path) -> str:
             held = load_config(path / CONFIG).fingerprint()
         except FedpdError:
             held = None
+        if held is not None and cfg.run.store == "auto":
+            held["run"]["store"] = "auto"  # a run writes run.store = "auto" as what it resolved to
         differs = _first_difference(held, cfg.fingerprint()) if held is not None else "config.toml"
         if differs:
             raise ConfigError(f"{path}: holds a run of another config ({differs} differs); give the reproduction "
