@@ -383,8 +383,9 @@ def screen(uploads: list[State], sizes: list[int]) -> tuple[State, Tensor]:
     ``uploads[j]`` holds group j's tensors ``[sizes[j], ...]`` (a group: a chunk of an engine, a
     node's reply). Every key's expected trailing shape is the one most clients sent (a group that
     disagrees, or lacks a key, or has the wrong number of rows, is rejected whole: it cannot be
-    stacked). Returns the stacked uploads (rejected groups' rows filled with NaN, so the row count
-    stays K) and a [K] bool mask of the rows that are well-formed and finite.
+    stacked). Empties ``uploads`` as it stacks them. Returns the stacked uploads (rejected
+    groups' rows filled with NaN, so the row count stays K) and a [K] bool mask of the rows that
+    are well-formed and finite.
     """
     keys = Counter(k for u in uploads for k in u)
     shapes: dict[str, tuple] = {}
@@ -409,16 +410,35 @@ def screen(uploads: list[State], sizes: list[int]) -> tuple[State, Tensor]:
             parts[k].append(u[k] if good else torch.full((n, *shapes[k]), float("nan"), dtype=_dtype(uploads, k),
                                                          device=_device(uploads, k)))
         ok_parts.append(torch.full((n,), good, dtype=torch.bool))
-    stacked = {k: torch.cat(v) for k, v in parts.items()}
+    uploads.clear()  # the caller's list lets go, so each group's tensors are freed once copied
+    stacked = {k: _stack(v) for k, v in parts.items()}
     ok = torch.cat(ok_parts) if ok_parts else torch.zeros(0, dtype=torch.bool)
     return stacked, ok & finite_rows(stacked, ok.numel())
+
+
+def _stack(parts: list[Tensor]) -> Tensor:
+    """``torch.cat(parts)``, emptying ``parts`` as it copies: K uploads of a large model are then
+    held about once, not twice (the parts and their concatenation)."""
+    if len({(p.dtype, p.device) for p in parts}) != 1:
+        return torch.cat(parts)  # mixed types: cat's promotion rules
+    out = torch.empty((sum(p.shape[0] for p in parts), *parts[0].shape[1:]), dtype=parts[0].dtype,
+                      device=parts[0].device)
+    row = 0
+    for i, part in enumerate(parts):
+        out[row:row + part.shape[0]] = part
+        row += part.shape[0]
+        parts[i] = None
+    return out
 
 
 def finite_rows(upload: State, k: int | None = None) -> Tensor:
     """[K] bool (on the CPU): rows whose every entry, in every key, is finite (all True for no keys)."""
     ok = torch.ones(k if k is not None else next(iter(upload.values())).shape[0], dtype=torch.bool)
     for t in upload.values():
-        ok &= torch.isfinite(t.reshape(t.shape[0], -1)).all(1).cpu()
+        rows = t.reshape(t.shape[0], -1)
+        step = max(1, 2**22 // max(rows.shape[1], 1))  # a [rows, d] bool temporary of at most 4 MB
+        for i in range(0, rows.shape[0], step):
+            ok[i:i + step] &= torch.isfinite(rows[i:i + step]).all(1).cpu()
     return ok
 
 

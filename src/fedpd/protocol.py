@@ -69,10 +69,13 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
         comm.up(up)  # what was sent, rejected or not
     comm.rejected_uploads += unusable
     senders = torch.cat([g for g, _ in groups]) if groups else working[:0]
-    upload, keep = screen([u for _, u in groups], [g.numel() for g, _ in groups])
+    uploads, sizes = [u for _, u in groups], [g.numel() for g, _ in groups]
+    del groups  # screen empties ``uploads`` as it stacks them: K uploads are held once, not twice
+    upload, keep = screen(uploads, sizes)
     order = senders.argsort()
-    senders, keep = senders[order], keep[order]
-    upload = {k: v.index_select(0, order.to(v.device)) for k, v in upload.items()}
+    if not torch.equal(order.cpu(), torch.arange(order.numel())):  # already in id order: no copy
+        senders, keep = senders[order], keep[order]
+        upload = {k: v.index_select(0, order.to(v.device)) for k, v in upload.items()}
     upload, _ = attack.corrupt(upload, message, senders, round, seed, algorithm.model_uploads,
                                algorithm.update_uploads)
     keep = keep & finite_rows(upload, senders.numel())
