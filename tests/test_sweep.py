@@ -116,3 +116,11 @@ def test_cli_prints_the_compare_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "fedavg" in out and "scaffold" in out and "2 runs in" in out
+
+
+def test_a_bad_seed_in_a_config_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.format(algorithm="fedavg").replace('dtype = "float64"', 'dtype = "float64"\nseed = "x"'))
+    code = main(["sweep", str(bad), "--out", str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "run.seed" in err and len(err.strip().splitlines()) == 1

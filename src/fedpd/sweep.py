@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fedpd.config import apply_overrides, load_toml
+from fedpd.config import apply_overrides, load_config, load_toml
 from fedpd.options import SEED_MAX
 from fedpd.errors import ConfigError
 from fedpd.reproduce.execute import default_jobs, plan, run_jobs
@@ -57,7 +57,12 @@ def specs(configs: list[str | Path], seeds: list[int] | None = None, overrides: 
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*", name):
             raise ConfigError(f"config {str(path)!r}: its name makes no directory name (letters, digits, _ . = + - only)")
         raw = apply_overrides(load_toml(path), list(overrides))
-        for seed in seeds if seeds is not None else [raw.get("run", {}).get("seed", 0)]:
+        if seeds is None:
+            try:
+                own = [load_config(raw).run.seed]
+            except ConfigError as err:
+                raise ConfigError(f"config {str(path)!r}: {err}") from None
+        for seed in seeds if seeds is not None else own:
             cfg = apply_overrides(raw, [f"run.seed={seed}"])
             out.append(RunSpec(key=f"{name}/s{seed}", group=name, seed=seed, config=cfg))
     return out
