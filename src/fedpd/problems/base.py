@@ -135,10 +135,12 @@ class Problem:
         * vectorised: the forward pass ``vmap``-ed over the clients, one ordinary autograd call on
           Σ_k f_k (f_k depends on x_k alone, so its gradient with respect to the stacked x is every
           client's own gradient) — for small models, where a step is mostly Python overhead;
-        * per client: the module itself, its parameters pointed at x_k and its gradients at a
-          flat buffer, so autograd writes ∇f_k straight into a flat vector — for large models, where
-          vectorising over clients copies and transposes every weight gradient. The two agree to
-          rounding, not bitwise.
+          multinomial logistic regression skips autograd for its closed form
+          (:func:`softmax_regression_gradients`);
+        * per client: the module itself, its parameters pointed at views of x_k, autograd's
+          gradient of each parameter joined into the flat ∇f_k by one ``cat`` — for large models,
+          where vectorising over clients copies and transposes every weight gradient. The two
+          agree to rounding, not bitwise.
         """
         return self._per_client_gradients if self.per_client else self._client_gradients
 

@@ -150,9 +150,9 @@ class AFedPDTable2(Experiment):
                 header += [f"{label} (ours)", f"{label} (paper)"]
             sections.append(f"## {BLOCKS[(dataset, model)]}: test accuracy (%) after {budget['rounds']} rounds\n\n"
                             + rep.md_table(header, rows))
-        fig, axes = rep.figure(len(blocks), 2, size=(11, 3.8 * len(blocks)))
+        fig, axes = rep.figure(len(blocks), len(SPLITS), size=(15, 3.8 * len(blocks)))
         for row, (dataset, model) in enumerate(blocks):
-            for col, split in enumerate(("iid", "dir0.1")):
+            for col, split in enumerate(SPLITS):
                 ax = axes[row][col]
                 for method, (label, _) in METHODS.items():
                     rep.band(ax, results.select(dataset=dataset, model=model, split=split, method=method), "test_acc",
