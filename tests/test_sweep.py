@@ -115,7 +115,7 @@ def test_cli_prints_the_compare_table(tmp_path, capsys):
     code = main(["sweep", *map(str, _configs(tmp_path)), "--seeds", "3", "--jobs", "1", "--out", str(tmp_path / "s")])
     out = capsys.readouterr().out
     assert code == 0
-    assert "fedavg" in out and "scaffold" in out and "2 runs in" in out
+    assert "fedavg/s3" in out and "scaffold/s3" in out and "2 runs in" in out
 
 
 def test_a_bad_seed_in_a_config_is_one_line(tmp_path, capsys):

@@ -151,7 +151,8 @@ def _cmd_sweep(args) -> int:
         out = f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     dirs = sweep(args.configs, out, seeds=seeds, overrides=args.set or [], jobs=args.jobs, progress=not args.quiet)
     if not args.quiet:
-        render_table(*compare_table(dirs), title=f"{len(dirs)} runs in {out}")
+        labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>/s<seed>
+        render_table(*compare_table(dirs, labels=labels), title=f"{len(dirs)} runs in {out}")
     return 0
 
 

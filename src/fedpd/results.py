@@ -186,11 +186,12 @@ class Column:
     priority: int = 0   # lower: kept first when the terminal is narrow
 
 
-def compare_table(paths, metrics=None) -> tuple[list[Column], list[dict]]:
-    """The columns and the rows (raw values) of ``fedpd compare``: per run its label, path,
-    algorithm, rounds, communication and the final and best value of each metric."""
+def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple[list[Column], list[dict]]:
+    """The columns and the rows (raw values) of ``fedpd compare``: per run its label (default:
+    what tells the runs apart), path, algorithm, rounds, communication and the final and best
+    value of each metric."""
     runs = [_load(p) for p in paths]
-    labels = run_labels(runs, skip_seeds=False)
+    labels = labels or run_labels(runs, skip_seeds=False)
     if metrics is None:
         metrics = [m for m in COMPARE_METRICS if any(m in r.records[-1] for r in runs)]
     else:
