@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from fedpd import registry
+from fedpd.cli import main
 from fedpd.config import load_config
 from fedpd.runner import Simulation
 from fedpd.context import ClientContext, ServerContext
@@ -84,3 +85,10 @@ class Recorder:
         res = self.inner.solve(ctx, x, objective, tol)
         self.rounds.append((ctx.ids.clone(), res.x.clone()))
         return res
+
+
+def run_cli(args, capsys) -> tuple[int, str, str]:
+    """``fedpd ARGS`` in this process: (exit status, stdout, stderr)."""
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err

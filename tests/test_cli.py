@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedpd.cli import main
+from helpers import run_cli
 
 GOOD = """
 [problem]
@@ -31,12 +31,6 @@ def config(tmp_path) -> Path:
     path = tmp_path / "good.toml"
     path.write_text(GOOD)
     return path
-
-
-def run_cli(args, capsys):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 BAD = [

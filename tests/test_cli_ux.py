@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 import fedpd
-from fedpd.cli import main, make_parser
+from fedpd.cli import make_parser
 from fedpd.registry import TABLES
+
+from helpers import run_cli as cli
 
 SMALL = """
 [problem]
@@ -39,12 +41,6 @@ def config(tmp_path) -> Path:
     path = tmp_path / "small.toml"
     path.write_text(SMALL)
     return path
-
-
-def cli(args, capsys):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def one_line(err: str) -> str:

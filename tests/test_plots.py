@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'fe
 
 from matplotlib.collections import PolyCollection  # noqa: E402
 
-from fedpd.cli import main  # noqa: E402
+from helpers import run_cli as cli  # noqa: E402
 from fedpd.results import runs_figure  # noqa: E402
 
 SMALL = """
@@ -36,12 +36,6 @@ clients_per_round = 3
 rounds = 6
 eval_every = 2
 """
-
-
-def cli(args, capsys):
-    code = main([str(a) for a in args])
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def make_run(tmp_path: Path, out: Path, capsys, *overrides: str) -> Path:

@@ -168,6 +168,17 @@ class Config:
         return out
 
 
+def first_difference(a, b, prefix: str = "") -> str:
+    """The first key where two resolved configs differ ("" if none)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            where = first_difference(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
+            if where:
+                return where
+        return ""
+    return "" if a == b else prefix
+
+
 def load_config(source: str | Path | dict | Config, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     if isinstance(source, Config):
         source = source.resolved()

@@ -32,7 +32,7 @@ from fedpd import registry
 from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import Attack
 from fedpd.checks import check_against_problem, check_finite
-from fedpd.config import RESUMABLE, Config, load_config
+from fedpd.config import RESUMABLE, Config, first_difference, load_config
 from fedpd.context import FederationInfo
 from fedpd.disk_store import DiskStore, choose_store, default_store_dir, log, state_bytes, store_budget
 from fedpd.engine import Engine, InProcessEngine
@@ -323,17 +323,6 @@ class Simulation:
         self.engine.load_state_dict(sd["engine"])
 
 
-def _first_difference(a, b, prefix: str = "") -> str:
-    """The first key where two resolved configs differ ("" if none)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in list(a) + [k for k in b if k not in a]:
-            where = _first_difference(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
-            if where:
-                return where
-        return ""
-    return "" if a == b else prefix
-
-
 def read_checkpoint(path: Path, cfg: Config) -> dict:
     """The checkpoint at ``path``, loaded without executing code (``weights_only``) and checked to
     belong to ``cfg``; otherwise one line naming the file and the reason (nothing is changed)."""
@@ -349,7 +338,7 @@ def read_checkpoint(path: Path, cfg: Config) -> dict:
     if sd.get("version") != CHECKPOINT_VERSION:
         raise ConfigError(f"{path}: checkpoint format version {sd.get('version')!r}; this fedpd reads version "
                           f"{CHECKPOINT_VERSION} (start the run again with --overwrite)")
-    differs = _first_difference(sd.get("config"), cfg.fingerprint())
+    differs = first_difference(sd.get("config"), cfg.fingerprint())
     if differs:
         raise ConfigError(f"{path}: belongs to a run with another config ({differs} differs from "
                           f"{CONFIG}); refusing to continue it")

@@ -29,7 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedpd.config import Config, load_config
+from fedpd.config import Config, first_difference, load_config
 from fedpd.errors import ConfigError, FedpdError
 from fedpd.io import atomic_torch_save, read_jsonl
 from fedpd.reproduce.spec import RunSpec
@@ -47,16 +47,6 @@ class Job:
     @property
     def rounds(self) -> int:
         return self.cfg.run.rounds
-
-
-def _first_difference(a, b, prefix: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in list(a) + [k for k in b if k not in a]:
-            where = _first_difference(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
-            if where:
-                return where
-        return ""
-    return "" if a == b else prefix
 
 
 def validate(specs: list[RunSpec]) -> list[Config]:
@@ -104,7 +94,7 @@ def classify(spec: RunSpec, cfg: Config, path: Path) -> str:
             held = None
         if held is not None and cfg.run.store == "auto":
             held["run"]["store"] = "auto"  # a run writes run.store = "auto" as what it resolved to
-        differs = _first_difference(held, cfg.fingerprint()) if held is not None else "config.toml"
+        differs = first_difference(held, cfg.fingerprint()) if held is not None else "config.toml"
         if differs:
             raise ConfigError(f"{path}: holds a run of another config ({differs} differs); give the reproduction "
                               f"another --out, or delete that run directory")
