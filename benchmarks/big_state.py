@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 import fedpd
-from fedpd.runner import Simulation
+from fedpd.simulation import Simulation
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ def fedpd_config(rounds: int, engine: str) -> dict:
 def child_fedpd(engine: str, rounds: int, out: Path) -> None:
     """One fedpd run, timing each round (evaluation excluded)."""
     from fedpd.config import load_config
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     cfg = load_config(fedpd_config(rounds, engine))
     stamps = []

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fedpd.config import load_config
-from fedpd.runner import Simulation
+from fedpd.simulation import Simulation
 
 ROUNDS, CLIENTS, PER_ROUND, STEPS, BATCH, LR = 30, 100, 10, 20, 10, 0.05
 

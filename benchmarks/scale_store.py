@@ -36,7 +36,7 @@ import torch
 from fedpd.config import load_config
 from fedpd.problems.lazy import is_lazy
 from fedpd.problems.synthetic import fedprox_synthetic
-from fedpd.runner import Simulation
+from fedpd.simulation import Simulation
 
 ALGORITHMS = {"afedpd": {"name": "afedpd", "eta": 10.0}, "feddyn": {"name": "feddyn", "eta": 10.0}}
 SIZES = (10**2, 10**6)

@@ -30,12 +30,12 @@ import torch
 import torch.nn.functional as F
 
 from fedpd.algorithms.fedavg import FedAvg
+from fedpd.build import PER_CLIENT_ABOVE
 from fedpd.engine import InProcessEngine
 from fedpd.flat import FlatModel
 from fedpd.models import build_model
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
-from fedpd.runner import PER_CLIENT_ABOVE
 from fedpd.solvers import SGDSolver
 from fedpd.store import MemoryStore
 

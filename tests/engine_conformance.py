@@ -21,7 +21,7 @@ import torch
 
 import fedpd
 from fedpd.config import load_config
-from fedpd.runner import Simulation
+from fedpd.simulation import Simulation
 
 PROBLEM = {"name": "synthetic", "clients": 8, "dim": 4, "classes": 3, "max_client_samples": 20, "seed": 2}
 SGD = {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4, "straggler_fraction": 0.3}

@@ -7,9 +7,9 @@ import torch
 from fedpd import registry
 from fedpd.cli import main
 from fedpd.config import load_config
-from fedpd.runner import Simulation
 from fedpd.context import ClientContext, ServerContext
 from fedpd.problems.base import ClientData
+from fedpd.simulation import Simulation
 from fedpd.streams import ClientStreams
 
 

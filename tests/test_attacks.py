@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from fedpd.attacks import make_attack, party_count, screen, transform_parties
+from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.problems.base import ClientSplit
 from fedpd.problems.fedplus import outlier_parties
-from fedpd.config import load_config
 from tests.helpers import ls_hessian, simulation
 
 DT = torch.float64
@@ -129,8 +129,8 @@ def test_label_flip_classes_and_real_targets():
 @pytest.mark.parametrize("splits", ["train", "both"])
 def test_data_attack_through_config_poisons_train_or_both(splits):
     problem = {"name": "least_squares", "clients": 4, "dim": 3, "samples_per_client": 6}
+    from fedpd.build import build_problem
     from fedpd.config import load_config
-    from fedpd.runner import build_problem
 
     clean = simulation({"name": "fedavg"}, problem=problem)
 
@@ -152,7 +152,7 @@ def test_nan_party_never_changes_the_server_model_and_is_counted(algorithm):
     """Party 3 sends NaN every round: the server model is the aggregate of parties 0–2 alone."""
     attack = {"name": "nan", "parties": [3]}
     from fedpd.config import load_config
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     cfg = {"problem": {"name": "least_squares", "clients": 4, "dim": 3, "samples_per_client": 6},
            "algorithm": algorithm,
@@ -174,7 +174,7 @@ def test_nan_party_never_changes_the_server_model_and_is_counted(algorithm):
 
 def test_fedavg_nan_party_equals_run_without_that_party():
     from fedpd.config import load_config
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     base = {"algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 2},
             "sampler": {"name": "all"}, "run": {"rounds": 3}}
@@ -271,7 +271,7 @@ def test_ipm_sends_minus_epsilon_times_the_honest_mean_update(epsilon):
 def test_ipm_with_large_epsilon_breaks_the_mean_but_not_the_median():
     """Through the config: 2 of 8 participants send −100 × the honest mean update each round."""
     from fedpd.config import load_config
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     def final_loss(aggregator):
         cfg = {"problem": {"name": "least_squares", "clients": 8, "dim": 3, "samples_per_client": 10},

@@ -185,9 +185,9 @@ def test_all_examples_validate():
 
 
 def test_plot_split_draws_the_label_matrix_of_a_run(config, tmp_path, capsys):
+    from fedpd.build import build_problem
     from fedpd.config import load_config
     from fedpd.results import label_counts
-    from fedpd.runner import build_problem
 
     cfg = tmp_path / "s.toml"
     cfg.write_text('[problem]\nname = "synthetic"\nclients = 6\nmax_client_samples = 40\n'

@@ -246,7 +246,7 @@ def test_resume_says_where_it_continues_and_takes_threads(config, tmp_path, caps
 
 @pytest.mark.parametrize("stop_at,has_checkpoint", [(1, False), (3, True)])
 def test_ctrl_c_names_the_real_run_directory(config, tmp_path, capsys, monkeypatch, stop_at, has_checkpoint):
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     step = Simulation.step
 
@@ -270,7 +270,7 @@ def test_ctrl_c_names_the_real_run_directory(config, tmp_path, capsys, monkeypat
 
 
 def test_ctrl_c_in_the_demo_names_the_run_and_how_to_start_again(tmp_path, capsys, monkeypatch):
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     step = Simulation.step
 
@@ -311,7 +311,7 @@ def test_batch_check_uses_the_largest_client(tmp_path):
     (minibatches are drawn with replacement)."""
     from fedpd.config import load_config
     from fedpd.errors import ConfigError
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     cfg = {"problem": {"name": "synthetic", "clients": 5, "max_client_samples": 200}, "algorithm": {"name": "fedavg"},
            "solver": {"name": "sgd", "batch_size": 1}, "run": {"rounds": 1}}

@@ -16,11 +16,12 @@ import torch
 
 from fedpd.streams import ClientStreams
 
+from fedpd.build import build_problem
 from fedpd.cli import main
 from fedpd.config import load_config
 from fedpd.data import load_dataset
 from fedpd.problems.dataset import AugmentedSplit
-from fedpd.runner import build_problem, run
+from fedpd.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
 

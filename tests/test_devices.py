@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fedpd.build import resolve_device
 from fedpd.cli import main
 from fedpd.config import load_config
-from fedpd.runner import Simulation, resolve_device
+from fedpd.simulation import Simulation
 
 CFG = """
 [problem]

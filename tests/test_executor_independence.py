@@ -19,7 +19,7 @@ import torch
 
 import fedpd
 from fedpd import registry
-from fedpd.runner import Simulation
+from fedpd.simulation import Simulation
 
 PROBLEM = {"name": "synthetic", "clients": 10, "dim": 5, "classes": 3, "max_client_samples": 30, "seed": 1}
 SGD = {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4, "straggler_fraction": 0.4, "momentum": 0.5,

@@ -329,7 +329,7 @@ def test_robustness_the_median_is_what_survives_scaled_updates():
 def test_fedplus_state_resumes_exactly():
     """The server's [N, d] table of latest models and the attack stream are part of the checkpoint."""
     from fedpd.config import load_config
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     cfg = load_config({"problem": {"name": "least_squares", "clients": 4, "dim": 3, "samples_per_client": 6},
                        "algorithm": {"name": "fedgeomed_plus", "sigma": 2.0, "delta": 0.1},

@@ -17,7 +17,7 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[
 
 import fedpd  # noqa: E402
 from fedpd.config import load_config  # noqa: E402
-from fedpd.runner import Simulation  # noqa: E402
+from fedpd.simulation import Simulation  # noqa: E402
 
 from engine_conformance import CASES, EngineConformance, config, records  # noqa: E402
 

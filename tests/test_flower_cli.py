@@ -26,7 +26,8 @@ def test_app_holds_fedpds_components_and_the_resolved_config(tmp_path):
     assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run"),
                  "--set", "run.rounds=7"]) == 0
     app = tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]
-    assert app["components"] == {"serverapp": "fedpd.flower.apps:server_app", "clientapp": "fedpd.flower.apps:client_app"}
+    assert app["components"] == {"serverapp": "fedpd.flower.serverapp:server_app",
+                                 "clientapp": "fedpd.flower.clientapp:client_app"}
     run_cfg = tomllib.loads(app["config"]["fedpd-config"])
     assert run_cfg["algorithm"]["name"] == "feddyn" and run_cfg["run"]["rounds"] == 7
     assert app["config"]["out"] == str((tmp_path / "run").absolute())

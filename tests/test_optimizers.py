@@ -8,7 +8,7 @@ import torch
 
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
-from fedpd.runner import Simulation
+from fedpd.simulation import Simulation
 from helpers import client_data, ls_grad, simulation, step_batches, streams
 
 F64 = torch.float64

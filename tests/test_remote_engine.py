@@ -9,12 +9,13 @@ import pytest
 import torch
 
 import fedpd
+from fedpd.build import build, build_problem
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.remote.engine import LoopbackTransport, RemoteEngine
 from fedpd.remote.messages import Envelope
 from fedpd.remote.node import NodeRuntime
-from fedpd.runner import Simulation, build, build_problem
+from fedpd.simulation import Simulation
 
 CFG = {"problem": {"name": "least_squares", "clients": 6, "dim": 3, "samples_per_client": 8},
        "algorithm": {"name": "afedpd", "eta": 2.0},

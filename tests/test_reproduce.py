@@ -211,7 +211,7 @@ def test_report_tables_and_numbers():
 
 
 def test_fedpd_logreg_heterogeneity_interpolates_between_one_truth_and_strong():
-    from fedpd.runner import build_problem
+    from fedpd.build import build_problem
 
     def problem(**opts):
         return build_problem(load_config({"problem": {"name": "fedpd_logreg", "clients": 5, "samples_per_client": 50,

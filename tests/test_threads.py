@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from fedpd import threads
+from fedpd.build import build_problem
 from fedpd.config import load_config
-from fedpd.runner import Simulation, build_problem
+from fedpd.simulation import Simulation
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,8 @@ SCAFFOLD) on one vectorised simulator with honest communication accounting.
 
 from fedpd.config import Config, load_config
 from fedpd.errors import ConfigError, DataError, FedpdError
-from fedpd.runner import RunResult, Simulation, run
+from fedpd.runner import RunResult, run
+from fedpd.simulation import Simulation
 
 __all__ = ["run", "RunResult", "Simulation", "Config", "load_config", "FedpdError", "ConfigError", "DataError"]
 __version__ = "0.1.0"

@@ -50,7 +50,7 @@ class RunOptions(Options):
                                 "the nodes to connect) before its clients count as dropped out")
     execution: Literal["auto", "vectorised", "per_client"] = Field(
         "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
-        "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.runner.PER_CLIENT_ABOVE)")
+        "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.build.PER_CLIENT_ABOVE)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
                               "participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "

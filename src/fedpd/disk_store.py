@@ -149,7 +149,7 @@ class DiskStore:
     ``journal``: keep undo logs so a run resumes exactly from its last checkpoint (off for runs
     without a run directory, which cannot resume). The directory is given by :meth:`attach`
     (the run loop: ``<run>/store`` or ``run.store_dir``); a store used without one (a
-    :class:`fedpd.runner.Simulation` driven by hand) opens a temporary directory, removed with it.
+    :class:`fedpd.simulation.Simulation` driven by hand) opens a temporary directory, removed with it.
     """
 
     kind = "disk"

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from fedpd.config import load_toml
-from fedpd.errors import ConfigError
 from fedpd.data.partition import label_matrix
+from fedpd.errors import ConfigError
 from fedpd.io import atomic_write_bytes, read_jsonl
 from fedpd.problems.base import ClientSplit
 
@@ -571,9 +571,10 @@ def class_names(problem, values: list) -> list[str]:
 def plot_split(path: str | Path, output: str | Path = "split.png") -> Path:
     """Heatmap of the label distribution (clients × classes) of a run's training split, rebuilt
     from the run's ``config.toml`` (the same problem, partition and seed)."""
+    from fedpd.build import build_problem
     from fedpd.config import load_config
     from fedpd.data.cli import plot_label_matrix
-    from fedpd.runner import CONFIG, build_problem
+    from fedpd.runner import CONFIG
 
     path = Path(path)
     output, fmt = _figure_path(output)

@@ -3,9 +3,9 @@ certificates and SuperNode keys (``fedpd flower app``, ``fedpd flower certs``; d
 walks through a deployment with them).
 
 The app is a directory ``flwr run`` packs: a ``pyproject.toml`` whose components are fedpd's own
-ServerApp and ClientApp (:mod:`fedpd.flower.apps`, so fedpd must be installed on the SuperLink's
-machine and on every SuperNode) and whose run config holds the resolved fedpd config and the run
-directory on the server machine.
+ServerApp and ClientApp (:mod:`fedpd.flower.serverapp`, :mod:`fedpd.flower.clientapp`; so fedpd
+must be installed on the SuperLink's machine and on every SuperNode) and whose run config holds
+the resolved fedpd config and the run directory on the server machine.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False)
                     "dependencies": ["fedpd[flower]"]},
         "tool": {"flwr": {"app": {
             "publisher": "fedpd",
-            "components": {"serverapp": "fedpd.flower.apps:server_app", "clientapp": "fedpd.flower.apps:client_app"},
+            "components": {"serverapp": "fedpd.flower.serverapp:server_app",
+                           "clientapp": "fedpd.flower.clientapp:client_app"},
             "config": {"fedpd-config": cfg.to_toml(), "out": str(Path(run_dir).absolute()), "resume": False,
                        "overwrite": False},
         }}},

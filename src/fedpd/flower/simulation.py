@@ -1,7 +1,8 @@
 """``run.engine = "flower"``: a fedpd run on Flower's simulation runtime (Ray backend).
 
-``fedpd run`` (or :func:`fedpd.run`) starts ``flwr.simulation.run_simulation`` with
-``run.nodes`` virtual SuperNodes; the fedpd loop runs in the ServerApp, which Flower runs in a
+``fedpd run`` (or :func:`fedpd.run`, through :func:`fedpd.engines.open_runtime`) holds a
+:class:`FlowerSession` open: ``flwr.simulation.run_simulation`` with ``run.nodes`` virtual
+SuperNodes; the fedpd loop runs in the ServerApp, which Flower runs in a
 thread of this process, and writes the run directory as usual; virtual node k hosts the k-th
 block of clients and keeps their states under ``<run>/nodes/node<k>``. With ``RAY_ADDRESS`` set
 the virtual nodes run on that Ray cluster (``ray start --head`` here, ``ray start --address=…``
@@ -13,11 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import tempfile
 import threading
 import time
 import warnings
-from pathlib import Path
 
 from fedpd.config import Config
 from fedpd.flower import require_flower
@@ -79,7 +78,7 @@ class FlowerSession:
     def _simulate(self, app, nodes: int, backend: dict) -> None:
         from flwr.simulation import run_simulation
 
-        from fedpd.flower.apps import client_app
+        from fedpd.flower.clientapp import client_app
 
         try:
             with warnings.catch_warnings():
@@ -136,14 +135,3 @@ class SessionTransport:
 
     def pull(self, handles):
         return self.session.call(lambda grid: FlowerTransport(grid).pull(handles))
-
-
-def run_on_flower(cfg: Config, out: Path | None, *, resume: bool, rewrite_config: bool, progress: bool,
-                  overwrite: bool, label: str):
-    """:func:`fedpd.runner.execute` with the clients on ``run.nodes`` virtual SuperNodes."""
-    from fedpd.runner import execute
-
-    workdir = None if out is not None else Path(tempfile.mkdtemp(prefix="fedpd-flower-"))
-    with FlowerSession(cfg.run.nodes, backend_config(cfg)) as session:
-        return execute(cfg, out, resume=resume, rewrite_config=rewrite_config, progress=progress,
-                       overwrite=overwrite, label=label, transport=session.transport, workdir=workdir)

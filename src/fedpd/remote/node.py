@@ -11,10 +11,12 @@ in a Flower deployment, be a fresh process per message) and continue from its fi
 from __future__ import annotations
 
 import hashlib
+import tomllib
 from pathlib import Path
 
 import torch
 
+from fedpd.build import build, build_problem, resolve_device
 from fedpd.config import load_config
 from fedpd.context import ClientContext
 from fedpd.problems.base import ClientData
@@ -28,10 +30,6 @@ def _pieces(config_toml: str):
     """(cfg, problem, algorithm, solver) of a run's config, built once per process."""
     key = hashlib.sha256(config_toml.encode()).hexdigest()
     if key not in _BUILT:
-        from fedpd.runner import build, build_problem, resolve_device
-
-        import tomllib
-
         cfg = load_config(tomllib.loads(config_toml))
         problem = build_problem(cfg, resolve_device(cfg.run.device))
         algorithm, solver, _ = build(cfg, problem)

@@ -115,7 +115,7 @@ def trace_models(config: dict, path: Path) -> None:
     identical pass of the run: the simulator is deterministic given the config)."""
     import torch
 
-    from fedpd.runner import Simulation
+    from fedpd.simulation import Simulation
 
     sim = Simulation(load_config(config))
     models = [sim.model().detach().to("cpu", torch.float64).clone()]

@@ -227,8 +227,8 @@ def delta_sq(config: dict) -> tuple[float, float]:
     point (the regulariser, common to all agents, cancels)."""
     import torch
 
+    from fedpd.build import build_problem
     from fedpd.config import load_config
-    from fedpd.runner import build_problem
 
     problem = build_problem(load_config(config))
     x = problem.x_init.clone().requires_grad_(True)

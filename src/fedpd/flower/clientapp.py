@@ -1,7 +1,7 @@
-"""The Flower ClientApp and ServerApp that run fedpd (``fedpd.flower.apps:client_app`` and
-``fedpd.flower.apps:server_app``, the components of the app ``fedpd flower app`` writes).
+"""The Flower ClientApp that runs fedpd's clients (``fedpd.flower.clientapp:client_app``, the
+client component of the app ``fedpd flower app`` writes, and the ClientApp of a simulation).
 
-ClientApp — every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.NodeRuntime`:
+Every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.NodeRuntime`:
 
 * in a deployment, the node's own config names the clients it hosts and where their states live:
   ``flower-supernode --node-config "hosted-clients='0-49' store-dir='/var/lib/fedpd/n0'"``
@@ -9,11 +9,6 @@ ClientApp — every message is a fedpd envelope for this node's :class:`~fedpd.r
   the config's ``problem.data_dir`` on that machine;
 * in Flower's simulation runtime, virtual node k of n hosts the k-th contiguous block of the
   client ids and keeps their states under the run directory (``<run>/nodes/node<k>``).
-
-ServerApp (deployment) — reads its run config (``fedpd-config``: the run's TOML; ``out``: the run
-directory on the server machine; ``resume``, ``overwrite``) and runs the fedpd loop with the
-remote engine over its ``Grid``: metrics.jsonl and checkpoints are written there, as by
-``fedpd run``.
 """
 
 from __future__ import annotations
@@ -25,9 +20,8 @@ from pathlib import Path
 import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid, ServerApp
 
-from fedpd.errors import ConfigError
+from fedpd.build import hosted_clients
 from fedpd.flower.transport import to_content, to_envelope
 from fedpd.remote.messages import Envelope
 from fedpd.remote.node import NodeRuntime, _pieces
@@ -55,8 +49,6 @@ def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
             raise ValueError("node config: store-dir missing (where this node keeps its clients' states)")
         return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True)
     if "partition-id" in node_config:  # a virtual node of Flower's simulation runtime
-        from fedpd.runner import hosted_clients
-
         cfg, problem, _, _ = _pieces(request.config["config"])
         k, n = int(node_config["partition-id"]), int(node_config["num-partitions"])
         root = request.config.get("store-root")
@@ -93,24 +85,3 @@ def _where() -> str:
     except Exception:  # no Ray here (a deployment)
         pass
     return where
-
-
-server_app = ServerApp()
-
-
-@server_app.main()
-def _main(grid: Grid, context: Context) -> None:
-    from fedpd.config import load_config
-    from fedpd.flower.transport import FlowerTransport
-    from fedpd.runner import run
-
-    rc = dict(context.run_config)
-    if "fedpd-config" not in rc:
-        raise ConfigError("run config: fedpd-config missing (write the app with: fedpd flower app CONFIG --out DIR)")
-    out = Path(str(rc.get("out") or "runs/flower"))
-    resume = bool(rc.get("resume", False))
-    cfg = load_config(tomllib.loads(str(rc["fedpd-config"])))
-    kwargs = {"resume": out} if resume else {"config": cfg, "out": out, "overwrite": bool(rc.get("overwrite", False))}
-    result = run(**kwargs, progress=True, transport=FlowerTransport(grid))
-    last = result.history[-1] if result.history else {}
-    print(f"fedpd: finished round {last.get('round')}; run directory: {out}", flush=True)

@@ -1,0 +1,154 @@
+"""A run's objects from its config, below every engine: the device, the problem (with a data
+attack applied), the algorithm, the local solver and the sampler, every cross-check done before
+anything runs, and the client store ``run.store`` asks for.
+
+The in-process simulation (:mod:`fedpd.simulation`) and a remote node (:mod:`fedpd.remote.node`)
+build their pieces here, so a client's ``local`` is the same computation wherever it runs. This
+module imports no engine, runtime or run loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from fedpd import registry
+from fedpd.algorithms.base import Algorithm
+from fedpd.attacks import Attack
+from fedpd.config import Config
+from fedpd.context import FederationInfo
+from fedpd.disk_store import DiskStore, choose_store, log, state_bytes, store_budget
+from fedpd.errors import ConfigError
+from fedpd.problems.base import Problem
+from fedpd.solvers import GradientSolver
+from fedpd.store import ClientStore, MemoryStore, State
+
+
+def resolve_device(name: str) -> torch.device:
+    """``run.device`` as a torch device; a device this machine does not have is a ConfigError."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+    if name.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(name.partition(":")[2] or 0)
+        if index >= count:
+            have = f"{count} CUDA device(s)" if count else "no CUDA device"
+            raise ConfigError(f"run.device: {name!r} is not present (torch sees {have}; allowed: cpu, auto"
+                              f"{', cuda:0..cuda:' + str(count - 1) if count else ''})")
+    if name == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ConfigError("run.device: 'mps' is not present on this machine (allowed: cpu, auto)")
+    return torch.device(name)
+
+
+#: ``run.execution = "auto"``: models with more parameters than this train one client at a time
+#: through the module (per client), smaller ones vectorised over the clients of a chunk. Measured
+#: with benchmarks/side_by_side.py (docs/performance.md): logistic regression (7 850 parameters)
+#: is 1.3x faster vectorised, the MLP 784-200-200-10 (199 210) and the CNNs faster per client.
+PER_CLIENT_ABOVE = 50_000
+
+
+def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
+    entry = registry.PROBLEMS[cfg.names["problem"]]
+    takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem
+    if not takes_model:
+        for key, value in cfg.model.items():
+            if (key, value) != ("name", "auto"):
+                raise ConfigError(f"model.{key}: problem '{cfg.names['problem']}' has a fixed model "
+                                  f"(allowed: no [model] section, or name = \"auto\")")
+    extra = {"model": dict(cfg.model)} if takes_model else {}
+    problem = entry.build(**cfg.options["problem"].model_dump(), **extra)
+    problem = build_attack(cfg).apply_data(problem)  # outliers by data (a no-op for other attacks)
+    # auto: float64 for the built-in problems, the problem's own choice (float32 for datasets)
+    auto = problem.info.get("dtype", torch.float64)
+    dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
+    problem = problem.to(dtype, device)
+    execution = cfg.run.execution
+    problem.per_client = execution == "per_client" or (execution == "auto" and problem.dim > PER_CLIENT_ABOVE)
+    return problem
+
+
+def build_attack(cfg: Config) -> Attack:
+    """The run's fault / attack (``[attack]``, default none), not yet bound to a run."""
+    return registry.ATTACKS[cfg.names["attack"]].build(**cfg.options["attack"].model_dump())
+
+
+def check_solver(cfg: Config, algorithm: Algorithm, solver, problem: Problem) -> None:
+    """The one place that checks the solver against the algorithm and the problem."""
+    name, solver_name = cfg.names["algorithm"], cfg.names["solver"]
+    options = cfg.options["solver"]
+    if not algorithm.uses_solver:
+        changed = [k for k, f in type(options).model_fields.items() if getattr(options, k) != f.default]
+        if solver_name != registry.DEFAULT_NAMES["solver"] or changed:
+            key = changed[0] if changed else "name"
+            raise ConfigError(f"solver.{key}: algorithm '{name}' runs no local solver (its step size is "
+                              f"algorithm.eta; allowed: no [solver] section)")
+        return
+    if solver_name == "exact" and problem.quadratic is None:
+        raise ConfigError(f"solver.name: 'exact' needs a quadratic problem (least_squares, fedplus_regression); "
+                          f"'{cfg.names['problem']}' is not (allowed: gd, sgd)")
+    if algorithm.needs_gradient_solver and not isinstance(solver, GradientSolver):
+        raise ConfigError(f"solver.name: algorithm '{name}' takes local gradient steps (allowed: gd, sgd)")
+    fields = type(options).model_fields
+    for key in algorithm.unused_solver_options:
+        if key in fields and getattr(options, key) != fields[key].default:
+            raise ConfigError(f"solver.{key}: algorithm '{name}' has no use for it in its local steps "
+                              f"(allowed: {fields[key].default})")
+
+
+def federation_info(problem: Problem) -> FederationInfo:
+    return FederationInfo(problem.num_clients, problem.dim, problem.model, problem.x_init.dtype, problem.device,
+                          int(problem.train.sizes.max()) if problem.num_clients else 0)
+
+
+def build(cfg: Config, problem: Problem):
+    """(algorithm, solver, sampler) of a config, every cross-check done before anything runs."""
+    num_clients = problem.num_clients
+    algorithm = registry.ALGORITHMS[cfg.names["algorithm"]].build(**cfg.options["algorithm"].model_dump())
+    solver = registry.SOLVERS[cfg.names["solver"]].build(**cfg.options["solver"].model_dump())
+    check_solver(cfg, algorithm, solver, problem)
+    sampler_opts = cfg.options["sampler"].model_dump()
+    if sampler_opts.get("clients_per_round", 0) > num_clients:
+        raise ConfigError(f"sampler.clients_per_round: {sampler_opts['clients_per_round']} exceeds the problem's "
+                          f"{num_clients} clients (allowed: 1..{num_clients})")
+    if algorithm.participation == "all" and cfg.names["sampler"] != "all":
+        raise ConfigError(f"sampler.name: algorithm '{cfg.names['algorithm']}' needs every client every round "
+                          f"(allowed: all)")
+    sampler = registry.SAMPLERS[cfg.names["sampler"]].build(num_clients, **sampler_opts)
+    need = algorithm.min_uploads()
+    if need > 1:
+        aggregator = getattr(cfg.options["algorithm"], "aggregator", "the aggregator")
+        if sampler.per_round is None:
+            raise ConfigError(f"sampler.name: aggregator '{aggregator}' needs {need} uploads every round and "
+                              f"'{cfg.names['sampler']}' gives a varying number (allowed: uniform, all)")
+        if sampler.per_round < need:
+            raise ConfigError(f"algorithm.aggregator_options: aggregator '{aggregator}' with these options needs at "
+                              f"least {need} uploads per round; the sampler gives {sampler.per_round} (allowed: "
+                              f"fewer Byzantine clients or more participants)")
+    algorithm.setup(federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
+    return algorithm, solver, sampler
+
+
+
+def hosted_clients(num_clients: int, nodes: int, k: int) -> list[int]:
+    """The clients node k of ``nodes`` hosts: the k-th contiguous block of the ids."""
+    return list(range(k * num_clients // nodes, (k + 1) * num_clients // nodes))
+
+
+
+def build_store(cfg: Config, algorithm: Algorithm, sampler, init: State, num_clients: int) -> tuple[ClientStore, str, int]:
+    """The in-process client store ``run.store`` asks for: (store, its kind, the bytes a disk
+    store may write). ``auto`` is resolved by size (one line on stderr when it picks the disk)."""
+    row = state_bytes(init)
+    everyone = type(algorithm).participants is not Algorithm.participants  # e.g. SAGA's first pass
+    rows, need, undo = store_budget(num_clients, row, sampler.per_round, cfg.run.rounds,
+                                    cfg.run.checkpoint_every or cfg.run.eval_every, everyone)
+    kind, note = choose_store(cfg.run.store, num_clients, row, rows, sampler.per_round)
+    log(note)
+    store = MemoryStore(init, num_clients) if kind == "memory" else DiskStore(init, num_clients)
+    return store, kind, need + undo + 8 * rows

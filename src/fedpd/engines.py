@@ -1,0 +1,70 @@
+"""The one place the engine of a run is chosen (``run.engine``).
+
+* :func:`make_engine` — the engine that runs a round's client half: in process
+  (:class:`~fedpd.engine.InProcessEngine`, ``inprocess``), or on nodes reached by messages
+  (:class:`~fedpd.remote.engine.RemoteEngine`): loopback nodes in this process (``loopback``) or
+  the nodes behind a transport a runtime gives (``flower``).
+* :func:`open_runtime` — the runtime an engine needs held open for the length of a run: Flower's
+  simulation (``run.engine = "flower"``, its transport), else none.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from fedpd.algorithms.base import Algorithm
+from fedpd.attacks import Attack
+from fedpd.build import hosted_clients
+from fedpd.config import Config
+from fedpd.engine import Engine, InProcessEngine
+from fedpd.errors import ConfigError
+from fedpd.problems.base import Problem
+from fedpd.store import MemoryStore
+
+NODES = "nodes"  # the remote engine's node stores, inside the run directory
+
+
+def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, attack: Attack, *,
+                workdir: Path | None = None, transport=None, store=None) -> Engine:
+    """The engine ``run.engine`` names; the in-process one keeps its clients in ``store`` (default
+    a fresh memory store), a remote one on its nodes (``transport``: nodes already connected)."""
+    init = algorithm.init_client(problem.x_init)
+    if transport is None and cfg.run.engine == "inprocess":
+        chunk = 1 if problem.per_client else cfg.run.client_chunk or None  # per client: one at a time anyway
+        store = store if store is not None else MemoryStore(init, problem.num_clients)
+        return InProcessEngine(algorithm, problem, solver, store, seed=cfg.run.seed, chunk=chunk, attack=attack)
+    from fedpd.remote.engine import LoopbackTransport, RemoteEngine
+    from fedpd.remote.node import NodeRuntime
+
+    if workdir is None:  # remote nodes keep their clients' states in files: somewhere to put them
+        workdir = Path(tempfile.mkdtemp(prefix="fedpd-nodes-"))
+    if transport is None:
+        if cfg.run.engine != "loopback":
+            raise ConfigError(f"run.engine: {cfg.run.engine!r} runs through fedpd.run (or its Flower app), not a bare "
+                              f"Simulation")
+        if cfg.run.nodes > problem.num_clients:
+            raise ConfigError(f"run.nodes: {cfg.run.nodes} nodes for {problem.num_clients} clients "
+                              f"(allowed: 1..{problem.num_clients})")
+        transport = LoopbackTransport({k: NodeRuntime(hosted_clients(problem.num_clients, cfg.run.nodes, k),
+                                                      Path(workdir) / NODES / f"node{k}", durable=False)
+                                       for k in range(cfg.run.nodes)})
+    return RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
+                        init_client=init, attack=attack, timeout=cfg.run.node_timeout,
+                        context={"store-root": str(Path(workdir) / NODES)})
+
+
+@contextmanager
+def open_runtime(cfg: Config, transport=None) -> Iterator[object | None]:
+    """The transport a run of ``cfg`` reaches its nodes through, held open for the run:
+    ``transport`` when given (a Flower ServerApp's Grid), Flower's simulation runtime with
+    ``run.nodes`` virtual SuperNodes for ``run.engine = "flower"``, else None (no runtime)."""
+    if transport is not None or cfg.run.engine != "flower":
+        yield transport
+        return
+    from fedpd.flower.simulation import FlowerSession, backend_config
+
+    with FlowerSession(cfg.run.nodes, backend_config(cfg)) as session:
+        yield session.transport

@@ -1,0 +1,140 @@
+"""One run's objects and state: :class:`Simulation` builds them from a config (:mod:`fedpd.build`),
+takes the engine :mod:`fedpd.engines` chooses, runs a round (``step``), evaluates (``metrics``)
+and gives its whole state for a checkpoint (``state_dict``, every tensor on the CPU).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from torch import Tensor
+
+from fedpd.algorithms.base import Algorithm
+from fedpd.build import build, build_attack, build_problem, build_store, resolve_device
+from fedpd.checks import check_against_problem
+from fedpd.config import Config, load_config
+from fedpd.disk_store import DiskStore, default_store_dir
+from fedpd.engine import Engine
+from fedpd.engines import make_engine
+from fedpd.evaluation import evaluate, evaluate_personal
+from fedpd.sampling import UniformK
+from fedpd.store import State
+from fedpd.streams import server_generator
+from fedpd.threads import set_threads
+
+CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "fedpd-checkpoint", 2
+
+
+def _to(obj, device):
+    """``obj`` (nested dicts / lists of tensors and plain values) with every tensor on ``device``."""
+    if isinstance(obj, Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
+
+
+class Simulation:
+    """One run's pieces and state; ``step()`` runs a round, ``metrics()`` evaluates.
+
+    ``workdir``: where a remote engine's loopback nodes keep their clients' states (the run
+    directory; default a temporary one). ``transport``: the nodes of a remote engine (Flower's)."""
+
+    def __init__(self, cfg: Config, workdir: Path | None = None, transport=None):
+        self.cfg = cfg
+        self.device = resolve_device(cfg.run.device)
+        self.problem = build_problem(cfg, self.device)
+        self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
+        self.num_clients = self.problem.num_clients
+        self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
+        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client
+        self.algorithm: Algorithm
+        x0 = self.problem.x_init
+        self.server: State = self.algorithm.init_server(x0)
+        store = None  # remote engines keep client states on their nodes
+        if cfg.run.engine == "inprocess" and transport is None:
+            store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, self.algorithm.init_client(x0),
+                                                       self.num_clients)
+            if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which
+                self.cfg = load_config(cfg, [f"run.store={kind}"])
+        attack = build_attack(cfg).bind(self.num_clients)
+        self.engine: Engine = make_engine(self.cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
+                                          transport=transport, store=store)
+        self.round = 0
+        self.elapsed = 0.0
+
+    def attach_store(self, out: Path, resume: bool) -> None:
+        """Give a disk store its directory (``<out>/store`` or ``run.store_dir``), checked before
+        anything is written: writable, free space, not another run's."""
+        if isinstance(self.store, DiskStore):
+            self.store.attach(default_store_dir(out, self.cfg.run.store_dir), run_dir=out, resume=resume,
+                              need_bytes=self.store_need)
+
+    @property
+    def store(self):
+        return self.engine.store
+
+    @property
+    def comm(self):
+        return self.engine.comm
+
+    def participants(self, round: int) -> Tensor:
+        """Who takes part in ``round``: the sampler's draw from the server's stream of that round."""
+        drawn = self.sampler.sample(round, server_generator(self.cfg.run.seed, "sampler", round))
+        return self.algorithm.participants(round, drawn, self.num_clients)
+
+    def step(self) -> None:
+        t0 = time.perf_counter()
+        self.server = self.engine.run_round(self.server, self.participants(self.round), self.round)
+        self.round += 1
+        self.elapsed += time.perf_counter() - t0
+
+    def eval_sample(self) -> Tensor | None:
+        """The clients the metrics are taken over (``run.eval_clients``) of them, drawn
+        once from the server's stream ("eval_clients", 0) and kept for the whole run (so the
+        curve follows one fixed f_S); None for every client (0, or at least N)."""
+        k = self.cfg.run.eval_clients
+        if not k or k >= self.num_clients:
+            return None
+        if getattr(self, "_eval_ids", None) is None:
+            drawn = UniformK(self.num_clients, k).sample(0, server_generator(self.cfg.run.seed, "eval_clients", 0))
+            self._eval_ids = drawn.to(self.problem.train.offsets.device)
+        return self._eval_ids
+
+    def model(self) -> Tensor:
+        """The model the metrics are taken at (the evaluation path)."""
+        return self.algorithm.evaluation_model(self.server, self.store)
+
+    def metrics(self) -> dict:
+        t0 = time.perf_counter()
+        record = {"round": self.round, **self.comm.state_dict(), "sample_grads": self.engine.sample_grads}
+        clients = self.eval_sample()  # None: every client
+        if clients is not None:
+            record["eval_clients"] = int(clients.numel())
+        record.update(evaluate(self.problem, self.model(), clients))
+        record.update(self.algorithm.diagnostics(self.server))
+        if self.cfg.run.personal_eval != "never":
+            personal = self.algorithm.personal_models(self.server, self.store, self.problem)
+            if personal is None and self.cfg.run.personal_eval == "always":
+                personal = self.model()
+            if personal is not None:
+                record.update(evaluate_personal(self.problem, personal.detach(), clients=clients))
+        self.elapsed += time.perf_counter() - t0
+        record["wall_s"] = round(self.elapsed, 4)
+        return record
+
+    def state_dict(self) -> dict:
+        """All run state, every tensor on the CPU (a checkpoint reads back on any device)."""
+        return _to({"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": self.cfg.fingerprint(),
+                    "round": self.round, "elapsed": self.elapsed, "server": self.server,
+                    "engine": self.engine.state_dict()}, "cpu")
+
+    def load_state_dict(self, sd: dict) -> None:
+        sd = _to(sd, self.device)
+        self.round, self.elapsed = sd["round"], sd["elapsed"]
+        self.server = sd["server"]
+        self.engine.load_state_dict(sd["engine"])
+
