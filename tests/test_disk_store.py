@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import fedpd
-from fedpd import disk_store
 from fedpd.cli import main
 from fedpd.disk_store import DiskStore
+from fedpd.disk_store import system as disk_store  # where the store meets the OS
 from fedpd.store import MemoryStore
 
 HERE = Path(__file__).parent

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedpd.disk_store import _human, mem_available
+from fedpd.disk_store.system import _human, mem_available
 from fedpd.errors import ConfigError
 from fedpd.problems.base import ClientSplit
 from fedpd.streams import ClientStreams
