@@ -141,7 +141,8 @@ def hosted_clients(num_clients: int, nodes: int, k: int) -> list[int]:
 
 
 
-def build_store(cfg: Config, algorithm: Algorithm, sampler, init: State, num_clients: int) -> tuple[ClientStore, str, int]:
+def build_store(cfg: Config, algorithm: Algorithm, sampler, init: State,
+                num_clients: int) -> tuple[ClientStore, str, int]:
     """The in-process client store ``run.store`` asks for: (store, its kind, the bytes a disk
     store may write). ``auto`` is resolved by size (one line on stderr when it picks the disk)."""
     row = state_bytes(init)

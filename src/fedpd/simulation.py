@@ -56,8 +56,8 @@ class Simulation:
         self.server: State = self.algorithm.init_server(x0)
         store = None  # remote engines keep client states on their nodes
         if cfg.run.engine == "inprocess" and transport is None:
-            store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, self.algorithm.init_client(x0),
-                                                       self.num_clients)
+            init = self.algorithm.init_client(x0)
+            store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init, self.num_clients)
             if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which
                 self.cfg = load_config(cfg, [f"run.store={kind}"])
         attack = build_attack(cfg).bind(self.num_clients)

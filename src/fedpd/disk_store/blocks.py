@@ -72,7 +72,8 @@ class RowFiles:
         buf = out if bool((order == np.arange(rows.size)).all()) else torch.empty_like(out)
         raw = as_bytes(buf)
         for pos, first, length in _runs(sorted_rows):
-            system._pread_full(self.fds[key], memoryview(raw[pos:pos + length]).cast("B"), first * n, str(self.path(key)))
+            view = memoryview(raw[pos:pos + length]).cast("B")
+            system._pread_full(self.fds[key], view, first * n, str(self.path(key)))
         if buf is not out:
             out[torch.from_numpy(order)] = buf
         return out

@@ -1,0 +1,156 @@
+"""Reading run directories back: a run's config and metric records, the best value of a metric,
+and labels that tell runs apart (by the config values that differ, else by their paths)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedpd.config import load_toml
+from fedpd.errors import ConfigError
+from fedpd.io import read_jsonl
+
+X_AXES = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "sample_grads", "wall_s")
+LOWER_IS_BETTER = ("loss", "grad_norm", "residual", "drift", "error", "mse")
+#: config keys that do not change a run's results (ignored when runs are grouped or told apart)
+NO_EFFECT = ("run.threads", "run.tensorboard", "run.allow_nonfinite", "run.checkpoint_every", "run.client_chunk",
+             "run.rounds", "run.eval_every")
+
+
+@dataclass
+class Run:
+    path: Path
+    cfg: dict
+    records: list[dict]
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.resolve().name
+
+
+def load_run(path: str | Path) -> tuple[str, dict, list[dict]]:
+    """(label, resolved config, metric records) of a run directory."""
+    run = read_run(path)
+    return run.path.name, run.cfg, run.records
+
+
+def read_run(path: str | Path) -> Run:
+    """The run in directory ``path`` (one line if it holds no metrics)."""
+    path = Path(path)
+    if not (path / "metrics.jsonl").is_file():
+        raise ConfigError(f"{str(path)!r}: no metrics.jsonl (not a fedpd run directory)")
+    cfg = load_toml(path / "config.toml") if (path / "config.toml").is_file() else {}
+    records = read_jsonl(path / "metrics.jsonl")
+    if not records:
+        raise ConfigError(f"{str(path)!r}: metrics.jsonl holds no complete record")
+    return Run(path, cfg, records)
+
+
+def finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def best(records: list[dict], key: str):
+    values = [r[key] for r in records if finite(r.get(key))]
+    if not values:
+        return None
+    return min(values) if any(s in key for s in LOWER_IS_BETTER) else max(values)
+
+
+# --- telling runs apart -----------------------------------------------------------------------
+def flat_config(cfg: dict) -> dict[str, object]:
+    """``{"algorithm.p": 0.5, ...}`` of a resolved config."""
+    out = {}
+    for section, table in cfg.items():
+        if isinstance(table, dict):
+            for key, value in table.items():
+                out[f"{section}.{key}"] = value
+        else:
+            out[section] = table
+    return out
+
+
+def is_seed(key: str) -> bool:
+    return key.rsplit(".", 1)[-1] == "seed"
+
+
+def _value(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else json.dumps(v) if not isinstance(v, str) else v
+
+
+def differing_keys(cfgs: list[dict], skip_seeds: bool = True) -> list[str]:
+    """Config keys whose values differ between ``cfgs`` (keys that change no result left out)."""
+    flats = [flat_config(c) for c in cfgs]
+    keys = sorted({k for f in flats for k in f})
+    out = []
+    for k in keys:
+        if k in NO_EFFECT or (skip_seeds and is_seed(k)):
+            continue
+        if len({json.dumps(f.get(k), sort_keys=True, default=str) for f in flats}) > 1:
+            out.append(k)
+    return out
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+    """``algorithm.p`` -> ``p`` where the last part is unambiguous among ``keys``."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+
+def _path_suffixes(paths: list[Path]) -> list[str]:
+    """The shortest trailing parts of each path that tell the paths apart."""
+    parts = [p.resolve().parts for p in paths]
+    for k in range(1, max(len(p) for p in parts) + 1):
+        tails = ["/".join(p[-k:]) for p in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return [str(p) for p in paths]
+
+
+def disambiguate(names: list[str], cfgs: list[dict], paths: list[Path], skip_seeds: bool = True) -> list[str]:
+    """``names``, where they repeat completed by the config values that differ between the runs
+    sharing the name (seeds too unless ``skip_seeds``), else by as much of the path as tells them
+    apart."""
+    labels = list(names)
+    for name in set(names):
+        idx = [i for i, n in enumerate(names) if n == name]
+        if len(idx) < 2:
+            continue
+        keys = differing_keys([cfgs[i] for i in idx], skip_seeds=skip_seeds)
+        short = _short_keys(keys)
+        extra = [", ".join(f"{short[k]}={_value(flat_config(cfgs[i]).get(k))}" for k in keys[:3]) for i in idx]
+        if keys and len(set(extra)) == len(extra):
+            for i, e in zip(idx, extra):
+                labels[i] = f"{name} ({e})"
+        else:
+            for i, tail in zip(idx, _path_suffixes([paths[i] for i in idx])):
+                labels[i] = tail
+    return labels
+
+
+def run_labels(runs: list[Run], skip_seeds: bool = False) -> list[str]:
+    """Legend / table labels of ``runs``: their folder names, told apart where they repeat."""
+    return disambiguate([r.name for r in runs], [r.cfg for r in runs], [r.path for r in runs], skip_seeds)
+
+
+def group_runs(runs: list[Run]) -> list[list[Run]]:
+    """Runs whose configs differ only in seeds (and in keys that change no result) form a group."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        flat = {k: v for k, v in flat_config(run.cfg).items() if k not in NO_EFFECT and not is_seed(k)}
+        key = json.dumps(flat, sort_keys=True, default=str) if run.cfg else f"__{id(run)}"
+        groups.setdefault(key, []).append(run)
+    return list(groups.values())
+
+
+def split_metrics(metrics) -> list[str]:
+    """``"a,b"`` or ``["a", "b,c"]`` -> ``["a", "b", "c"]``."""
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    out = [m.strip() for item in metrics for m in item.split(",") if m.strip()]
+    if not out:
+        raise ConfigError("--metric: give at least one metric key, e.g. grad_norm_sq")
+    return out

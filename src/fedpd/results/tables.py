@@ -1,0 +1,170 @@
+"""Tables of runs: ``fedpd compare``'s columns and rows, printed to fit the terminal (the least
+important columns left out, and named) or written whole as CSV, JSON or Markdown."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import textwrap
+from dataclasses import dataclass
+
+from fedpd.errors import ConfigError
+from fedpd.results.runs import X_AXES, best, finite, read_run, run_labels
+
+#: short column headers for terminal tables
+SHORT = {"train_loss": "train loss", "grad_norm_sq": "‖∇f‖²", "test_loss": "test loss", "test_acc": "test acc",
+         "personal_acc": "pers. acc", "personal_loss": "pers. loss", "personal_mse": "pers. MSE",
+         "comm_rounds": "comm", "uplink_floats": "uplink", "rounds": "rounds", "algorithm": "algorithm",
+         "run": "run"}
+#: what `fedpd compare` shows by default, where the runs report it (personal metrics first)
+COMPARE_METRICS = ("personal_acc", "personal_mse", "personal_loss", "train_loss", "grad_norm_sq", "test_loss",
+                   "test_acc")
+FORMATS = ("table", "csv", "json", "markdown")
+
+
+@dataclass
+class Column:
+    key: str            # machine-readable name
+    header: str         # terminal header (may hold a line break)
+    numeric: bool = True
+    priority: int = 0   # lower: kept first when the terminal is narrow
+
+
+def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple[list[Column], list[dict]]:
+    """The columns and the rows (raw values) of ``fedpd compare``: per run its label (default:
+    what tells the runs apart), path, algorithm, rounds, communication and the final and best
+    value of each metric."""
+    runs = [read_run(p) for p in paths]
+    labels = labels or run_labels(runs, skip_seeds=False)
+    if metrics is None:
+        metrics = [m for m in COMPARE_METRICS if any(m in r.records[-1] for r in runs)]
+    else:
+        unknown = [m for m in metrics if not any(m in rec for r in runs for rec in r.records)]
+        if unknown:
+            have = sorted({k for r in runs for k in r.records[-1] if k not in X_AXES})
+            raise ConfigError(f"--metrics {unknown[0]!r}: no run reports it (allowed: {', '.join(have)})")
+    order = {m: i for i, m in enumerate(metrics)}
+    columns = [Column("run", "run", False, 0), Column("algorithm", "algorithm", False, 1),
+               Column("rounds", "rounds", True, 20 + len(metrics)), Column("comm_rounds", "comm\nrounds", True, 3),
+               Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics))]
+    for m in metrics:
+        short = SHORT.get(m, m)
+        columns.append(Column(f"{m}_final", f"{short}\nfinal", True, 2 if order[m] == 0 else 4 + order[m]))
+        columns.append(Column(f"{m}_best", f"{short}\nbest", True, 40 + order[m]))
+    rows = []
+    for run, label in zip(runs, labels):
+        last = run.records[-1]
+        row = {"run": label, "path": str(run.path), "algorithm": run.cfg.get("algorithm", {}).get("name", "?"),
+               "rounds": last.get("round"), "comm_rounds": last.get("comm_rounds"),
+               "uplink_floats": last.get("uplink_floats")}
+        for m in metrics:
+            row[f"{m}_final"] = last.get(m) if finite(last.get(m)) else None
+            row[f"{m}_best"] = best(run.records, m)
+        rows.append(row)
+    return columns, rows
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 100_000:
+        return f"{v:.3g}"
+    return str(v)
+
+
+def terminal_width() -> int:
+    """Columns of the terminal ($COLUMNS when set; 80 when stdout is not a terminal)."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
+
+
+RUN_MIN = 16  # the run column keeps at least this many characters when the terminal is narrow
+
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` characters (run names differ at either end)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def fit_columns(columns: list[Column], cells: list[list[str]], width: int) -> tuple[list[int], int]:
+    """The columns to show so that the table fits ``width``, chosen by priority and kept in their
+    order, and the width of the run column. A column costs its widest cell or header line plus 3
+    (padding and separator); the table 1 more."""
+    natural = [max([len(s) for s in c.header.split("\n")] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    run = next((i for i, c in enumerate(columns) if c.key == "run"), None)
+    run_min = max(RUN_MIN, width // 4)
+    chosen, used = [], 1
+    for i in sorted(range(len(columns)), key=lambda i: columns[i].priority):
+        need = (min(natural[i], run_min) if i == run else natural[i]) + 3
+        if used + need <= width or not chosen:
+            chosen.append(i)
+            used += need
+    run_width = 0
+    if run is not None and run in chosen:
+        run_width = max(3, min(natural[run], min(natural[run], run_min) + width - used))
+    return sorted(chosen), run_width
+
+
+def render_table(columns: list[Column], rows: list[dict], width: int | None = None, title: str | None = None,
+                 file=None) -> list[str]:
+    """Print ``rows`` as a table that fits ``width`` (default: the terminal), leaving out the least
+    important columns when it must; returns the keys left out (also named under the table)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    width = width or terminal_width()
+    cells = [[_fmt(row.get(c.key)) for c in columns] for row in rows]
+    keep, run_width = fit_columns(columns, cells, width)
+    console = Console(file=file, width=width, highlight=False, soft_wrap=False)
+    if title:
+        console.print(textwrap.fill(title, width=width), markup=False)
+    table = Table(box=box.SIMPLE_HEAVY, show_edge=False)
+    for i in keep:
+        c = columns[i]
+        if c.key == "run":
+            table.add_column(c.header, justify="left", no_wrap=True, width=run_width)
+        else:
+            table.add_column(c.header, justify="right" if c.numeric else "left", no_wrap=True)
+    for r in cells:
+        table.add_row(*[_shorten(r[i], run_width) if columns[i].key == "run" else r[i] for i in keep])
+    console.print(table)
+    dropped = [columns[i] for i in range(len(columns)) if i not in keep]
+    if dropped:
+        names = ", ".join(c.header.replace("\n", " ") for c in dropped)
+        note = f"left out at {width} columns: {names} (all of them: --format csv, json or markdown)"
+        console.print(textwrap.fill(note, width=width), markup=False)
+    return [c.key for c in dropped]
+
+
+def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:
+    """``rows`` as CSV, JSON or Markdown: every column, full precision (CSV, JSON), none left out."""
+    keys = ["run", "path"] + [c.key for c in columns if c.key != "run"]
+    if fmt == "json":
+        return json.dumps([{k: row.get(k) for k in keys} for row in rows], indent=2) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(keys)
+        for row in rows:
+            writer.writerow(["" if row.get(k) is None else repr(row[k]) if isinstance(row[k], float) else row[k]
+                             for k in keys])
+        return buf.getvalue()
+    if fmt == "markdown":
+        keys = [k for k in keys if k != "path"]
+
+        def cell(v):
+            return _fmt(v).replace("|", "\\|")
+
+        lines = ["| " + " | ".join(keys) + " |",
+                 "|" + "|".join("---" if k in ("run", "algorithm") else "---:" for k in keys) + "|"]
+        lines += ["| " + " | ".join(cell(row.get(k)) for k in keys) + " |" for row in rows]
+        return "\n".join(lines) + "\n"
+    raise ConfigError(f"--format {fmt!r}: unknown (allowed: {', '.join(FORMATS)})")
