@@ -128,19 +128,15 @@ def _cmd_plot(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from fedpd.results import compare_table, format_table, render_table, split_metrics
+    from fedpd.results import compare_table, print_table, split_metrics
 
     metrics = split_metrics(args.metrics) if args.metrics else None
-    columns, rows = compare_table(args.dirs, metrics)
-    if args.format == "table":
-        render_table(columns, rows)
-    else:
-        sys.stdout.write(format_table(columns, rows, args.format))
+    print_table(*compare_table(args.dirs, metrics), fmt=args.format)
     return 0
 
 
 def _cmd_sweep(args) -> int:
-    from fedpd.results import compare_table, render_table
+    from fedpd.results import compare_table, print_table
     from fedpd.sweep import parse_seeds, sweep
 
     seeds = parse_seeds(args.seeds) if args.seeds else None
@@ -150,9 +146,9 @@ def _cmd_sweep(args) -> int:
 
         out = f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     dirs = sweep(args.configs, out, seeds=seeds, overrides=args.set or [], jobs=args.jobs, progress=not args.quiet)
-    if not args.quiet:
+    if not args.quiet or args.format != "table":
         labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>/s<seed>
-        render_table(*compare_table(dirs, labels=labels), title=f"{len(dirs)} runs in {out}")
+        print_table(*compare_table(dirs, labels=labels), fmt=args.format, title=f"{len(dirs)} runs in {out}")
     return 0
 
 
@@ -164,7 +160,7 @@ def _cmd_demo(args) -> int:
         _CURRENT["demo"] = path.parent
 
     run_demo(args.out, rounds=args.rounds, progress=not args.quiet, overwrite=args.overwrite,
-             threads=args.threads or 0, on_run=started)
+             threads=args.threads or 0, on_run=started, fmt=args.format)
     return 0
 
 
@@ -213,10 +209,10 @@ def make_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_cmd_run)
 
     ls = sub.add_parser("list", help="what a config can name; with NAME: its options, defaults and ranges",
-                        description="Without NAME: every algorithm, problem, solver, sampler, attack and model "
-                        "with a one-line description. With NAME: that entry's options (defaults, types, ranges, "
+                        description="Without NAME: every problem, algorithm, aggregator, solver, sampler, attack "
+                        "and model with a one-line description. With NAME: that entry's options (defaults, types, ranges, "
                         "meaning), or every entry of a section (e.g. fedpd list samplers; fedpd list run).",
-                        epilog="examples:\n  fedpd list\n  fedpd list fedpd\n  fedpd list samplers",
+                        epilog="examples:\n  fedpd list\n  fedpd list fedpd\n  fedpd list samplers\n  fedpd list krum",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ls.add_argument("name", nargs="?", metavar="NAME", help="an entry (e.g. fedpd, sgd, dataset) or a section")
     ls.set_defaults(func=_cmd_list)
@@ -226,7 +222,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "meaning, read from the same models that validate configs.",
                         epilog="examples:\n  fedpd show algorithm fedpd\n  fedpd show solver sgd\n  fedpd show run",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    sh.add_argument("section", metavar="SECTION", help="problem, algorithm, solver, sampler, attack, model or run")
+    sh.add_argument("section", metavar="SECTION",
+                    help="problem, algorithm, aggregator, solver, sampler, attack, model or run")
     sh.add_argument("name", nargs="?", metavar="NAME", help="the entry (not for run)")
     sh.set_defaults(func=_cmd_show)
 
@@ -265,8 +262,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "  fedpd compare runs/* --format csv > results.csv",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     cp.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
-    cp.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"),
-                    help="table (default, fitted to the terminal), csv, json or markdown (every column)")
+    _format_option(cp)
     cp.add_argument("--metrics", metavar="KEY[,KEY]", action="append",
                     help="metrics to show (default: the losses, grad_norm_sq, accuracies and personal metrics "
                     "the runs report)")
@@ -286,7 +282,9 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a value in every config, TOML syntax (repeatable)")
     sw.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: the CPU cores available)")
-    sw.add_argument("--quiet", action="store_true", help="no progress output and no table")
+    sw.add_argument("--quiet", action="store_true", help="no progress output and no table (--format csv, json or "
+                    "markdown still prints the table)")
+    _format_option(sw)
     sw.set_defaults(func=_cmd_sweep)
 
     dm = sub.add_parser("demo", help="FedPD Fig. 2(b): FedAvg, FedProx, FedPD (p = 0, 0.5) on strongly non-iid data",
@@ -297,6 +295,7 @@ def make_parser() -> argparse.ArgumentParser:
     dm.add_argument("--overwrite", action="store_true", help="replace the demo runs already in --out")
     dm.add_argument("--threads", type=int, metavar="N", help="CPU threads (run.threads; default automatic)")
     dm.add_argument("--quiet", action="store_true", help="no progress output")
+    _format_option(dm, "; then the other lines go to stderr")
     dm.set_defaults(func=_cmd_demo)
 
     fl = sub.add_parser("flower", help="deploy on Flower: write a run's Flower app, or TLS certificates and node keys",
@@ -335,6 +334,14 @@ def make_parser() -> argparse.ArgumentParser:
 
     add_reproduce_parser(sub)
     return p
+
+
+def _format_option(parser, more: str = "") -> None:
+    """``--format``: the command's table fitted to the terminal, or whole for other programs
+    (the choices are :data:`fedpd.results.tables.FORMATS`, not imported here: the CLI starts fast)."""
+    parser.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"),
+                        help="table (default: fitted to the terminal, the least important columns left out and "
+                        f"named), or csv, json, markdown: every column, nothing else on stdout{more}")
 
 
 def _cmd_flower_app(args) -> int:

@@ -9,6 +9,7 @@ about half the communication rounds, then hovers (:data:`CAPTION` says why).
 
 from __future__ import annotations
 
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +17,8 @@ from typing import Callable
 
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
-from fedpd.results import Column, compare_table, load_run, plot_runs, render_table
+from fedpd.results import Column, compare_table, load_run, plot_runs, print_table
+from fedpd.results.tables import check_format
 from fedpd.runner import CHECKPOINT, METRICS, run
 
 PROBLEM = {"name": "fedpd_logreg", "non_iid": "strong"}
@@ -65,9 +67,12 @@ def _check_out(out: Path, overwrite: bool) -> None:
 
 
 def run_demo(out: str | Path | None = None, rounds: int = 600, progress: bool = True, overwrite: bool = False,
-             threads: int = 0, on_run: Callable[[Path], None] | None = None) -> Path:
+             threads: int = 0, on_run: Callable[[Path], None] | None = None, fmt: str = "table") -> Path:
     """Run the four runs into ``out`` (default ``runs/demo-<time>``), print the table, draw the
-    figure; returns the figure's path. ``on_run(path)`` is called as each run starts."""
+    figure; returns the figure's path. ``on_run(path)`` is called as each run starts. ``fmt``:
+    the table fitted to the terminal (``table``), or only it on stdout as csv, json or markdown
+    (the other lines then go to stderr)."""
+    check_format(fmt)  # before anything runs
     configs = {name: load_config(demo_config(name, rounds, threads)) for name in RUNS}  # bad values: nothing written
     out = Path(out) if out else Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     _check_out(out, overwrite)
@@ -85,11 +90,12 @@ def run_demo(out: str | Path | None = None, rounds: int = 600, progress: bool = 
     for row, path in zip(rows, dirs):
         reached = [r["comm_rounds"] for r in load_run(path)[2] if (r.get("grad_norm_sq") or float("inf")) <= target]
         row["comm_to_fedavg"] = reached[0] if reached else None
-    render_table(columns, rows, title=TITLE)
+    print_table(columns, rows, fmt, title=TITLE)
     png = plot_runs(dirs, "grad_norm_sq", x="comm_rounds", output=out / "grad_norm_sq.png",
                     labels=[LABELS[name] for name in RUNS], title=TITLE, caption=CAPTION, group=False)
-    print(f"runs: {out}/\nfigure: {png}")
-    print(textwrap.fill(WHY_P05, width=min(100, _width())))
+    more = sys.stdout if fmt == "table" else sys.stderr
+    print(f"runs: {out}/\nfigure: {png}", file=more)
+    print(textwrap.fill(WHY_P05, width=min(100, _width())), file=more)
     return png
 
 

@@ -2,8 +2,8 @@
 type, default, allowed range and meaning.
 
 Everything is read from the pydantic option models that validate configs
-(``fedpd.registry.TABLES[section][name].options`` and ``.description``, ``RunOptions`` for
-``[run]``), so the listing cannot drift from what the validator accepts. Option descriptions
+(``fedpd.registry.CATALOG[section][name].options`` and ``.description``: every config section's
+entries and the aggregators; ``RunOptions`` for ``[run]``), so the listing cannot drift from what the validator accepts. Option descriptions
 are the models' ``Field(description=...)``, written beside each option
 (``tests/test_cli_ux.py`` checks that every option has one).
 """
@@ -40,10 +40,10 @@ class OptionRow:
 
 
 def tables() -> dict[str, dict]:
-    """Every section whose entries a config names: ``registry.TABLES`` plus the models."""
+    """Every kind of entry a config names: ``registry.CATALOG`` (the aggregators too) plus the models."""
     from fedpd import registry
 
-    out = {section: table for section, table in registry.TABLES.items()}
+    out = dict(registry.CATALOG)
     try:
         from fedpd.models import MODELS
     except ImportError:  # pragma: no cover
@@ -250,13 +250,18 @@ def show(section: str, name: str | None, file=None) -> None:
         rows = model_option_rows(name, factory)
         doc = _doc_paragraph(factory)
         header = f'[model] with name = "{name}" (problem "dataset")'
+    elif section == "aggregator":
+        rows = option_rows(section, name, entry.options)
+        doc = _doc_paragraph(entry.build)
+        header = f'algorithm.aggregator = "{name}", with [algorithm.aggregator_options]'
     else:
         rows = option_rows(section, name, entry.options)
         doc = _doc_paragraph(entry.build)
         header = f'[{section}] with name = "{name}"'
     if doc and doc != description:
         print(_wrap(doc, width, 2), file=out)
-    print(f"{header}: " + ("options and their defaults:" if rows else "no other options"), file=out)
+    print(_wrap(f"{header}: " + ("options and their defaults:" if rows else "no other options"), width, 2, ""),
+          file=out)
     _print_options(rows, width, out)
 
 

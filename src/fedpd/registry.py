@@ -3,8 +3,8 @@
 Each algorithm, problem, solver, sampler, aggregator and attack declares ``name``, ``Options``
 (the pydantic model that validates its config section) and ``description`` beside itself; this
 module only lists them. ``TABLES`` maps each config section to its entries (what
-:mod:`fedpd.config` validates against), ``CATALOG`` everything ``fedpd list`` shows (the
-aggregators too, picked by ``algorithm.aggregator``).
+:mod:`fedpd.config` validates against), ``CATALOG`` everything ``fedpd list`` shows, in its
+order (the aggregators too, picked by ``algorithm.aggregator``).
 """
 
 from __future__ import annotations
@@ -48,5 +48,5 @@ AGGREGATORS = _table(*(fn for name, fn in aggregators.AGGREGATORS.items() if nam
 
 TABLES = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "solver": SOLVERS, "sampler": SAMPLERS, "attack": ATTACKS}
 DEFAULT_NAMES = {"solver": "gd", "sampler": "all", "attack": "none"}
-CATALOG = {"algorithms": ALGORITHMS, "problems": PROBLEMS, "solvers": SOLVERS, "samplers": SAMPLERS,
-           "aggregators": AGGREGATORS, "attacks": ATTACKS}
+CATALOG = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "aggregator": AGGREGATORS, "solver": SOLVERS,
+           "sampler": SAMPLERS, "attack": ATTACKS}

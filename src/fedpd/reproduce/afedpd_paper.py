@@ -5,7 +5,7 @@ IID, Dirichlet-1.0 and Dirichlet-0.1, with LeNet and ResNet-18, 4 seeds.
 
 The poster states only those; the rest (lr 0.1, batch 50, weight decay 1e-3, lr decay 0.998 per
 round, ρ = 0.1 i.e. η = 10, SAM radius 0.1, crop + flip augmentation) are the authors' simulator
-defaults recorded in REFERENCE_NOTES.md, and 800 rounds is assumed (as in
+defaults (not confirmed for A-FedPD), and 800 rounds is assumed (as in
 ``benchmarks/configs/afedpd_cifar10/``). FedDyn and A-FedPD are evaluated at the participants' mean
 x̄ (``output = "average"``: A-FedPD's Alg. 1 returns the "global average model"); FedSpeed and
 A-FedPDSAM, which do not offer that option, at the server model x0.

@@ -14,8 +14,17 @@ def cmd_reproduce(args) -> int:
     if args.list:
         if args.name:
             raise FedpdError("fedpd reproduce: give either NAME or --list, not both")
-        print(core.listing())
+        if args.format == "table":
+            from fedpd.results.tables import terminal_width
+
+            print(core.listing(terminal_width()))
+        else:
+            from fedpd.results.tables import format_table
+
+            sys.stdout.write(format_table(*core.listing_table(), args.format))
         return 0
+    if args.format != "table":
+        raise FedpdError("fedpd reproduce: --format applies to --list (a reproduction writes results.csv and its report)")
     if not args.name:
         raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
     try:
@@ -35,6 +44,9 @@ def add_reproduce_parser(sub) -> None:
     p = sub.add_parser("reproduce", help="run a paper's experiment (configs x seeds) and write its report")
     p.add_argument("name", nargs="?", help="experiment (fedpd reproduce --list)")
     p.add_argument("--list", action="store_true", help="the experiments, their sources and budgets")
+    p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"),
+                   help="with --list: table (default: fitted to the terminal, long text wrapped), or csv, json, "
+                   "markdown: every column (the budgets' whole notes), nothing else on stdout")
     p.add_argument("--budget", choices=BUDGETS, default="reduced",
                    help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; full: the paper's (GPU)")
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import shlex
 import sys
+import textwrap
 import time
 from importlib import resources
 from pathlib import Path
@@ -33,15 +35,42 @@ def get(name: str) -> Experiment:
     return table[name]
 
 
-def listing() -> str:
-    lines = []
+def listing_table() -> tuple[list, list[dict]]:
+    """``fedpd reproduce --list`` as a table: one row per experiment and budget."""
+    from fedpd.results.tables import Column
+
+    columns = [Column(key, key, key in ("runs", "seeds"))
+               for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "note")]
+    rows = []
     for exp in experiments().values():
-        lines.append(f"{exp.name}\n    {exp.title}\n    source: {exp.source}")
         for b in BUDGETS:
             if b in exp.budgets:
                 budget = exp.budgets[b]
-                runs = len(exp.runs(budget))
-                lines.append(f"    --budget {b:<8} {runs:>4} runs, seeds {len(budget.seeds)}: {budget.note.split('. ')[0]}")
+                rows.append({"experiment": exp.name, "title": exp.title, "source": exp.source,
+                             "datasets": " ".join(exp.datasets_for(budget)), "budget": b,
+                             "runs": len(exp.runs(budget)), "seeds": len(budget.seeds), "note": budget.note})
+    return columns, rows
+
+
+def listing(width: int) -> str:
+    """``fedpd reproduce --list`` for a terminal ``width`` columns wide: each experiment's name on a
+    line of its own, its title, source and datasets, then one entry per budget (the first sentence
+    of its note), long text wrapped."""
+    def fill(text: str, first: str, indent: int) -> str:
+        return textwrap.fill(text, width, initial_indent=first, subsequent_indent=" " * indent, break_on_hyphens=False)
+
+    lines = []
+    for name, group in itertools.groupby(listing_table()[1], key=lambda row: row["experiment"]):
+        rows = list(group)
+        lines += [name, fill(rows[0]["title"], "    ", 8), fill(rows[0]["source"], "    source: ", 8)]
+        if rows[0]["datasets"]:
+            lines.append(fill(f"{rows[0]['datasets']}, which must be in the data directory ($FEDPD_DATA, or "
+                              f"--data-dir)", "    needs: ", 8))
+        for row in rows:
+            runs, seeds = row["runs"], row["seeds"]
+            head = (f"    --budget {row['budget']:<8} {runs:>4} run{'s' * (runs != 1)}, "
+                    f"{seeds} seed{'s' * (seeds != 1)}: ")
+            lines.append(fill(row["note"].split(". ")[0], head, 8))
     return "\n".join(lines)
 
 

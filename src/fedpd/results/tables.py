@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 import textwrap
 from dataclasses import dataclass
 
@@ -145,8 +146,12 @@ def render_table(columns: list[Column], rows: list[dict], width: int | None = No
 
 
 def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:
-    """``rows`` as CSV, JSON or Markdown: every column, full precision (CSV, JSON), none left out."""
-    keys = ["run", "path"] + [c.key for c in columns if c.key != "run"]
+    """``rows`` as CSV, JSON or Markdown: every column, full precision (CSV, JSON), none left out.
+    Where rows name runs, each run's ``path`` follows its label in CSV and JSON."""
+    check_format(fmt, FORMATS[1:])
+    keys = [c.key for c in columns]
+    if "run" in keys and any("path" in row for row in rows):
+        keys.insert(keys.index("run") + 1, "path")
     if fmt == "json":
         return json.dumps([{k: row.get(k) for k in keys} for row in rows], indent=2) + "\n"
     if fmt == "csv":
@@ -157,14 +162,27 @@ def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:
             writer.writerow(["" if row.get(k) is None else repr(row[k]) if isinstance(row[k], float) else row[k]
                              for k in keys])
         return buf.getvalue()
-    if fmt == "markdown":
-        keys = [k for k in keys if k != "path"]
+    keys = [k for k in keys if k != "path"]  # markdown: for reading, the labels say which run
+    numeric = {c.key: c.numeric for c in columns}
 
-        def cell(v):
-            return _fmt(v).replace("|", "\\|")
+    def cell(v):
+        return _fmt(v).replace("|", "\\|")
 
-        lines = ["| " + " | ".join(keys) + " |",
-                 "|" + "|".join("---" if k in ("run", "algorithm") else "---:" for k in keys) + "|"]
-        lines += ["| " + " | ".join(cell(row.get(k)) for k in keys) + " |" for row in rows]
-        return "\n".join(lines) + "\n"
-    raise ConfigError(f"--format {fmt!r}: unknown (allowed: {', '.join(FORMATS)})")
+    lines = ["| " + " | ".join(keys) + " |", "|" + "|".join("---:" if numeric[k] else "---" for k in keys) + "|"]
+    lines += ["| " + " | ".join(cell(row.get(k)) for k in keys) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def check_format(fmt: str, formats: tuple[str, ...] = FORMATS) -> None:
+    """One line unless ``fmt`` is one of ``formats``."""
+    if fmt not in formats:
+        raise ConfigError(f"--format {fmt!r}: unknown (allowed: {', '.join(formats)})")
+
+
+def print_table(columns: list[Column], rows: list[dict], fmt: str = "table", title: str | None = None) -> None:
+    """``rows`` on stdout: fitted to the terminal (``table``: :func:`render_table`, with ``title``),
+    or whole as ``csv``, ``json`` or ``markdown`` (:func:`format_table`, nothing else printed)."""
+    if fmt == "table":
+        render_table(columns, rows, title=title)
+    else:
+        sys.stdout.write(format_table(columns, rows, fmt))
