@@ -115,8 +115,5 @@ class RowFiles:
 
     def close(self) -> None:
         for fd in self.fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            system.close_quietly(fd)
         self.fds = {}

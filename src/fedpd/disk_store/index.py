@@ -63,9 +63,5 @@ class RowIndex:
         os.fsync(self.fd)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
+        system.close_quietly(self.fd)
         self.fd = -1

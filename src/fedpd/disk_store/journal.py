@@ -67,9 +67,5 @@ class UndoJournal:
             p.unlink()
 
     def close(self) -> None:
-        if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
+        system.close_quietly(self.fd)
         self.fd = -1

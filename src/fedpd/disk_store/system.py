@@ -41,6 +41,15 @@ def _pwrite_full(fd: int, data, offset: int) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
+def close_quietly(fd: int) -> None:
+    """Close ``fd`` (-1: none); an error closing it changes nothing the store relies on."""
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while len(view):
