@@ -210,7 +210,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="what a config can name; with NAME: its options, defaults and ranges",
                         description="Without NAME: every problem, algorithm, aggregator, solver, sampler, attack "
-                        "and model with a one-line description. With NAME: that entry's options (defaults, types, ranges, "
+                        "and model with a one-line description. With NAME: that entry's options (defaults, types, "
+                        "ranges, "
                         "meaning), or every entry of a section (e.g. fedpd list samplers; fedpd list run).",
                         epilog="examples:\n  fedpd list\n  fedpd list fedpd\n  fedpd list samplers\n  fedpd list krum",
                         formatter_class=argparse.RawDescriptionHelpFormatter)

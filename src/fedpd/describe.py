@@ -3,7 +3,8 @@ type, default, allowed range and meaning.
 
 Everything is read from the pydantic option models that validate configs
 (``fedpd.registry.CATALOG[section][name].options`` and ``.description``: every config section's
-entries and the aggregators; ``RunOptions`` for ``[run]``), so the listing cannot drift from what the validator accepts. Option descriptions
+entries and the aggregators; ``RunOptions`` for ``[run]``), so the listing cannot drift from what
+the validator accepts. Option descriptions
 are the models' ``Field(description=...)``, written beside each option
 (``tests/test_cli_ux.py`` checks that every option has one).
 """

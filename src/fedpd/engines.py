@@ -4,6 +4,7 @@
   (:class:`~fedpd.engine.InProcessEngine`, ``inprocess``), or on nodes reached by messages
   (:class:`~fedpd.remote.engine.RemoteEngine`): loopback nodes in this process (``loopback``) or
   the nodes behind a transport a runtime gives (``flower``).
+* :func:`in_process` — whether the clients live in this process (the run then builds their store).
 * :func:`open_runtime` — the runtime an engine needs held open for the length of a run: Flower's
   simulation (``run.engine = "flower"``, its transport), else none.
 """
@@ -27,12 +28,18 @@ from fedpd.store import MemoryStore
 NODES = "nodes"  # the remote engine's node stores, inside the run directory
 
 
+def in_process(cfg: Config, transport=None) -> bool:
+    """Whether the clients of a run of ``cfg`` live in this process (then in a client store of its
+    own), rather than on nodes."""
+    return transport is None and cfg.run.engine == "inprocess"
+
+
 def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, attack: Attack, *,
                 workdir: Path | None = None, transport=None, store=None) -> Engine:
     """The engine ``run.engine`` names; the in-process one keeps its clients in ``store`` (default
     a fresh memory store), a remote one on its nodes (``transport``: nodes already connected)."""
     init = algorithm.init_client(problem.x_init)
-    if transport is None and cfg.run.engine == "inprocess":
+    if in_process(cfg, transport):
         chunk = 1 if problem.per_client else cfg.run.client_chunk or None  # per client: one at a time anyway
         store = store if store is not None else MemoryStore(init, problem.num_clients)
         return InProcessEngine(algorithm, problem, solver, store, seed=cfg.run.seed, chunk=chunk, attack=attack)

@@ -1,4 +1,5 @@
-"""The run loop: sampling, rounds, evaluation, ``metrics.jsonl``, checkpoints, exact resume.
+"""The run loop above a :class:`~fedpd.simulation.Simulation`: rounds, evaluations written to
+``metrics.jsonl``, checkpoints, run directories, exact resume (:func:`run`, :func:`execute`).
 
 A run directory holds the resolved ``config.toml`` and ``checkpoint.pt`` (the server state, every
 client's state, the communication and computation counters, and the config it belongs to), both

@@ -16,7 +16,7 @@ from fedpd.checks import check_against_problem
 from fedpd.config import Config, load_config
 from fedpd.disk_store import DiskStore, default_store_dir
 from fedpd.engine import Engine
-from fedpd.engines import make_engine
+from fedpd.engines import in_process, make_engine
 from fedpd.evaluation import evaluate, evaluate_personal
 from fedpd.sampling import UniformK
 from fedpd.store import State
@@ -55,7 +55,7 @@ class Simulation:
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
         store = None  # remote engines keep client states on their nodes
-        if cfg.run.engine == "inprocess" and transport is None:
+        if in_process(cfg, transport):
             init = self.algorithm.init_client(x0)
             store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init, self.num_clients)
             if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which

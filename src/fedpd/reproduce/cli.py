@@ -24,7 +24,8 @@ def cmd_reproduce(args) -> int:
             sys.stdout.write(format_table(*core.listing_table(), args.format))
         return 0
     if args.format != "table":
-        raise FedpdError("fedpd reproduce: --format applies to --list (a reproduction writes results.csv and its report)")
+        raise FedpdError("fedpd reproduce: --format applies to --list (a reproduction writes results.csv and its "
+                         "report)")
     if not args.name:
         raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
     try:
