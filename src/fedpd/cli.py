@@ -22,9 +22,17 @@ EXIT_CODES = """exit status: 0 done; 2 bad input (config, arguments, files: one 
 metrics became NaN or Inf (the run stopped; run.allow_nonfinite = true runs on); 130 interrupted."""
 
 
+class UsageError(FedpdError):
+    """Arguments a command does not take; printed as ``<command>: error: <message>``."""
+
+    def __init__(self, prog: str, message: str):
+        super().__init__(message)
+        self.prog = prog
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's default prints the usage too)
-        raise FedpdError(f"{self.prog}: {message}")
+        raise UsageError(self.prog, message)
 
 
 def _version() -> str:
@@ -416,7 +424,7 @@ def _main(argv, NonFiniteMetrics) -> int:
         print(f"fedpd: error: {err}", file=sys.stderr)
         return err.exit_code
     except FedpdError as err:
-        print(f"fedpd: error: {err}", file=sys.stderr)
+        print(f"{getattr(err, 'prog', 'fedpd')}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(_interrupted(), file=sys.stderr)

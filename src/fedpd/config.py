@@ -106,6 +106,10 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
 
 def load_toml(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.toml"))[:3]
+        hint = f" (it holds {', '.join(found)}{', ...' if len(found) == 3 else ''})" if found else ""
+        raise ConfigError(f"config file {str(path)!r} is a directory; give one .toml file{hint}")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} not found")
     try:

@@ -276,7 +276,8 @@ def resolve(word: str) -> list[tuple[str, str | None]]:
         return found
     names = sorted({n for t in tables().values() for n in t} | set(section_names())
                    | {PLURAL.get(s, s + "s") for s in section_names()})
-    close = difflib.get_close_matches(word, names, n=3)
+    lower = {n.lower(): n for n in names}  # names are lower case: FedPD means fedpd
+    close = [lower[c] for c in difflib.get_close_matches(word.lower(), list(lower), n=3)]
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(f"fedpd list: no section or entry named {word!r} ({hint}allowed: a section — "
                       f"{', '.join(PLURAL.get(s, s + 's') for s in section_names())} — or a name they list)")

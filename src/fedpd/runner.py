@@ -30,9 +30,10 @@ from torch import Tensor
 from fedpd.checks import check_finite
 from fedpd.config import RESUMABLE, Config, first_difference, load_config
 from fedpd.engines import NODES, open_runtime
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.progress import Progress
+from fedpd.results.runs import runs_below
 from fedpd.simulation import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, Simulation
 from fedpd.tensorboard import open_writer
 
@@ -50,7 +51,7 @@ def read_checkpoint(path: Path, cfg: Config) -> dict:
         if type(err).__name__ == "UnpicklingError":
             raise ConfigError(f"{path}: not a fedpd checkpoint (it holds objects a checkpoint never contains; "
                               f"refused without loading them)") from None
-        raise ConfigError(f"{path}: damaged, cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:120]})") from None
+        raise ConfigError(f"{path}: damaged, cannot be read ({reason(err)})") from None
     if not isinstance(sd, dict) or sd.get("format") != CHECKPOINT_FORMAT:
         raise ConfigError(f"{path}: not a fedpd checkpoint")
     if sd.get("version") != CHECKPOINT_VERSION:
@@ -108,6 +109,11 @@ def _check_out(out: Path, overwrite: bool) -> list[str]:
     """The results ``out`` already holds (refused unless ``overwrite``)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
+    inner = runs_below(out) if out.is_dir() else []
+    if inner:  # a folder of runs (e.g. runs/): this run's files would land loose among them
+        shown = ", ".join(str(p) for p in inner[:2]) + (", ..." if len(inner) > 2 else "")
+        raise ConfigError(f"--out {str(out)!r}: holds other runs ({shown}); give this run a folder of its own "
+                          f"(e.g. {str(out / 'NAME')!r})")
     held = [p for p in (METRICS, CHECKPOINT, NODES) if (out / p).exists()]
     if held and not overwrite:
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}); "

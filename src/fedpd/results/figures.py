@@ -9,18 +9,20 @@ import math
 import os
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fedpd.checks import FedpdNotice
 from fedpd.data.partition import label_matrix
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 from fedpd.io import atomic_write_bytes
 from fedpd.problems.base import ClientSplit
-from fedpd.results.runs import (X_AXES, Run, disambiguate, finite, flat_config, group_runs, is_seed, read_run,
-                                split_metrics)
+from fedpd.results.runs import (X_AXES, Run, disambiguate, expand_runs, finite, flat_config, group_runs, is_seed,
+                                read_run, split_metrics)
 
 #: axis labels, in words and maths
 LABELS = {
@@ -75,7 +77,7 @@ def _write_figure(save, output: Path, fmt: str) -> None:
         with matplotlib.rc_context({"savefig.format": fmt}):
             save(buf)
     except RuntimeError as err:  # e.g. .pgf without a LaTeX installation
-        raise ConfigError(f"-o {str(output)!r}: matplotlib cannot write .{fmt} here ({str(err).splitlines()[0]})") from None
+        raise ConfigError(f"-o {str(output)!r}: matplotlib cannot write .{fmt} here ({reason(err)})") from None
     atomic_write_bytes(output, buf.getvalue())
 
 
@@ -104,6 +106,22 @@ def _curve_points(run: Run, metric: str, x: str) -> list[tuple[float, float, int
     return [(r[x], r[metric], r.get("round", 0)) for r in run.records if finite(r.get(metric)) and x in r]
 
 
+def _seeds(run: Run) -> str:
+    return json.dumps({k: v for k, v in flat_config(run.cfg).items() if is_seed(k)}, sort_keys=True)
+
+
+def _one_per_seed(members: list[Run]) -> list[Run]:
+    """The runs of one group, one per seed: runs of the same config and the same seeds are the same
+    run twice (a copy, or a rerun) — drawn once, with a note naming them, never counted as seeds."""
+    first: dict[str, Run] = {}
+    for run in members:
+        kept = first.setdefault(_seeds(run), run)
+        if kept is not run:
+            warnings.warn(f"{run.path} and {kept.path} have the same config and seed: duplicates, drawn once",
+                          FedpdNotice, stacklevel=2)
+    return list(first.values())
+
+
 def _curves(runs: list[Run], metric: str, x: str, labels: list[str] | None, group: bool) -> list[Curve]:
     for run in runs:
         if not _curve_points(run, metric, x):
@@ -118,6 +136,7 @@ def _curves(runs: list[Run], metric: str, x: str, labels: list[str] | None, grou
                              [u[0].path for u in units], skip_seeds=group)
     curves = []
     for members, name in zip(units, names):
+        members = _one_per_seed(members)
         if len(members) == 1:
             xs, ys, _ = zip(*_curve_points(members[0], metric, x))
             curves.append(Curve(name, members, list(xs), list(ys)))
@@ -126,10 +145,7 @@ def _curves(runs: list[Run], metric: str, x: str, labels: list[str] | None, grou
         common = sorted(set.intersection(*(set(p) for p in per_run)))
         xs = [float(np.mean([p[rnd][0] for p in per_run])) for rnd in common]
         ys = np.array([[p[rnd][1] for p in per_run] for rnd in common], dtype=float)
-        seeds = {json.dumps({k: v for k, v in flat_config(r.cfg).items() if is_seed(k)}, sort_keys=True)
-                 for r in members}
-        what = f"{len(members)} seeds" if len(seeds) == len(members) else f"{len(members)} runs"
-        curves.append(Curve(f"{name} (mean ± std, {what})", members, xs, ys.mean(1).tolist(), ys.std(1).tolist(),
+        curves.append(Curve(f"{name} (mean ± std, {len(members)} seeds)", members, xs, ys.mean(1).tolist(), ys.std(1).tolist(),
                             ys.min(1).tolist()))
     return curves
 
@@ -181,7 +197,7 @@ def runs_figure(paths, metrics, x: str = "round", labels=None, title=None, yscal
     except ImportError:
         raise ConfigError("plotting needs matplotlib: pip install 'fedpd[plot]'") from None
 
-    runs = [read_run(p) for p in paths]
+    runs = [read_run(p) for p in (paths if labels is not None else expand_runs(paths))]
     if labels is not None and len(labels) != len(runs):
         raise ConfigError(f"labels: {len(labels)} given for {len(runs)} runs")
     panels = [_curves(runs, m, x, labels, group) for m in metrics]

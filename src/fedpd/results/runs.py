@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,32 @@ def read_run(path: str | Path) -> Run:
     if not records:
         raise ConfigError(f"{str(path)!r}: metrics.jsonl holds no complete record")
     return Run(path, cfg, records)
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / "metrics.jsonl").is_file() or (Path(path) / "checkpoint.pt").is_file()
+
+
+def runs_below(folder: str | Path) -> list[Path]:
+    """The run directories inside ``folder`` (not ``folder`` itself), in path order; a run
+    directory's own subfolders (nodes/, store/) are not searched."""
+    found = []
+    for root, dirs, _ in os.walk(folder):
+        if Path(root) != Path(folder) and is_run_dir(Path(root)):
+            found.append(Path(root))
+            dirs.clear()
+        dirs.sort()
+    return sorted(found)
+
+
+def expand_runs(paths) -> list[Path]:
+    """``paths`` with every folder of runs (one that holds no metrics.jsonl of its own but run
+    directories below it, e.g. ``runs/`` or a sweep's ``--out``) replaced by the runs inside it."""
+    out = []
+    for p in map(Path, paths):
+        inner = [] if is_run_dir(p) or not p.is_dir() else runs_below(p)
+        out.extend(inner or [p])
+    return out
 
 
 def finite(v) -> bool:

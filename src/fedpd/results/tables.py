@@ -11,7 +11,7 @@ import textwrap
 from dataclasses import dataclass
 
 from fedpd.errors import ConfigError
-from fedpd.results.runs import X_AXES, best, finite, read_run, run_labels
+from fedpd.results.runs import X_AXES, best, expand_runs, finite, read_run, run_labels
 
 #: short column headers for terminal tables
 SHORT = {"train_loss": "train loss", "grad_norm_sq": "‖∇f‖²", "test_loss": "test loss", "test_acc": "test acc",
@@ -35,8 +35,9 @@ class Column:
 def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple[list[Column], list[dict]]:
     """The columns and the rows (raw values) of ``fedpd compare``: per run its label (default:
     what tells the runs apart), path, algorithm, rounds, communication and the final and best
-    value of each metric."""
-    runs = [read_run(p) for p in paths]
+    value of each metric. A folder of runs (``runs/``, a sweep's ``--out``) stands for every run
+    inside it."""
+    runs = [read_run(p) for p in (paths if labels else expand_runs(paths))]
     labels = labels or run_labels(runs, skip_seeds=False)
     if metrics is None:
         metrics = [m for m in COMPARE_METRICS if any(m in r.records[-1] for r in runs)]
