@@ -54,7 +54,7 @@ def test_list_shows_every_experiment(capsys):
 def test_bad_input_is_one_line_exit_2(argv, fragment, capsys, tmp_path):
     assert main([*argv, "--out", str(tmp_path / "r")] if "--list" not in argv and len(argv) > 1 else argv) == 2
     err = capsys.readouterr().err
-    assert fragment in err and err.count("\n") == 1 and err.startswith("fedpd: error:")
+    assert fragment in err and err.count("\n") == 1 and err.startswith(("fedpd: error:", "fedpd reproduce: error:"))
     assert not (tmp_path / "r").exists()
 
 
