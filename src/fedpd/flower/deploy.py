@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 import tomli_w
@@ -32,7 +33,8 @@ def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False)
                           f"replace it")
     if appdir.exists() and not appdir.is_dir():
         raise ConfigError(f"--out {str(appdir)!r}: exists and is not a directory")
-    name = f"fedpd-{cfg.names['algorithm']}-{cfg.names['problem']}".replace("_", "-")
+    # a project name of letters, digits and hyphens (a plug-in's import path has dots and colons)
+    name = re.sub(r"[^a-z0-9]+", "-", f"fedpd-{cfg.names['algorithm']}-{cfg.names['problem']}".lower()).strip("-")
     pyproject = {
         "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
         "project": {"name": name, "version": "1.0.0", "license": "Apache-2.0",
