@@ -268,6 +268,18 @@ def fingerprint(modules: Iterable[str]) -> dict[str, dict]:
     return out
 
 
+def roots(modules: Iterable[str]) -> tuple[str, ...]:
+    """The directories the imported ``modules`` were found in (what ``sys.path`` needs to hold to
+    import them again: the parent of a package's top directory)."""
+    out = []
+    for name in modules:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            depth = name.count(".") + (Path(file).name == "__init__.py")
+            out.append(str(Path(file).resolve().parents[depth]))
+    return _unique(out)
+
+
 def _sha256(file: str) -> str | None:
     try:
         return hashlib.sha256(Path(file).read_bytes()).hexdigest()

@@ -85,10 +85,18 @@ def _read_plugins(out: Path) -> dict:
 def _write_plugins(out: Path, cfg: Config) -> None:
     """``plugins.json`` for a run that imports plug-ins (none: no file)."""
     if cfg.plugin_modules:
-        record = {"path": list(cfg.plugin_path), "modules": plugins.fingerprint(cfg.plugin_modules)}
+        path = dict.fromkeys([*cfg.plugin_path, *plugins.roots(cfg.plugin_modules)])  # where they were found
+        record = {"path": list(path), "modules": plugins.fingerprint(cfg.plugin_modules)}
         atomic_write_text(out / PLUGINS, json.dumps(record, indent=1) + "\n")
     elif (out / PLUGINS).exists():
         (out / PLUGINS).unlink()
+
+
+def load_run_config(out: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config of the run in ``out`` (its ``config.toml``), its plug-ins searched where the run
+    found them (``plugins.json``) and on the usual plug-in path."""
+    path = (*_read_plugins(out).get("path", ()), *plugins.default_path(out / CONFIG))
+    return load_config(out / CONFIG, overrides, plugin_path=path)
 
 
 def _warn_if_changed(out: Path, record: dict) -> None:
@@ -182,10 +190,8 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         out = Path(resume)
         if not (out / CONFIG).is_file():
             raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
-        record = _read_plugins(out)  # the modules the run imported, and where it found them
-        path = (*record.get("path", ()), *plugins.default_path(out / CONFIG))
-        cfg = load_config(out / CONFIG, overrides, plugin_path=path)
-        kept = load_config(out / CONFIG, plugin_path=path).resolved()
+        cfg = load_run_config(out, overrides)
+        kept = load_run_config(out).resolved()
         for item in overrides:  # anything else would continue the checkpoint under another run
             key = item.partition("=")[0].strip()
             section, _, name = key.partition(".")
