@@ -416,3 +416,47 @@ def test_a_simulated_flower_node_imports_from_the_runs_plugin_path(tmp_path, mon
         node_runtime(context, without)
     with_path = Envelope("hello", {**without.config, "plugin-path": [str(code_dir)]})
     assert node_runtime(context, with_path).hosted == [2, 3]
+
+
+# --- other processes and places that rebuild a config --------------------------------------------
+def test_sweep_workers_import_the_configs_plugins(tmp_path, monkeypatch, capsys):
+    """fedpd sweep's spawned worker processes find a module beside the config, run from elsewhere."""
+    code_dir = tmp_path / "code"
+    code_dir.mkdir()
+    module = write_module(code_dir, "from fedpd.algorithms import FedAvg\n\nclass Mine(FedAvg):\n    pass\n")
+    path = write_config(code_dir / "mine.toml", {"problem": {"name": "least_squares", "clients": 4},
+                                                 "algorithm": {"name": f"{module}:Mine"}, "solver": {"name": "gd"},
+                                                 "run": {"rounds": 2}})
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["sweep", path, "--seeds", "1,2", "--jobs", "2", "--out", tmp_path / "sweep", "--quiet"],
+                             capsys)
+    assert code == 0, err
+    assert all((tmp_path / "sweep" / "mine" / s / "metrics.jsonl").is_file() for s in ("s1", "s2"))
+
+
+def test_the_roots_of_plugin_modules_are_where_they_were_found(tmp_path, monkeypatch):
+    package = tmp_path / "pkg_root" / "my_pkg_roots"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "algos.py").write_text("from fedpd.algorithms import FedAvg\n\nclass Mine(FedAvg):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg_root"))
+    cfg = load_config({"problem": {"name": "least_squares"}, "algorithm": {"name": "my_pkg_roots.sub.algos:Mine"}})
+    assert plugins.roots(cfg.plugin_modules) == (str((tmp_path / "pkg_root").resolve()),)
+    assert plugins.roots(["my_pkg_roots"]) == (str((tmp_path / "pkg_root").resolve()),)
+
+
+def test_a_flower_app_of_a_plugin_config_has_a_name_flower_accepts(user_algorithms, tmp_path, monkeypatch):
+    pytest.importorskip("flwr")
+    import re
+    import tomllib
+
+    from fedpd.flower.deploy import write_app
+
+    directory, module = user_algorithms
+    monkeypatch.chdir(directory)
+    for algorithm in (f"{module}:DualAverage", "fedgeomed_plus"):
+        cfg = load_config({"problem": {"name": "fedplus_regression"}, "algorithm": {"name": algorithm}})
+        app = write_app(cfg, tmp_path / algorithm.replace(":", "_"), tmp_path / "run")
+        name = tomllib.loads((app / "pyproject.toml").read_text())["project"]["name"]
+        assert re.fullmatch(r"[a-z][a-z0-9-]{0,31}", name) and not name.endswith("-"), name
