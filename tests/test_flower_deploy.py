@@ -121,7 +121,8 @@ def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_
     expected = [{k: v for k, v in r.items() if k != "wall_s"} for r in fedpd.run(cfg).history]
     runs = []
     for name in ("allowed", "refused"):
-        assert main(["flower", "app", str(cfg), "--out", str(tmp_path / name), "--run-dir", str(tmp_path / f"run-{name}")]) == 0
+        app = ["flower", "app", str(cfg), "--out", str(tmp_path / name), "--run-dir", str(tmp_path / f"run-{name}")]
+        assert main(app) == 0
         runs.append((tmp_path / name, tmp_path / f"run-{name}"))
     allow = f"allowed-plugins='other,{module}'"
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:

@@ -117,7 +117,8 @@ NOT_CALLABLE = 3
 '''
 
 BASE = {"solver": {"name": "sgd", "lr": 0.1, "local_steps": 2, "batch_size": 8},
-        "sampler": {"name": "uniform", "clients_per_round": 3}, "run": {"rounds": 3, "eval_every": 1, "dtype": "float64"}}
+        "sampler": {"name": "uniform", "clients_per_round": 3},
+        "run": {"rounds": 3, "eval_every": 1, "dtype": "float64"}}
 
 
 @pytest.fixture(scope="module")
@@ -408,7 +409,8 @@ def test_a_simulated_flower_node_imports_from_the_runs_plugin_path(tmp_path, mon
     code_dir = tmp_path / "code"
     code_dir.mkdir()
     module = write_module(code_dir, "from fedpd.algorithms import FedAvg\n\nclass Mine(FedAvg):\n    pass\n")
-    config = tomli_w.dumps({"problem": {"name": "least_squares", "clients": 4}, "algorithm": {"name": f"{module}:Mine"}})
+    config = tomli_w.dumps({"problem": {"name": "least_squares", "clients": 4},
+                            "algorithm": {"name": f"{module}:Mine"}})
     monkeypatch.chdir(tmp_path)
     context = types.SimpleNamespace(node_config={"partition-id": 1, "num-partitions": 2})
     without = Envelope("hello", {"config": config, "store-root": str(tmp_path / "nodes")})

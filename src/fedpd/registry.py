@@ -80,7 +80,8 @@ def plugin_entry(kind: str, name: str, found: plugins.Plugin) -> Entry:
                                   f"function)")
     options = NoOptions if kind == "model" else getattr(obj, "Options", NoOptions)
     if not (isinstance(options, type) and issubclass(options, BaseModel)):
-        raise plugins.PluginError(f"{name}.Options must be a pydantic model (subclass fedpd.Options), got {_what(options)}")
+        raise plugins.PluginError(f"{name}.Options must be a pydantic model (subclass fedpd.Options), got "
+                                  f"{_what(options)}")
     return Entry(name, obj, options, plugins.describe(obj), found.origin, found.module)
 
 

@@ -66,7 +66,8 @@ class FedAvgM(FedAvg):
 class FedAdaptiveOptions(FedAvg.Options):
     eta: float = Field(0.1, gt=0, description="η, the server learning rate")
     beta1: float = Field(0.9, ge=0, lt=1, description="β1, the first-moment (momentum) decay")
-    tau: float = Field(1e-3, gt=0, description="τ, the adaptivity: the step divides by √v + τ, and v starts at τ²")
+    tau: float = Field(1e-3, gt=0, description="τ, the adaptivity: the step divides by √v + τ; v starts at "
+                       "τ²")
 
 
 class FedAdamOptions(FedAdaptiveOptions):

@@ -177,7 +177,8 @@ def dataset_problem(
                     raise ConfigError(f"problem.{option}: not an option of {key} (it applies to {users})")
                 options[option] = value
         if glove_path is not None and key != "sent140":
-            raise ConfigError(f"problem.glove_path: word vectors need a word vocabulary; {key} has none (allowed: sent140)")
+            raise ConfigError(f"problem.glove_path: word vectors need a word vocabulary; {key} has none (allowed: "
+                              f"sent140)")
         ds = load_dataset(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
     rng = np.random.default_rng(seed)
     images = ds.x_train.is_floating_point() and ds.x_train.dim() == 4

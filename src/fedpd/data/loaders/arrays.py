@@ -45,10 +45,10 @@ def load_user_dataset(path: str) -> Dataset:
     for x, y, c, split in ((x_train, y_train, users["client_train"], "train"),
                            (x_test, y_test, users["client_test"], "test")):
         if len(y) != len(x) or (c is not None and len(c) != len(x)):
-            counts = ", ".join(f"{k}_{split} {n}" for k, n in (("x", len(x)), ("y", len(y)),
-                                                                ("client", None if c is None else len(c))) if n is not None)
-            raise ConfigError(f"problem.dataset: {path} returned {split} arrays of different lengths ({counts}; allowed: "
-                              f"one label and one client id per sample)")
+            lengths = [("x", len(x)), ("y", len(y))] + ([("client", len(c))] if c is not None else [])
+            counts = ", ".join(f"{k}_{split} {n}" for k, n in lengths)
+            raise ConfigError(f"problem.dataset: {path} returned {split} arrays of different lengths ({counts}; "
+                              f"allowed: one label and one client id per sample)")
         if not len(x):
             raise ConfigError(f"problem.dataset: {path} returned no {split} samples (allowed: at least one)")
     if x_test.shape[1:] != x_train.shape[1:]:
@@ -94,11 +94,13 @@ def _array(value, key: str, path: str) -> np.ndarray:
 def _samples(value, key: str, path: str) -> np.ndarray:
     x = _array(value, key, path)
     if x.ndim < 2:
-        raise ConfigError(f"problem.dataset: {path} returned {key} of shape {x.shape} (allowed: [samples, features...])")
+        raise ConfigError(f"problem.dataset: {path} returned {key} of shape {x.shape} (allowed: [samples, "
+                          f"features...])")
     if x.dtype.kind in "iu":
         return np.ascontiguousarray(x, dtype=np.int64)  # token ids, for embedding models
     if x.dtype.kind == "f" and not np.isfinite(x).all():
-        raise ConfigError(f"problem.dataset: {path} returned {key} with NaN or infinite values (allowed: finite numbers)")
+        raise ConfigError(f"problem.dataset: {path} returned {key} with NaN or infinite values (allowed: finite "
+                          f"numbers)")
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
