@@ -333,6 +333,18 @@ def test_an_entry_point_is_listed_shown_and_runs(site, capsys):
     assert type(result.simulation.algorithm).__name__ == "Damped" and result.simulation.algorithm.gamma == 0.25
 
 
+def test_entry_points_name_a_dataset_loader_and_a_model(site, capsys):
+    site, _ = site
+    module = write_module(site, DATA, "entry_data")
+    distribution(site, f"dataset.bars = {module}:load\nmodel.small_cnn = {module}:SmallCNN")
+    code, out, _ = run_cli(["list", "models"], capsys)
+    assert code == 0 and "small_cnn" in out
+    cfg = {**dataset_config(module), "problem": {"name": "dataset", "dataset": "bars", "partition": "natural"},
+           "model": {"name": "small_cnn", "width": 2}}
+    sim = Simulation(load_config(cfg))
+    assert sim.num_clients == 6 and sim.problem.model.module.conv.out_channels == 2
+
+
 @pytest.mark.parametrize(("entry", "needle"), [
     ("algorithm.fedavg = {m}:Damped", "clashes with the built-in algorithm 'fedavg'"),
     ("fedavg2 = {m}:Damped", "must be <kind>.<name>"),

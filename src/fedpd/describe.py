@@ -284,6 +284,9 @@ def resolve(word: str) -> list[tuple[str, str | None]]:
     found = find(word)
     if found:
         return found
+    if is_import_path(word):  # what it is depends on the key a config gives it to
+        raise ConfigError(f"fedpd list: {word!r} is an import path; show it with its section: fedpd show SECTION "
+                          f"{word} (sections: {', '.join(s for s in section_names() if s != 'run')})")
     names = sorted({n for t in tables().values() for n in t} | set(section_names())
                    | {PLURAL.get(s, s + "s") for s in section_names()})
     lower = {n.lower(): n for n in names}  # names are lower case: FedPD means fedpd

@@ -35,12 +35,12 @@ from torch import Tensor
 from fedpd.data import (load_dataset, load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
                         train_test_split_per_client)
 from fedpd.data.loaders import DATASETS, canonical_name, dataset_options
-from fedpd.data.loaders.arrays import load_user_dataset
+from fedpd.data.loaders.arrays import load_user_dataset, user_loader
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import MODELS, build_model, check_outputs, model_factory, model_options
 from fedpd.options import Options, SEED_MAX, declares, refuse
-from fedpd.plugins import PluginError, is_import_path, load
+from fedpd.plugins import PluginError
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.streams import ClientStreams
@@ -83,7 +83,8 @@ FILE_OPTIONS = ("path", "vocab_size", "seq_len", "label_mode", "glove_path")
 
 
 class DatasetOptions(Options):
-    dataset: str = Field(description="dataset name (fedpd data list), or a loader's import path module:function")
+    dataset: str = Field(description="dataset name (fedpd data list), or a loader's import path module:function "
+                         "(or an installed entry point's name)")
     data_dir: str | None = Field(None, description="default: $FEDPD_DATA, else ~/.cache/fedpd/data")
     clients: int = Field(100, ge=1, description="ignored by the natural partition (one client per user)")
     partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = Field("iid", description='how the training samples are split into clients')
@@ -108,18 +109,15 @@ class DatasetOptions(Options):
     @field_validator("dataset")
     @classmethod
     def _loader(cls, value: str) -> str:
-        if is_import_path(value):
-            try:
-                loader = load(value).obj
-            except PluginError as err:
-                raise ValueError(str(err)) from None
-            if not callable(loader):
-                raise ValueError(f"{value} is not callable (a loader is a function of no arguments)")
+        try:
+            user_loader(value)  # a user's loader must exist; fedpd's datasets are found when loaded
+        except PluginError as err:
+            raise ValueError(str(err)) from None
         return value
 
     @model_validator(mode="after")
     def _loader_options(self):
-        for option in FILE_OPTIONS if is_import_path(self.dataset) else ():
+        for option in FILE_OPTIONS if user_loader(self.dataset) is not None else ():
             if getattr(self, option) is not None:
                 raise refuse(option, "not an option of a loader's dataset (it returns its arrays itself)")
         return self
@@ -157,7 +155,7 @@ def dataset_problem(
 
     ``vocab_size`` / ``seq_len`` (sent140) and ``label_mode`` (cifar100) go to the loader (None: its
     default); ``glove_path`` (sent140) is a GloVe text file for the word embedding."""
-    if is_import_path(dataset):  # a user's loader: its arrays, checked
+    if user_loader(dataset) is not None:  # a user's loader: its arrays, checked
         key, ds = dataset, load_user_dataset(dataset)
     else:
         try:

@@ -1,6 +1,7 @@
 """A user's dataset: what a loader function returns, checked and made a :class:`Dataset`.
 
-``problem.dataset = "module:function"`` names a function of no arguments that returns the
+``problem.dataset = "module:function"`` (or the name of an installed entry point
+``dataset.NAME``, :mod:`fedpd.plugins`) names a function of no arguments that returns the
 training and test sets as arrays (NumPy arrays, torch tensors, or anything ``numpy.asarray``
 takes): ``(x_train, y_train, x_test, y_test)``, optionally followed by ``client_train`` and
 ``client_test``, or a mapping with those keys (and optionally ``num_classes``). ``x`` is
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from fedpd import plugins
+from fedpd.data.loaders import ALIASES, DATASETS
 from fedpd.data.loaders.base import Dataset
 from fedpd.errors import ConfigError
 
@@ -26,14 +28,24 @@ ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CLIENTS = ("client_train", "client_test")
 
 
+def user_loader(name: str):
+    """The loader function ``problem.dataset`` names, or None for one of fedpd's datasets;
+    :class:`~fedpd.plugins.PluginError` (one line) for a name that is neither."""
+    builtins = {**DATASETS, **ALIASES}
+    if isinstance(name, str) and name.lower() in builtins:
+        return None
+    loader = plugins.resolve("dataset", name, builtins).obj
+    if not callable(loader):
+        raise plugins.PluginError(f"{name} is not callable (a loader is a function of no arguments)")
+    return loader
+
+
 def load_user_dataset(path: str) -> Dataset:
-    """The dataset the loader at import path ``path`` returns, checked (one line on any problem)."""
+    """The dataset the loader ``path`` names returns, checked (one line on any problem)."""
     try:
-        loader = plugins.load(path).obj
+        loader = user_loader(path)
     except plugins.PluginError as err:
         raise ConfigError(f"problem.dataset: {err}") from None
-    if not callable(loader):
-        raise ConfigError(f"problem.dataset: {path} is not callable (a loader is a function of no arguments)")
     try:
         returned = loader()
     except Exception as err:
