@@ -194,6 +194,57 @@ def test_resume_finds_the_module_again_and_says_when_it_changed(tmp_path, monkey
     assert records(resumed) == records(straight)  # a comment changes no number
 
 
+OTHER_KINDS = '''
+import torch
+from pydantic import Field
+
+import fedpd
+from fedpd.attacks import Attack
+from fedpd.problems.synthetic import least_squares
+from fedpd.sampling import UniformK
+
+
+def small_least_squares(clients=4, seed=0):
+    """A user's problem: fedpd's least squares with other defaults."""
+    return least_squares(clients=clients, dim=3, samples_per_client=8, seed=seed)
+
+
+class Options(fedpd.Options):
+    clients: int = Field(4, ge=1)
+    seed: int = Field(0, ge=0)
+
+
+small_least_squares.Options = Options
+
+
+class FirstK(UniformK):
+    """A user's sampler: always the clients 0 .. K-1."""
+
+    def sample(self, round, generator):
+        return torch.arange(self.k)
+
+
+def mean(w, weights=None):
+    """A user's aggregator: the mean, saying how it went."""
+    return w.mean(0), {"iterations": 0, "converged": True}
+'''
+
+
+def test_a_problem_sampler_and_aggregator_of_ones_own(tmp_path, monkeypatch):
+    module = write_module(tmp_path, OTHER_KINDS, "other_kinds")
+    monkeypatch.chdir(tmp_path)
+    mine = fedpd.run({"problem": {"name": f"{module}:small_least_squares", "clients": 5},
+                      "sampler": {"name": f"{module}:FirstK", "clients_per_round": 2},
+                      "algorithm": {"name": "fedavg", "aggregator": f"{module}:mean", "weights": "samples"},
+                      "solver": {"name": "exact"}, "run": {"rounds": 2}})
+    theirs = fedpd.run({"problem": {"name": "least_squares", "clients": 5, "dim": 3, "samples_per_client": 8},
+                        "sampler": {"name": "uniform", "clients_per_round": 2}, "algorithm": {"name": "fedavg"},
+                        "solver": {"name": "exact"}, "run": {"rounds": 2}})
+    assert mine.simulation.num_clients == 5 and mine.simulation.participants(7).tolist() == [0, 1]
+    assert "agg_iterations" in mine.history[-1]  # the aggregator ran (counters kept)
+    assert mine.history[0]["train_loss"] == theirs.history[0]["train_loss"]  # the same problem
+
+
 # --- a user's model and data ------------------------------------------------------------------
 def test_a_users_loader_and_model_go_through_fedpds_pipeline(user_data, monkeypatch):
     """The natural partition of the loader's client ids (and each client's own test samples),

@@ -419,5 +419,5 @@ def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
         return fn(w, weights=weights, **bound)
 
     aggregate.__name__ = f"{name}_aggregator"
-    aggregate.__doc__ = f"{fn.description} (options: {bound})"
+    aggregate.__doc__ = f"{plugins.describe(fn)} (options: {bound})"
     return aggregate
