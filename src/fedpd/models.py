@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedpd import plugins
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 
 __all__ = [
     "LogisticRegression",
@@ -479,9 +479,7 @@ def check_outputs(module: nn.Module, sample: Tensor, num_classes: int, name: str
         with torch.no_grad():
             out = module(sample)
     except Exception as err:
-        text = " ".join(str(err).split())[:200]
-        raise ConfigError(f"model.name: {name} fails on one sample of shape {shape}: {type(err).__name__}: {text}") \
-            from None
+        raise ConfigError(f"model.name: {name} fails on one sample of shape {shape}: {reason(err, 200)}") from None
     got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
     if got != (1, num_classes):
         raise ConfigError(f"model.name: {name} gives outputs of shape {got} for one sample of shape {shape}; the "

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 
 GROUP = "fedpd.plugins"
 #: what an entry point's ``<kind>.`` prefix may say: the config keys that take a plug-in
@@ -178,14 +178,9 @@ def _import(name: str):
             where = ", ".join(_SEARCHED) or "none"
             raise PluginError(f"no module named {name!r} (searched the plug-in path — {where} — and the installed "
                               f"packages)") from None
-        raise PluginError(f"importing {name!r} failed: {one_line(err)}") from None
+        raise PluginError(f"importing {name!r} failed: {reason(err, 300)}") from None
     except Exception as err:  # the user's module raised while being imported
-        raise PluginError(f"importing {name!r} failed: {one_line(err)}") from None
-
-
-def one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or "(no message)"
-    return f"{type(err).__name__}: {text[:300]}"
+        raise PluginError(f"importing {name!r} failed: {reason(err, 300)}") from None
 
 
 def _file(module) -> str:

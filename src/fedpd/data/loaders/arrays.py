@@ -22,7 +22,7 @@ import torch
 from fedpd import plugins
 from fedpd.data.loaders import ALIASES, DATASETS
 from fedpd.data.loaders.base import Dataset
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CLIENTS = ("client_train", "client_test")
@@ -49,7 +49,7 @@ def load_user_dataset(path: str) -> Dataset:
     try:
         returned = loader()
     except Exception as err:
-        raise ConfigError(f"problem.dataset: {path}() raised {plugins.one_line(err)}") from None
+        raise ConfigError(f"problem.dataset: {path}() raised {reason(err, 300)}") from None
     parts = _named(returned, path)
     x_train, x_test = (_samples(parts[k], k, path) for k in ("x_train", "x_test"))
     y_train, y_test = (_labels(parts[k], k, path) for k in ("y_train", "y_test"))
@@ -96,7 +96,7 @@ def _array(value, key: str, path: str) -> np.ndarray:
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"problem.dataset: {path} returned a {key} that is not an array ({plugins.one_line(err)})") \
+        raise ConfigError(f"problem.dataset: {path} returned a {key} that is not an array ({reason(err, 300)})") \
             from None
     if array.dtype.kind not in "biuf":
         raise ConfigError(f"problem.dataset: {path} returned {key} of dtype {array.dtype} (allowed: numbers)")
