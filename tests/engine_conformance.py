@@ -10,6 +10,10 @@ What is checked: the metrics equal the reference's bit for bit (chunking, order 
 participants), faults behave as the protocol says (a client that drops out or whose upload is
 rejected keeps its state, and is counted), FedPD's skipped rounds send nothing, and a run
 continued from a checkpoint equals the uninterrupted one.
+
+The algorithms are ``CASES``, one per role the tests need (keys name the built-in that plays it):
+a sampled algorithm with client state and a reply, a stateless one, and one that communicates in
+some rounds only. A subclass may set its own ``CASES`` (a user's algorithms: tests/user_plugins.py).
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ class EngineConformance:
     """Tests any engine passes; ``engine`` is a list of ``run.*`` overrides selecting it."""
 
     ENGINE: list[str] = []
+    CASES: dict[str, dict] = CASES
+
+    def config(self, case: str, rounds: int = 6, **sections) -> dict:
+        return {**config("fedavg", rounds, **sections), **self.CASES[case], **sections}
 
     @pytest.fixture
     def engine(self) -> list[str]:
@@ -71,17 +79,17 @@ class EngineConformance:
     # --- same numbers as the reference ---------------------------------------------------------
     @pytest.mark.parametrize("case", sorted(CASES))
     def test_metrics_equal_the_reference(self, engine, case):
-        assert records(self.run(config(case), engine)) == records(self.run(config(case)))
+        assert records(self.run(self.config(case), engine)) == records(self.run(self.config(case)))
 
     def test_order_of_participants_does_not_matter(self, engine, monkeypatch):
-        reference = records(self.run(config("afedpd")))
+        reference = records(self.run(self.config("afedpd")))
         draw = Simulation.participants
         monkeypatch.setattr(Simulation, "participants", lambda self, t: draw(self, t).flip(0))
-        assert records(self.run(config("afedpd"), engine)) == reference
+        assert records(self.run(self.config("afedpd"), engine)) == reference
 
     # --- faults -----------------------------------------------------------------------------
     def test_dropped_clients_keep_their_state_and_are_counted(self, engine):
-        cfg = config("afedpd", rounds=1, attack={"name": "dropout", "fraction": 0.5, "seed": 1})
+        cfg = self.config("afedpd", rounds=1, attack={"name": "dropout", "fraction": 0.5, "seed": 1})
         sim = self.simulation(cfg, engine)
         ids = sim.participants(0)
         before = states(sim, ids)
@@ -98,7 +106,7 @@ class EngineConformance:
         assert records(self.run(cfg, engine)) == records(self.run(cfg))
 
     def test_rejected_uploads_keep_their_state_and_are_counted(self, engine):
-        cfg = config("afedpd", rounds=1, attack={"name": "nan", "parties": [0, 3, 6]})
+        cfg = self.config("afedpd", rounds=1, attack={"name": "nan", "parties": [0, 3, 6]})
         sim = self.simulation(cfg, engine)
         ids = sim.participants(0)
         before = states(sim, ids)
@@ -109,11 +117,11 @@ class EngineConformance:
         for key in before:
             assert torch.equal(after[key][bad], before[key][bad])
         assert torch.isfinite(sim.server["x0"]).all()
-        assert records(self.run(config("afedpd", attack={"name": "nan", "parties": [0, 3, 6]}), engine)) == \
-            records(self.run(config("afedpd", attack={"name": "nan", "parties": [0, 3, 6]})))
+        assert records(self.run(self.config("afedpd", attack={"name": "nan", "parties": [0, 3, 6]}), engine)) == \
+            records(self.run(self.config("afedpd", attack={"name": "nan", "parties": [0, 3, 6]})))
 
     def test_skipped_rounds_send_nothing(self, engine):
-        sim = self.simulation(config("fedpd", rounds=10), engine)
+        sim = self.simulation(self.config("fedpd", rounds=10), engine)
         sent = []
         for _ in range(10):
             before = (sim.comm.uplink_floats, sim.comm.downlink_floats)
@@ -128,9 +136,9 @@ class EngineConformance:
     # --- exact resume -----------------------------------------------------------------------
     @pytest.mark.parametrize("case", ["afedpd", "fedpd"])
     def test_resume_from_a_checkpoint_is_exact(self, engine, case, tmp_path):
-        straight = records(self.run(config(case, rounds=6), engine))
+        straight = records(self.run(self.config(case, rounds=6), engine))
         out = tmp_path / "run"
-        self.run(config(case, rounds=3), engine, out=out)
+        self.run(self.config(case, rounds=3), engine, out=out)
         resumed = self.resume(out, [*[o for o in engine if o.startswith("run.")], "run.rounds=6"])
         assert records(resumed) == straight
         assert [json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 2, 4, 6]

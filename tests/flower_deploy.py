@@ -74,11 +74,13 @@ class Deployment:
         assert reply.get("success"), out.stdout + out.stderr
         return int(reply["node-id"])
 
-    def supernode(self, k: int, hosted: str, store: Path, key: int | None = None, name: str | None = None):
+    def supernode(self, k: int, hosted: str, store: Path, key: int | None = None, name: str | None = None,
+                  more: str = ""):
+        """``more``: further node config, e.g. "allowed-plugins='mypkg'"."""
         flags = [f"--root-certificates={self.certs / 'ca.crt'}"] if self.tls else ["--insecure"]
         if key is not None:
             flags.append(f"--auth-supernode-private-key={self.certs / f'node{key}'}")
-        config = f"hosted-clients='{hosted}' store-dir='{store}'"
+        config = f"hosted-clients='{hosted}' store-dir='{store}' {more}".strip()
         return self.start(name or f"supernode{k}", [str(BIN / "flower-supernode"), *flags, "--superlink",
                                                     f"127.0.0.1:{self.port}", "--port", str(free_port()),
                                                     "--node-config", config, "--max-retries", "3"])

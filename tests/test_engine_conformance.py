@@ -1,12 +1,14 @@
 """The in-process engine passes the engine conformance suite (tests/engine_conformance.py) with
 every client grouping: one client at a time, chunks of 3, and all participants at once; and with
-the clients' states in the disk store (issue 14)."""
+the clients' states in the disk store (issue 14). So does the loopback remote engine; and both
+pass it on a user's algorithms defined outside the package (issue 20)."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine_conformance import EngineConformance
+from user_plugins import cases, user_algorithms  # noqa: F401 (a fixture)
 
 
 class TestInProcessEngine(EngineConformance):
@@ -24,3 +26,23 @@ class TestLoopbackRemoteEngine(EngineConformance):
     @pytest.fixture(params=[1, 3], ids=["one-node", "three-nodes"])
     def engine(self, request) -> list[str]:
         return ["run.engine=loopback", f"run.nodes={request.param}"]
+
+
+class UserAlgorithms:
+    """The suite on a user's algorithms (tests/user_plugins.py): modules in a directory outside
+    the repository, named by import path in the configs and found there as the current directory
+    (a resume finds them again through the run's plugins.json)."""
+
+    @pytest.fixture(autouse=True)
+    def _user_code(self, user_algorithms, monkeypatch):
+        directory, module = user_algorithms
+        monkeypatch.chdir(directory)
+        self.CASES = cases(module)
+
+
+class TestInProcessEngineOnUserAlgorithms(UserAlgorithms, TestInProcessEngine):
+    pass
+
+
+class TestLoopbackRemoteEngineOnUserAlgorithms(UserAlgorithms, TestLoopbackRemoteEngine):
+    pass

@@ -12,6 +12,7 @@ import os
 import subprocess
 
 import pytest
+import tomli_w
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
 
@@ -20,6 +21,7 @@ from fedpd.config import load_config  # noqa: E402
 from fedpd.simulation import Simulation  # noqa: E402
 
 from engine_conformance import CASES, EngineConformance, config, records  # noqa: E402
+from user_plugins import cases, user_algorithms  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +60,34 @@ class TestFlowerSimulationEngine(EngineConformance):
 
     def simulation(self, cfg, engine):
         return Simulation(load_config(cfg, engine), workdir=self.tmp, transport=self.session.transport)
+
+
+class TestFlowerSimulationEngineOnUserAlgorithms(TestFlowerSimulationEngine):
+    """The suite on a user's algorithms (tests/user_plugins.py) in a module outside the repository:
+    the virtual SuperNodes, Ray actors in other processes, import it from the run's plug-in path."""
+
+    @pytest.fixture(autouse=True)
+    def _user_code(self, user_algorithms, monkeypatch):
+        directory, module = user_algorithms
+        monkeypatch.chdir(directory)
+        self.CASES = cases(module)
+
+
+def test_a_users_fedavg_subclass_gives_fedavgs_metrics_in_process_and_on_flower(session, user_algorithms, tmp_path,
+                                                                              monkeypatch):
+    """Issue 20: FedAvg subclassed in the user's own file, named by its import path in a config
+    file beside it, run from another directory: the virtual SuperNodes import it from the run's
+    plug-in path."""
+    directory, module = user_algorithms
+    builtin = config("fedavg", rounds=4)
+    path = directory / f"{module}.toml"
+    path.write_text(tomli_w.dumps({**builtin, "algorithm": {"name": f"{module}:MyFedAvg"}}))
+    monkeypatch.chdir(tmp_path)
+    expected = records(fedpd.run(builtin))
+    assert records(fedpd.run(path)) == expected
+    flower = fedpd.run(path, tmp_path / "flower", overrides=["run.engine=flower"], transport=session.transport)
+    assert records(flower) == expected  # float64, every field bit for bit, the counted floats included
+    assert expected[-1]["uplink_floats"] > 0
 
 
 ISSUE_ALGORITHMS = {  # the Flower issue's list: FedAvg, SCAFFOLD, FedPD p = 0.5, FedDyn, A-FedPD, one Fed+

@@ -8,6 +8,8 @@ finish with the same metrics. These are the slowest tests: a deployment round ta
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import fedpd  # noqa: E402
 from fedpd.cli import main  # noqa: E402
 
 from flower_deploy import Deployment  # noqa: E402
+from user_plugins import user_algorithms  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +106,38 @@ def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tm
         dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-restarted")
         out, _ = run.communicate(timeout=600)
         assert metrics(run_dir) == expected, out[-3000:]
+
+
+def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_is_rejected(tmp_path,
+                                                                                       user_algorithms):
+    """Issue 20: a user's algorithm with client state and a reply (tests/user_plugins.py), in a
+    module the SuperLink's and the SuperNodes' Python path reach. With ``allowed-plugins`` naming
+    it on both nodes the run writes the in-process metrics; a node restarted without it refuses
+    (one line naming the module in the server's log) and its clients' uploads are counted as
+    rejected, round after round, while the run goes on."""
+    directory, module = user_algorithms
+    cfg = directory / f"{module}_deploy.toml"  # beside the module: found there in process
+    cfg.write_text(CONFIG.replace("ROUNDS", "2").replace('name = "afedpd"', f'name = "{module}:DualAverage"'))
+    expected = [{k: v for k, v in r.items() if k != "wall_s"} for r in fedpd.run(cfg).history]
+    runs = []
+    for name in ("allowed", "refused"):
+        app = ["flower", "app", str(cfg), "--out", str(tmp_path / name), "--run-dir", str(tmp_path / f"run-{name}")]
+        assert main(app) == 0
+        runs.append((tmp_path / name, tmp_path / f"run-{name}"))
+    allow = f"allowed-plugins='other,{module}'"
+    with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
+        dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), dep.env.get("PYTHONPATH", "")) if p)
+        dep.superlink()
+        dep.supernode(0, "0-2", tmp_path / "store0", more=allow)
+        dep.supernode(1, "3-5", tmp_path / "store1", more=allow)
+        done = dep.flwr_run(runs[0][0], timeout=600)
+        assert (runs[0][1] / "metrics.jsonl").exists(), done.stdout[-3000:] + done.stderr[-2000:]
+        assert metrics(runs[0][1]) == expected, done.stdout[-3000:]
+        dep.kill("supernode1", signal.SIGTERM)  # graceful: the SuperLink frees the node at once
+        dep.supernode(1, "3-5", tmp_path / "store1b", name="supernode1-refusing", more="allowed-plugins='other'")
+        done = dep.flwr_run(runs[1][0], timeout=600)
+        refused = metrics(runs[1][1])
+        assert [r["round"] for r in refused] == [0, 1, 2], done.stdout[-3000:]
+        assert refused[-1]["rejected_uploads"] > 0 and refused[-1]["uplink_floats"] > 0
+        said = done.stdout + dep.log("superlink")
+        assert f"plug-in module '{module}' is not allowed on this node" in said, said[-3000:]

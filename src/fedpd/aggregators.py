@@ -30,6 +30,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+from fedpd import plugins
 from fedpd.errors import ConfigError
 from fedpd.options import NoOptions, Options, declares, validate
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
@@ -374,6 +375,19 @@ AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_media
                                                            krum, fedplus_aggregate)}
 
 
+def aggregator_function(name: str) -> Callable[..., tuple[Tensor, dict]]:
+    """The aggregator ``name`` names: a built-in of :data:`AGGREGATORS`, or a plug-in (an import path
+    ``package.module:function`` or an installed entry point, :mod:`fedpd.plugins`): a function
+    ``(w [K, d], weights=None, **options) -> (aggregate [d], info)`` whose ``Options`` (a pydantic
+    model; default none) validates ``algorithm.aggregator_options``. ConfigError (one line)
+    otherwise."""
+    found = plugins.resolve("aggregator", name, AGGREGATORS)
+    if not callable(found.obj):
+        raise plugins.PluginError(f"{name} is not callable (an aggregator is a function (w, weights=None, **options) "
+                                  f"-> (aggregate, info))")
+    return found.obj
+
+
 def min_rows(name: str, options: dict) -> int:
     """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3)."""
     if name == "krum":
@@ -389,9 +403,7 @@ def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
     value out of range → ConfigError naming it (values that depend on K are checked at call time).
     ``fedplus`` also takes its Python-only arguments (groups, init tensors) unchecked here.
     """
-    if not isinstance(name, str) or name not in AGGREGATORS:
-        raise ConfigError(f"aggregator must be one of {', '.join(AGGREGATORS)}; got {name!r}")
-    fn = AGGREGATORS[name]
+    fn = aggregator_function(name)
     python_only = {k: options.pop(k) for k in ("groups", "init") if name == "fedplus" and k in options}
     for group in python_only.get("groups") or ():  # (index, kind, delta): the index needs d, checked at call
         if not isinstance(group, (tuple, list)) or len(group) != 3:
@@ -400,11 +412,12 @@ def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
         check_delta(group[2], "group delta")
     if isinstance(python_only.get("init"), str) and python_only["init"] not in ("mean", "median"):
         raise ConfigError(f"init must be 'mean', 'median' or a tensor; got {python_only['init']!r}")
-    bound = {**validate(fn.Options, options, "aggregator_options").model_dump(exclude_unset=True), **python_only}
+    model = getattr(fn, "Options", NoOptions)
+    bound = {**validate(model, options, "aggregator_options").model_dump(exclude_unset=True), **python_only}
 
     def aggregate(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
         return fn(w, weights=weights, **bound)
 
     aggregate.__name__ = f"{name}_aggregator"
-    aggregate.__doc__ = f"{fn.description} (options: {bound})"
+    aggregate.__doc__ = f"{plugins.describe(fn)} (options: {bound})"
     return aggregate

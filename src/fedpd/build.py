@@ -54,7 +54,7 @@ PER_CLIENT_ABOVE = 50_000
 
 
 def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
-    entry = registry.PROBLEMS[cfg.names["problem"]]
+    entry = cfg.entries["problem"]
     takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem
     if not takes_model:
         for key, value in cfg.model.items():
@@ -75,7 +75,7 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
 
 def build_attack(cfg: Config) -> Attack:
     """The run's fault / attack (``[attack]``, default none), not yet bound to a run."""
-    return registry.ATTACKS[cfg.names["attack"]].build(**cfg.options["attack"].model_dump())
+    return cfg.entries["attack"].build(**cfg.options["attack"].model_dump())
 
 
 def check_solver(cfg: Config, algorithm: Algorithm, solver, problem: Problem) -> None:
@@ -109,8 +109,8 @@ def federation_info(problem: Problem) -> FederationInfo:
 def build(cfg: Config, problem: Problem):
     """(algorithm, solver, sampler) of a config, every cross-check done before anything runs."""
     num_clients = problem.num_clients
-    algorithm = registry.ALGORITHMS[cfg.names["algorithm"]].build(**cfg.options["algorithm"].model_dump())
-    solver = registry.SOLVERS[cfg.names["solver"]].build(**cfg.options["solver"].model_dump())
+    algorithm = cfg.entries["algorithm"].build(**cfg.options["algorithm"].model_dump())
+    solver = cfg.entries["solver"].build(**cfg.options["solver"].model_dump())
     check_solver(cfg, algorithm, solver, problem)
     sampler_opts = cfg.options["sampler"].model_dump()
     if sampler_opts.get("clients_per_round", 0) > num_clients:
@@ -119,7 +119,7 @@ def build(cfg: Config, problem: Problem):
     if algorithm.participation == "all" and cfg.names["sampler"] != "all":
         raise ConfigError(f"sampler.name: algorithm '{cfg.names['algorithm']}' needs every client every round "
                           f"(allowed: all)")
-    sampler = registry.SAMPLERS[cfg.names["sampler"]].build(num_clients, **sampler_opts)
+    sampler = cfg.entries["sampler"].build(num_clients, **sampler_opts)
     need = algorithm.min_uploads()
     if need > 1:
         aggregator = getattr(cfg.options["algorithm"], "aggregator", "the aggregator")

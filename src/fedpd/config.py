@@ -2,10 +2,12 @@
 
 Sections ``[problem] [model] [algorithm] [solver] [sampler] [run]`` and the optional
 ``[attack]`` (faults and attacks, :mod:`fedpd.attacks`; default none). ``problem.name``,
-``algorithm.name``, ``solver.name`` and ``sampler.name`` pick an entry of the registries in
-:mod:`fedpd.registry`; the remaining keys of the section are that entry's options, checked by
-its own pydantic model. Every problem raises :class:`ConfigError` with one line naming the key
-and what is allowed.
+``algorithm.name``, ``solver.name``, ``sampler.name``, ``attack.name`` and ``model.name`` pick a
+built-in entry of :mod:`fedpd.registry` or a plug-in (an import path ``package.module:Attribute``
+or an installed entry point, :mod:`fedpd.plugins`, searched for on the config's plug-in path);
+the remaining keys of the section are that entry's options, checked by its own pydantic model
+(a model factory's by its signature). Every problem raises :class:`ConfigError` with one line
+naming the key and what is allowed.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, Field, field_validator
 
-from fedpd import registry
+from fedpd import plugins, registry
 from fedpd.errors import ConfigError
+from fedpd.models import check_model_options
 from fedpd.options import SEED_MAX, Options, validate
 
 if sys.version_info >= (3, 11):
@@ -121,10 +124,15 @@ def load_toml(path: str | Path) -> dict:
 
 
 class Config:
-    """A validated config: ``sections[name]`` holds the section's raw dict (with its ``name``)
-    and ``options[name]`` its validated options model."""
+    """A validated config: ``raw[section]`` holds the section's raw dict (with its ``name``),
+    ``names[section]`` the name as given, ``entries[section]`` the registry entry (built-in or
+    plug-in) it names and ``options[section]`` its validated options model.
 
-    def __init__(self, raw: dict):
+    ``plugin_path``: the directories plug-in modules are searched in (the config file's, the
+    current one's; :func:`fedpd.plugins.default_path`); ``plugin_modules``: the plug-in modules
+    the config imported (module -> where it came from)."""
+
+    def __init__(self, raw: dict, plugin_path: tuple[str, ...] | None = None):
         unknown = [k for k in raw if k not in SECTIONS]
         if unknown:
             raise ConfigError(f"unknown section [{unknown[0]}] (allowed: {', '.join(SECTIONS)})")
@@ -132,20 +140,26 @@ class Config:
             if not isinstance(v, dict):
                 raise ConfigError(f"{k}: must be a table [{k}] (got {v!r})")
         self.raw = {s: dict(raw.get(s, {})) for s in SECTIONS}
+        self.plugin_path = tuple(plugin_path) if plugin_path is not None else plugins.default_path()
+        plugins.search(self.plugin_path)
         self.names: dict[str, str] = {}
+        self.entries: dict[str, registry.Entry] = {}
         self.options: dict[str, BaseModel] = {}
-        for section, table in registry.TABLES.items():
-            values = dict(self.raw[section])
-            default = registry.DEFAULT_NAMES.get(section)
-            name = values.pop("name", default)
-            if name is None:
-                raise ConfigError(f"{section}.name: missing (allowed: {', '.join(table)})")
-            if not isinstance(name, str) or name not in table:
-                raise ConfigError(f"{section}.name: unknown {section} {name!r} (allowed: {', '.join(table)})")
-            self.names[section] = name
-            self.options[section] = validate(table[name].options, values, section, also=("name",))
-        self.options["run"] = validate(RunOptions, self.raw["run"], "run")
-        self.model = dict(self.raw["model"])
+        with plugins.recording() as used:
+            for section in registry.TABLES:
+                values = dict(self.raw[section])
+                name = values.pop("name", registry.DEFAULT_NAMES.get(section))
+                self.entries[section] = _lookup(section, name, f"{section}.name")
+                self.names[section] = name
+                self.options[section] = validate(self.entries[section].options, values, section, also=("name",))
+            self.options["run"] = validate(RunOptions, self.raw["run"], "run")
+            self.model = dict(self.raw["model"])
+            name = self.model.get("name", "auto")
+            if name != "auto":  # the factory and its options, checked before anything is built
+                self.entries["model"] = _lookup("model", name, "model.name")
+                check_model_options(self.entries["model"].build, name,
+                                    {k: v for k, v in self.model.items() if k != "name"})
+        self.plugin_modules = dict(used)
 
     @property
     def run(self) -> RunOptions:
@@ -172,6 +186,17 @@ class Config:
         return out
 
 
+def _lookup(kind: str, name, key: str) -> registry.Entry:
+    """The entry ``name`` names for ``kind``; ConfigError naming ``key`` otherwise."""
+    if name is None:
+        raise ConfigError(f"{key}: missing (allowed: {', '.join(registry.CATALOG[kind])}, or an import path "
+                          f"package.module:Attribute)")
+    try:
+        return registry.lookup(kind, name)
+    except plugins.PluginError as err:
+        raise ConfigError(f"{key}: {err}") from None
+
+
 def first_difference(a, b, prefix: str = "") -> str:
     """The first key where two resolved configs differ ("" if none)."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -183,8 +208,17 @@ def first_difference(a, b, prefix: str = "") -> str:
     return "" if a == b else prefix
 
 
-def load_config(source: str | Path | dict | Config, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+def load_config(source: str | Path | dict | Config, overrides: list[str] | tuple[str, ...] = (),
+                plugin_path: tuple[str, ...] | list[str] | None = None) -> Config:
+    """A validated config from a TOML file, a dict or a Config, with ``--set`` style overrides.
+
+    ``plugin_path``: where plug-in modules are searched; default: a Config's own, else the
+    config file's directory (for a file) and the current directory. A process that rebuilds a
+    config elsewhere (a worker, a node) passes ``cfg.plugin_path`` and imports the same modules."""
     if isinstance(source, Config):
+        plugin_path = source.plugin_path if plugin_path is None else plugin_path
         source = source.resolved()
-    raw = load_toml(source) if isinstance(source, (str, Path)) else source
-    return Config(apply_overrides(raw, overrides))
+    if isinstance(source, (str, Path)):
+        plugin_path = plugins.default_path(source) if plugin_path is None else plugin_path
+        source = load_toml(source)
+    return Config(apply_overrides(source, overrides), plugin_path)

@@ -3,9 +3,11 @@ type, default, allowed range and meaning.
 
 Everything is read from the pydantic option models that validate configs
 (``fedpd.registry.CATALOG[section][name].options`` and ``.description``: every config section's
-entries and the aggregators; ``RunOptions`` for ``[run]``), so the listing cannot drift from what
-the validator accepts. Option descriptions
-are the models' ``Field(description=...)``, written beside each option
+entries, the aggregators and the models; ``RunOptions`` for ``[run]``), so the listing cannot
+drift from what the validator accepts. Plug-ins installed through entry points (group
+``fedpd.plugins``) are listed with their section's built-ins, with where they come from; ``fedpd
+show SECTION package.module:Attribute`` shows a plug-in given by its import path. Option
+descriptions are the models' ``Field(description=...)``, written beside each option
 (``tests/test_cli_ux.py`` checks that every option has one).
 """
 
@@ -25,6 +27,7 @@ import annotated_types
 from pydantic import BaseModel
 
 from fedpd.errors import ConfigError
+from fedpd.plugins import is_import_path
 
 #: words for a section in `fedpd list` (plural) and `fedpd show` (singular)
 PLURAL = {"problem": "problems", "algorithm": "algorithms", "solver": "solvers", "sampler": "samplers",
@@ -41,21 +44,26 @@ class OptionRow:
 
 
 def tables() -> dict[str, dict]:
-    """Every kind of entry a config names: ``registry.CATALOG`` (the aggregators too) plus the models."""
-    from fedpd import registry
+    """Every kind of entry a config names (``registry.CATALOG``: the aggregators and models too),
+    each followed by the plug-ins installed for it (entry points of ``fedpd.plugins``)."""
+    from fedpd import plugins, registry
 
-    out = dict(registry.CATALOG)
-    try:
-        from fedpd.models import MODELS
-    except ImportError:  # pragma: no cover
-        MODELS = {}
-    if MODELS and "model" not in out:
-        out["model"] = MODELS
+    plugins.search(plugins.default_path())
+    out = {}
+    for section, table in registry.CATALOG.items():
+        installed = plugins.installed(section, table)
+        out[section] = {**table, **{name: registry.plugin_entry(section, name, plugins.load_entry_point(ep))
+                                    for name, ep in installed.items()}}
     return out
 
 
 def entry_description(section: str, entry) -> str:
-    return entry[1] if section == "model" and isinstance(entry, tuple) else getattr(entry, "description", "")
+    """The entry's one line; a plug-in's says where it comes from."""
+    from fedpd.plugins import BUILT_IN
+
+    if entry.origin == BUILT_IN:
+        return entry.description
+    return f"{entry.description} [{entry.module}: {entry.origin}]".strip()
 
 
 def section_names() -> list[str]:
@@ -150,9 +158,12 @@ def option_rows(section: str, name: str | None, model: type[BaseModel]) -> list[
 
 
 def model_option_rows(name: str, factory) -> list[OptionRow]:
+    """A model factory's options: its parameters after (input_shape, num_classes)."""
+    from fedpd.models import model_options
+
     rows = []
     for p in inspect.signature(factory).parameters.values():
-        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+        if p.name in model_options(factory):
             default = "required" if p.default is inspect.Parameter.empty else _value_text(p.default)
             if p.annotation is not inspect.Parameter.empty:
                 typ = p.annotation if isinstance(p.annotation, str) else _type_text(p.annotation)
@@ -242,12 +253,11 @@ def show(section: str, name: str | None, file=None) -> None:
         print("[run]: the options every run has", file=out)
         _print_options(option_rows("run", None, RunOptions), width, out)
         return
-    table = tables()[section]
-    entry = table[name]
+    entry = lookup(section, name)
     description = entry_description(section, entry)
     print(_wrap(f"{section} {name}: {description}", width, 2, ""), file=out)
     if section == "model":
-        factory = entry[0]
+        factory = entry.build
         rows = model_option_rows(name, factory)
         doc = _doc_paragraph(factory)
         header = f'[model] with name = "{name}" (problem "dataset")'
@@ -274,6 +284,9 @@ def resolve(word: str) -> list[tuple[str, str | None]]:
     found = find(word)
     if found:
         return found
+    if is_import_path(word):  # what it is depends on the key a config gives it to
+        raise ConfigError(f"fedpd list: {word!r} is an import path; show it with its section: fedpd show SECTION "
+                          f"{word} (sections: {', '.join(s for s in section_names() if s != 'run')})")
     names = sorted({n for t in tables().values() for n in t} | set(section_names())
                    | {PLURAL.get(s, s + "s") for s in section_names()})
     lower = {n.lower(): n for n in names}  # names are lower case: FedPD means fedpd
@@ -294,7 +307,23 @@ def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
         return section, None
     table = tables()[section]
     if name is None:
-        raise ConfigError(f"fedpd show {section}: missing NAME (allowed: {', '.join(table)})")
-    if name not in table:
-        raise ConfigError(f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table)})")
+        raise ConfigError(f"fedpd show {section}: missing NAME (allowed: {', '.join(table)}, or an import path "
+                          f"package.module:Attribute)")
+    if name not in table and not is_import_path(name):
+        raise ConfigError(f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table)}, or an "
+                          f"import path package.module:Attribute)")
+    lookup(section, name)  # an import path that does not name a usable plug-in: one line
     return section, name
+
+
+def lookup(section: str, name: str):
+    """The entry ``name`` names in ``section``: listed, or a plug-in by its import path."""
+    from fedpd import registry
+
+    table = tables()[section]
+    if name in table:
+        return table[name]
+    try:
+        return registry.lookup(section, name)
+    except ConfigError as err:
+        raise ConfigError(f"fedpd show {section} {name}: {err}") from None

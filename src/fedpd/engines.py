@@ -60,7 +60,7 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
                                        for k in range(cfg.run.nodes)})
     return RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
                         init_client=init, attack=attack, timeout=cfg.run.node_timeout,
-                        context={"store-root": str(Path(workdir) / NODES)})
+                        context={"store-root": str(Path(workdir) / NODES), "plugin-path": list(cfg.plugin_path)})
 
 
 @contextmanager

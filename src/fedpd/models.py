@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedpd.errors import ConfigError
+from fedpd import plugins
+from fedpd.errors import ConfigError, reason
 
 __all__ = [
     "LogisticRegression",
@@ -34,6 +35,9 @@ __all__ = [
     "SentimentLSTM",
     "MODELS",
     "model_options",
+    "model_factory",
+    "check_model_options",
+    "check_outputs",
     "build_model",
 ]
 
@@ -388,34 +392,96 @@ MODELS: dict[str, tuple[Callable[..., nn.Module], str]] = {
 
 
 def _options(factory: Callable) -> list[str]:
-    params = inspect.signature(factory).parameters.values()
-    return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    """The option names of a model factory: its parameters after (input_shape, num_classes)."""
+    return [p.name for p in _parameters(factory)[2:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-def model_options(name: str) -> list[str]:
-    """The keyword options ``build_model(name, ...)`` accepts (``name`` must be in :data:`MODELS`)."""
-    return _options(MODELS[name][0])
+def _parameters(factory: Callable) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: take it as (*args, **kwargs)
+        return [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+                inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
 
 
-def build_model(name: str, *, input_shape: Sequence[int], num_classes: int, **options) -> nn.Module:
-    """A fresh model from :data:`MODELS` for samples of ``input_shape`` (one sample, e.g.
-    ``(1, 28, 28)``, ``(784,)`` or ``(80,)`` for a token sequence) and ``num_classes`` outputs.
+def check_model_options(factory: Callable, name: str, options: dict) -> None:
+    """``factory`` takes (input_shape, num_classes, **options) and these ``options``: ConfigError
+    naming the key (``model.KEY``) and what is allowed otherwise."""
+    params = _parameters(factory)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        raise ConfigError(f"model.name: {name} takes ({', '.join(p.name for p in params)}); a model factory takes "
+                          f"(input_shape, num_classes, **options)")
+    accepted = _options(factory)
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        for key in options:
+            if key not in accepted:
+                raise ConfigError(f"model.{key}: unknown option {key!r} of model {name!r} (allowed: "
+                                  f"{', '.join(['name', *accepted])})")
+    for p in params[2:]:
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in options:
+            raise ConfigError(f"model.{p.name}: missing (model {name!r} requires it)")
+
+
+def model_options(name: str | Callable) -> list[str]:
+    """The options ``build_model(name, ...)`` accepts (a name of :data:`MODELS`, or a factory)."""
+    return _options(name if callable(name) else MODELS[name][0])
+
+
+def model_factory(name: str) -> Callable:
+    """The factory ``model.name`` names: one of :data:`MODELS`, or a plug-in (an import path
+    ``package.module:factory`` or an installed entry point, :mod:`fedpd.plugins`)."""
+    try:
+        found = plugins.resolve("model", name, MODELS)
+    except plugins.PluginError as err:
+        raise ConfigError(f"model.name: {err}") from None
+    if found.module is None:
+        return found.obj[0]
+    if not callable(found.obj):
+        raise ConfigError(f"model.name: {name} is not callable (a model factory takes (input_shape, num_classes, "
+                          f"**options) and returns a torch.nn.Module)")
+    return found.obj
+
+
+def build_model(name: str | Callable, *, input_shape: Sequence[int], num_classes: int, **options) -> nn.Module:
+    """A fresh model for samples of ``input_shape`` (one sample, e.g. ``(1, 28, 28)``, ``(784,)`` or
+    ``(80,)`` for a token sequence) and ``num_classes`` outputs: ``name`` of :data:`MODELS`, or a
+    model factory ``(input_shape, num_classes, **options) -> nn.Module`` of the user's.
 
     Seed torch (``torch.manual_seed``) first for a reproducible initialisation. Raises
     :class:`ConfigError` (one line) for an unknown model or an unknown or invalid option.
     """
-    if not isinstance(name, str) or name not in MODELS:
+    if callable(name):
+        factory, name = name, getattr(name, "__qualname__", repr(name))
+    elif not isinstance(name, str) or name not in MODELS:
         raise ConfigError(f"unknown model {_short(name)} (allowed: {', '.join(sorted(MODELS))})")
-    factory, _ = MODELS[name]
+    else:
+        factory, _ = MODELS[name]
     allowed = _options(factory)
     allowed_text = ", ".join(allowed) if allowed else "none"
-    for key in options:
-        if key not in allowed:
-            raise ConfigError(f"model {name!r}: unknown option {key!r} (allowed: {allowed_text})")
+    check_model_options(factory, name, options)
     try:
         shape = _ints("input_shape", tuple(input_shape) if isinstance(input_shape, (list, tuple)) else input_shape)
         if not shape:
             raise ConfigError("input_shape must not be empty")
-        return factory(shape, _int("num_classes", num_classes), **options)
+        module = factory(shape, _int("num_classes", num_classes), **options)
     except ConfigError as e:
         raise ConfigError(f"model {name!r}: {e} (options: {allowed_text})") from None
+    if not isinstance(module, nn.Module):
+        raise ConfigError(f"model.name: {name} returned {type(module).__name__}, not a torch.nn.Module")
+    return module
+
+
+def check_outputs(module: nn.Module, sample: Tensor, num_classes: int, name: str) -> None:
+    """One forward of one sample ([1, ...]) must give [1, num_classes] logits: ConfigError otherwise."""
+    shape = tuple(sample.shape[1:])
+    try:
+        with torch.no_grad():
+            out = module(sample)
+    except Exception as err:
+        raise ConfigError(f"model.name: {name} fails on one sample of shape {shape}: {reason(err, 200)}") from None
+    got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+    if got != (1, num_classes):
+        raise ConfigError(f"model.name: {name} gives outputs of shape {got} for one sample of shape {shape}; the "
+                          f"data has {num_classes} classes (allowed: a model with {num_classes} outputs, [batch, "
+                          f"{num_classes}])")

@@ -2,19 +2,25 @@
 
 Each algorithm, problem, solver, sampler, aggregator and attack declares ``name``, ``Options``
 (the pydantic model that validates its config section) and ``description`` beside itself; this
-module only lists them. ``TABLES`` maps each config section to its entries (what
-:mod:`fedpd.config` validates against), ``CATALOG`` everything ``fedpd list`` shows, in its
-order (the aggregators too, picked by ``algorithm.aggregator``).
+module only lists them. ``TABLES`` maps each config section to its built-in entries,
+``CATALOG`` everything ``fedpd list`` shows, in its order (the aggregators too, picked by
+``algorithm.aggregator``). :func:`lookup` is what :mod:`fedpd.config` validates a name with: a
+built-in, or a plug-in (an import path or an installed entry point, :mod:`fedpd.plugins`) made
+into an :class:`Entry` like the built-ins.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
-from fedpd import aggregators, attacks, sampling, solvers
-from fedpd.algorithms import fedavg, fedcm, fedpd_vr, fedplus, personalized, primal_dual, sam, scaffold, xu
-from fedpd.options import Options
+from pydantic import BaseModel
+
+from fedpd import aggregators, attacks, models, plugins, sampling, solvers
+from fedpd.algorithms import fedavg, fedcm, fedopt, fedpd_vr, fedplus, personalized, primal_dual, sam, scaffold, xu
+from fedpd.algorithms.base import Algorithm
+from fedpd.options import NoOptions, Options
 from fedpd.problems import dataset, fedplus as fedplus_problems, synthetic
 
 
@@ -24,6 +30,8 @@ class Entry:
     build: Callable
     options: type[Options]
     description: str
+    origin: str = plugins.BUILT_IN  # or "import path", "entry point of distribution ..."
+    module: str | None = None  # the plug-in's module (None: built-in)
 
 
 def _table(*things) -> dict[str, Entry]:
@@ -31,7 +39,7 @@ def _table(*things) -> dict[str, Entry]:
 
 
 ALGORITHMS = _table(
-    fedavg.FedAvg, fedavg.FedProx, scaffold.Scaffold,
+    fedavg.FedAvg, fedavg.FedProx, fedopt.FedAvgM, fedopt.FedAdagrad, fedopt.FedAdam, fedopt.FedYogi, scaffold.Scaffold,
     primal_dual.FedPD, primal_dual.FedDyn, primal_dual.FedADMM, primal_dual.AFedPD, primal_dual.PrimalDual,
     sam.FedSAM, sam.AFedPDSAM, sam.FedSpeed, fedcm.FedCM, fedpd_vr.FedPDVR,
     xu.ParallelSAGA, xu.StochasticSAGA, xu.ParallelADMM, xu.StochasticADMM,
@@ -45,8 +53,41 @@ SOLVERS = _table(*solvers.SOLVERS)
 SAMPLERS = _table(*sampling.SAMPLERS)
 ATTACKS = _table(*attacks.ATTACKS)
 AGGREGATORS = _table(*(fn for name, fn in aggregators.AGGREGATORS.items() if name != "fedplus"))
+MODELS = {name: Entry(name, factory, NoOptions, description) for name, (factory, description) in models.MODELS.items()}
 
 TABLES = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "solver": SOLVERS, "sampler": SAMPLERS, "attack": ATTACKS}
 DEFAULT_NAMES = {"solver": "gd", "sampler": "all", "attack": "none"}
 CATALOG = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "aggregator": AGGREGATORS, "solver": SOLVERS,
-           "sampler": SAMPLERS, "attack": ATTACKS}
+           "sampler": SAMPLERS, "attack": ATTACKS, "model": MODELS}
+
+
+def lookup(kind: str, value: str) -> Entry:
+    """The entry ``value`` names for ``kind`` (a key of :data:`CATALOG`): a built-in, or a plug-in
+    checked to be usable as one; :class:`~fedpd.plugins.PluginError` (one line) otherwise."""
+    found = plugins.resolve(kind, value, CATALOG[kind])
+    return found.obj if found.module is None else plugin_entry(kind, value, found)
+
+
+def plugin_entry(kind: str, name: str, found: plugins.Plugin) -> Entry:
+    """A plug-in as an :class:`Entry`: an algorithm must subclass :class:`Algorithm`, anything
+    else be callable; ``Options`` (default: none) must be a pydantic model."""
+    obj = found.obj
+    if kind == "algorithm" and not (isinstance(obj, type) and issubclass(obj, Algorithm)):
+        raise plugins.PluginError(f"{name} is not an Algorithm subclass (got {_what(obj)}; subclass fedpd.Algorithm "
+                                  f"or an algorithm of fedpd.algorithms)")
+    if not callable(obj):
+        raise plugins.PluginError(f"{name} is not callable (got {_what(obj)}; a {kind} plug-in is a class or a "
+                                  f"function)")
+    options = NoOptions if kind == "model" else getattr(obj, "Options", NoOptions)
+    if not (isinstance(options, type) and issubclass(options, BaseModel)):
+        raise plugins.PluginError(f"{name}.Options must be a pydantic model (subclass fedpd.Options), got "
+                                  f"{_what(options)}")
+    return Entry(name, obj, options, plugins.describe(obj), found.origin, found.module)
+
+
+def _what(obj) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__qualname__}"
+    if inspect.isroutine(obj):
+        return f"the function {obj.__qualname__}"
+    return f"a {type(obj).__name__}"

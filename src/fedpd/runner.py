@@ -9,6 +9,11 @@ stream is a function of (seed, purpose, round, client) (:mod:`fedpd.streams`), s
 holds no generator state and a run killed at any point and resumed writes the same
 ``metrics.jsonl`` as one that never stopped (``wall_s`` aside).
 
+A run whose config names plug-ins (:mod:`fedpd.plugins`) also holds ``plugins.json``: the
+plug-in path and, for each plug-in module, its file and SHA-256. ``--resume`` searches the same
+path, and says in one line (a :class:`~fedpd.checks.FedpdNotice`, not a refusal) when a module's
+file changed since the run started.
+
 A checkpoint is read without executing code (``torch.load(weights_only=True)``), every tensor in
 it lives on the CPU (a run started on a GPU resumes on a CPU and the other way round), and one
 that is foreign, damaged, of another format or of another config is refused with one line; so is
@@ -21,13 +26,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from fedpd.checks import check_finite
+from fedpd import plugins
+from fedpd.checks import FedpdNotice, check_finite
 from fedpd.config import RESUMABLE, Config, first_difference, load_config
 from fedpd.engines import NODES, open_runtime
 from fedpd.errors import ConfigError, reason
@@ -40,6 +47,7 @@ from fedpd.tensorboard import open_writer
 CHECKPOINT = "checkpoint.pt"
 METRICS = "metrics.jsonl"
 CONFIG = "config.toml"
+PLUGINS = "plugins.json"
 
 
 def read_checkpoint(path: Path, cfg: Config) -> dict:
@@ -62,6 +70,41 @@ def read_checkpoint(path: Path, cfg: Config) -> dict:
         raise ConfigError(f"{path}: belongs to a run with another config ({differs} differs from "
                           f"{CONFIG}); refusing to continue it")
     return sd
+
+
+def _read_plugins(out: Path) -> dict:
+    """The run directory's record of its plug-ins ({} when it has none)."""
+    try:
+        record = json.loads((out / PLUGINS).read_text()) if (out / PLUGINS).exists() else {}
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{out / PLUGINS}: cannot be read ({type(err).__name__}); restore it, or delete it if the "
+                          f"run uses no plug-ins") from None
+    return record if isinstance(record, dict) else {}
+
+
+def _write_plugins(out: Path, cfg: Config) -> None:
+    """``plugins.json`` for a run that imports plug-ins (none: no file)."""
+    if cfg.plugin_modules:
+        path = dict.fromkeys([*cfg.plugin_path, *plugins.roots(cfg.plugin_modules)])  # where they were found
+        record = {"path": list(path), "modules": plugins.fingerprint(cfg.plugin_modules)}
+        atomic_write_text(out / PLUGINS, json.dumps(record, indent=1) + "\n")
+    elif (out / PLUGINS).exists():
+        (out / PLUGINS).unlink()
+
+
+def load_run_config(out: Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config of the run in ``out`` (its ``config.toml``), its plug-ins searched where the run
+    found them (``plugins.json``) and on the usual plug-in path."""
+    path = (*_read_plugins(out).get("path", ()), *plugins.default_path(out / CONFIG))
+    return load_config(out / CONFIG, overrides, plugin_path=path)
+
+
+def _warn_if_changed(out: Path, record: dict) -> None:
+    changed = plugins.changed(record.get("modules", {}))
+    if changed:
+        files = ", ".join(f"{m} ({record['modules'][m]['file']})" for m in changed)
+        warnings.warn(f"the code of {files} changed since {out} started (plugins.json): the resumed rounds run the "
+                      f"new code", FedpdNotice, stacklevel=3)
 
 
 def _restore(sim: Simulation, out: Path) -> None:
@@ -147,8 +190,8 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         out = Path(resume)
         if not (out / CONFIG).is_file():
             raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
-        cfg = load_config(out / CONFIG, overrides)
-        kept = load_config(out / CONFIG).resolved()
+        cfg = load_run_config(out, overrides)
+        kept = load_run_config(out).resolved()
         for item in overrides:  # anything else would continue the checkpoint under another run
             key = item.partition("=")[0].strip()
             section, _, name = key.partition(".")
@@ -182,16 +225,18 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     if out is not None:
         if not resume:
             atomic_write_text(out / CONFIG, cfg.to_toml())
+            _write_plugins(out, cfg)
         else:
             _restore(sim, out)  # every check first: a refused resume changes nothing
             if cfg.run.rounds < sim.round:
                 raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
                                   f"(allowed: {sim.round} or more)")
             history = _kept_history(out, cfg, sim.round)
-            remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG))  # from a kill during a write
+            remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG, PLUGINS))  # from a kill during a write
             if rewrite_config:  # a new target: config.toml keeps saying what the run is
                 atomic_write_text(out / CONFIG, cfg.to_toml())
             atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
+            _warn_if_changed(out, _read_plugins(out))
     return _loop(sim, cfg, out, history, progress, label)
 
 

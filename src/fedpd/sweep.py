@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fedpd import plugins
 from fedpd.config import apply_overrides, load_config, load_toml
 from fedpd.options import SEED_MAX
 from fedpd.errors import ConfigError
@@ -57,6 +58,7 @@ def specs(configs: list[str | Path], seeds: list[int] | None = None, overrides: 
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*", name):
             raise ConfigError(f"config {str(path)!r}: its name makes no directory name (letters, digits, _ . = + - only)")
         raw = apply_overrides(load_toml(path), list(overrides))
+        plugins.search(plugins.default_path(path))  # its plug-ins, for this process and the workers it spawns
         if seeds is None:
             try:
                 own = [load_config(raw).run.seed]

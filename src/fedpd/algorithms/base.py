@@ -57,6 +57,40 @@ class ClientStates(Protocol):
 
 
 class Algorithm:
+    """The base of every algorithm, fedpd's and a user's (``fedpd.Algorithm``; docs/extending.md).
+
+    A subclass is constructed with its config options as keywords (``Options``, a pydantic model
+    of :class:`fedpd.Options`, validates ``[algorithm]``; ``name`` and ``description`` are what
+    ``fedpd list`` shows) and defines the rules of one round (module docstring). What each hook
+    sees and returns:
+
+    ===================  ======================================  ==========================================
+    hook                 sees                                    returns
+    ===================  ======================================  ==========================================
+    ``setup``            :class:`FederationInfo`, the solver     nothing (check options, keep static facts)
+    ``init_server``      x0 [d] (the model's initial point)      the server state: a dict of tensors
+    ``init_client``      x0 [d]                                  one client's initial state ({}: stateless)
+    ``communicates``     server state, round, a seeded generator whether this round uploads (default True)
+    ``broadcast``        server state                            the message to each participant (counted)
+    ``local``            message, the clients' states [K, ...],   (uploads [K, ...], new client states)
+                         :class:`ClientContext`                  (uploads counted)
+    ``aggregate``        server state, accepted uploads,          (new server state, reply to the senders)
+                         :class:`ServerContext`                  (reply counted)
+    ``receive``          client states, reply, ClientContext     the client states after the reply
+    ===================  ======================================  ==========================================
+
+    The evaluation path (never counted, not part of a round): ``evaluation_model`` (the point the
+    metrics are taken at; default x0), ``personal_models`` (each client's own model, or None) and
+    ``diagnostics`` (extra metric keys).
+
+    What makes a rule give the same numbers on every engine, chunking and order: client rules work
+    row by row on the leading client axis (no sums over clients in ``local`` or ``receive``), draw
+    randomness only from ``ctx.rng(purpose)`` (``communicates`` from its generator), and keep
+    state only in the returned dicts of tensors (checkpointed, moved between processes); ``aggregate``
+    gets the uploads in ascending client id order. Anything the server needs from the clients is
+    an upload (counted); keys ``metric_*`` are per-client diagnostics, not counted.
+    """
+
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     Options: ClassVar[type[Options]] = NoOptions

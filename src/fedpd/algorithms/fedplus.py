@@ -42,15 +42,14 @@ from fnmatch import fnmatch
 from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from torch import Tensor
 
 from fedpd.aggregators import fedplus_aggregate, min_rows
 from fedpd.algorithms import fedplus_delta
 from fedpd.algorithms.base import Algorithm, expand
-from fedpd.algorithms.robust import (NAMES as ROBUST_NAMES, SAMPLES, WEIGHTS, ServerAggregator,
-                                     check_aggregator_options, counter_metrics, counters, initial_counters,
-                                     sample_weights, with_sizes)
+from fedpd.algorithms.robust import (SAMPLES, WEIGHTS, ServerAggregator, aggregator_name, check_aggregator_options,
+                                     counter_metrics, counters, initial_counters, sample_weights, with_sizes)
 from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.errors import ConfigError
 from fedpd.options import Options, refuse
@@ -59,7 +58,7 @@ from fedpd.solvers import GradientSolver, LocalObjective
 
 ProxKind = Literal["zero", "sq_l2", "l2", "l1", "indicator"]
 PartySteps = list[Annotated[int, Field(ge=0)]]
-FedPlusAggregator = Literal[("fedplus", *ROBUST_NAMES)]  # type: ignore[valid-type]
+FedPlusAggregator = Annotated[str, AfterValidator(lambda name: aggregator_name(name, own=("fedplus",)))]
 
 
 class FedPlusGroup(Options):

@@ -22,25 +22,43 @@ as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from torch import Tensor
 
-from fedpd.aggregators import AGGREGATORS, make_aggregator, min_rows
+from fedpd.aggregators import AGGREGATORS, aggregator_function, make_aggregator, min_rows
 from fedpd.errors import ConfigError
 from fedpd.options import Options, refuse
 
-#: aggregator names a config may give (Fed+'s own eq. (25) is chosen by Fed+'s Ψ, not here)
+#: built-in aggregator names a config may give (Fed+'s own eq. (25) is chosen by Fed+'s Ψ, not here)
 NAMES = tuple(n for n in AGGREGATORS if n != "fedplus")
-AggregatorName = Literal[NAMES]  # type: ignore[valid-type]
 WEIGHTS = Literal["uniform", "samples"]
 SAMPLES = "n"  # the upload key of a client's sample count
 
 
+def aggregator_name(name: str, own: tuple[str, ...] = ()) -> str:
+    """``name`` checked as ``algorithm.aggregator``: a built-in robust aggregator, a plug-in
+    (:func:`fedpd.aggregators.aggregator_function`), or one of the algorithm's ``own`` names."""
+    if name in own:
+        return name
+    if name == "fedplus":
+        raise ValueError(f"'fedplus' is Fed+'s own aggregate, chosen by Fed+'s psi (allowed: {', '.join(NAMES)}, or "
+                         f"an import path package.module:function)")
+    try:
+        aggregator_function(name)
+    except ConfigError as err:
+        raise ValueError(str(err)) from None
+    return name
+
+
+AggregatorName = Annotated[str, AfterValidator(aggregator_name)]
+
+
 class AggregatorOptions(Options):
-    aggregator: AggregatorName = Field("mean", description="server aggregation (fedpd list: aggregators)")
+    aggregator: AggregatorName = Field("mean", description="server aggregation (fedpd list: aggregators; or an "
+                                       "import path package.module:function)")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
     weights: WEIGHTS = Field("uniform", description="uniform, or samples: by each client's data size (sent with the upload)")
 
@@ -95,9 +113,10 @@ def initial_counters() -> dict[str, Tensor]:
 
 
 def counters(server: dict, info: dict) -> dict[str, Tensor]:
-    """The counters after a round whose aggregator returned ``info``."""
-    return {"agg_iterations": torch.tensor(info["iterations"], dtype=torch.int64),
-            "agg_unconverged": server["agg_unconverged"] + int(not info["converged"])}
+    """The counters after a round whose aggregator returned ``info`` (a plug-in's may leave out
+    ``iterations``, 0, and ``converged``, true)."""
+    return {"agg_iterations": torch.tensor(int(info.get("iterations", 0)), dtype=torch.int64),
+            "agg_unconverged": server["agg_unconverged"] + int(not info.get("converged", True))}
 
 
 def counter_metrics(server: dict) -> dict[str, int]:

@@ -6,9 +6,12 @@ Every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.Nod
 * in a deployment, the node's own config names the clients it hosts and where their states live:
   ``flower-supernode --node-config "hosted-clients='0-49' store-dir='/var/lib/fedpd/n0'"``
   (``hosted-clients``: ids and ranges, comma-separated); its data is read from ``FEDPD_DATA`` or
-  the config's ``problem.data_dir`` on that machine;
+  the config's ``problem.data_dir`` on that machine; it imports only the plug-in modules its
+  ``allowed-plugins`` lists (module prefixes, comma-separated; none by default), from its own
+  Python path;
 * in Flower's simulation runtime, virtual node k of n hosts the k-th contiguous block of the
-  client ids and keeps their states under the run directory (``<run>/nodes/node<k>``).
+  client ids and keeps their states under the run directory (``<run>/nodes/node<k>``); it imports
+  the config's plug-ins from the run's plug-in path (one user, one machine).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from fedpd import plugins
 from fedpd.build import hosted_clients
 from fedpd.flower.transport import to_content, to_envelope
 from fedpd.remote.messages import Envelope
@@ -47,8 +51,10 @@ def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
         hosted = parse_hosted(node_config["hosted-clients"])
         if "store-dir" not in node_config:
             raise ValueError("node config: store-dir missing (where this node keeps its clients' states)")
-        return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True)
+        allowed = plugins.parse_allowed(node_config.get("allowed-plugins", ""))
+        return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True, allowed=allowed)
     if "partition-id" in node_config:  # a virtual node of Flower's simulation runtime
+        plugins.search(request.config.get("plugin-path") or ())  # the run's own plug-ins, as in process
         cfg, problem, _, _ = _pieces(request.config["config"])
         k, n = int(node_config["partition-id"]), int(node_config["num-partitions"])
         root = request.config.get("store-root")

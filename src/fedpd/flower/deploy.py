@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 import tomli_w
@@ -32,7 +33,10 @@ def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False)
                           f"replace it")
     if appdir.exists() and not appdir.is_dir():
         raise ConfigError(f"--out {str(appdir)!r}: exists and is not a directory")
-    name = f"fedpd-{cfg.names['algorithm']}-{cfg.names['problem']}".replace("_", "-")
+    # Flower wants an app name of letters, digits and hyphens, at most 32 characters (a plug-in's
+    # import path, package.module:Attribute, gives its attribute)
+    words = (cfg.names[key].rpartition(":")[2] for key in ("algorithm", "problem"))
+    name = re.sub(r"[^a-z0-9]+", "-", "fedpd-" + "-".join(words).lower())[:32].strip("-")
     pyproject = {
         "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
         "project": {"name": name, "version": "1.0.0", "license": "Apache-2.0",

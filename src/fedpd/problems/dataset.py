@@ -14,6 +14,11 @@ CIFAR recipe); full-batch GD and evaluation see the plain images.
 
 Token models (``char_lstm``, ``sentiment_lstm``) get the dataset's vocabulary size unless ``[model]``
 sets one; ``glove_path`` (Sent140) initialises the word embedding from a GloVe text file.
+
+A user's data and model: ``dataset = "module:loader"`` names a loader function
+(:mod:`fedpd.data.loaders.arrays`) and ``model.name = "module:factory"`` a model factory
+``(input_shape, num_classes, **options) -> torch.nn.Module``; everything above applies to them as
+to the built-ins, and one forward of one sample checks that the model has one output per class.
 """
 
 from __future__ import annotations
@@ -24,16 +29,18 @@ from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 
 from fedpd.data import (load_dataset, load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
                         train_test_split_per_client)
 from fedpd.data.loaders import DATASETS, canonical_name, dataset_options
+from fedpd.data.loaders.arrays import load_user_dataset, user_loader
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
-from fedpd.models import MODELS, build_model, model_options
-from fedpd.options import Options, SEED_MAX, declares
+from fedpd.models import MODELS, build_model, check_outputs, model_factory, model_options
+from fedpd.options import Options, SEED_MAX, declares, refuse
+from fedpd.plugins import PluginError
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.streams import ClientStreams
@@ -71,8 +78,13 @@ def _subsample(x: Tensor, y: Tensor, users: Tensor | None, limit: int | None, rn
     return x[keep], y[keep], (users[keep] if users is not None else None)
 
 
+#: options that only a built-in dataset's files have (a user's loader returns arrays)
+FILE_OPTIONS = ("path", "vocab_size", "seq_len", "label_mode", "glove_path")
+
+
 class DatasetOptions(Options):
-    dataset: str = Field(description="dataset name (fedpd data list)")
+    dataset: str = Field(description="dataset name (fedpd data list), or a loader's import path module:function "
+                         "(or an installed entry point's name)")
     data_dir: str | None = Field(None, description="default: $FEDPD_DATA, else ~/.cache/fedpd/data")
     clients: int = Field(100, ge=1, description="ignored by the natural partition (one client per user)")
     partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = Field("iid", description='how the training samples are split into clients')
@@ -93,6 +105,22 @@ class DatasetOptions(Options):
     seq_len: int | None = Field(None, ge=1, description="sent140: tokens per tweet, front-padded (default 25)")
     label_mode: Literal["fine", "coarse"] | None = Field(None, description="cifar100: 100 fine or 20 coarse labels")
     glove_path: str | None = Field(None, description="sent140: GloVe text file for the word embedding")
+
+    @field_validator("dataset")
+    @classmethod
+    def _loader(cls, value: str) -> str:
+        try:
+            user_loader(value)  # a user's loader must exist; fedpd's datasets are found when loaded
+        except PluginError as err:
+            raise ValueError(str(err)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _loader_options(self):
+        for option in FILE_OPTIONS if user_loader(self.dataset) is not None else ():
+            if getattr(self, option) is not None:
+                raise refuse(option, "not an option of a loader's dataset (it returns its arrays itself)")
+        return self
 
 
 @declares("dataset", DatasetOptions, "a real dataset (fedpd data list) partitioned over clients; model from [model]")
@@ -127,33 +155,37 @@ def dataset_problem(
 
     ``vocab_size`` / ``seq_len`` (sent140) and ``label_mode`` (cifar100) go to the loader (None: its
     default); ``glove_path`` (sent140) is a GloVe text file for the word embedding."""
-    try:
-        key = canonical_name(dataset)
-    except ConfigError as err:  # name the config key, keep the list of datasets
-        raise ConfigError(f"problem.dataset: {err}") from None
-    options = {} if verify or key not in VERIFIED else {"verify": False}
-    if key == "image-folder":  # the user's own train/<class>/ + test/<class>/ tree
-        if not path:
-            raise ConfigError("problem.path: missing; image-folder needs path = <folder or .tar.gz> "
-                              "(absolute or under the data dir)")
-        options["path"] = path
-    for option, value in (("vocab_size", vocab_size), ("seq_len", seq_len), ("label_mode", label_mode)):
-        if value is not None:
-            if option not in dataset_options(key):
-                users = ", ".join(n for n in DATASETS if option in dataset_options(n))
-                raise ConfigError(f"problem.{option}: not an option of {key} (it applies to {users})")
-            options[option] = value
-    if glove_path is not None and key != "sent140":
-        raise ConfigError(f"problem.glove_path: word vectors need a word vocabulary; {key} has none (allowed: sent140)")
-    ds = load_dataset(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
+    if user_loader(dataset) is not None:  # a user's loader: its arrays, checked
+        key, ds = dataset, load_user_dataset(dataset)
+    else:
+        try:
+            key = canonical_name(dataset)
+        except ConfigError as err:  # name the config key, keep the list of datasets
+            raise ConfigError(f"problem.dataset: {err}") from None
+        options = {} if verify or key not in VERIFIED else {"verify": False}
+        if key == "image-folder":  # the user's own train/<class>/ + test/<class>/ tree
+            if not path:
+                raise ConfigError("problem.path: missing; image-folder needs path = <folder or .tar.gz> "
+                                  "(absolute or under the data dir)")
+            options["path"] = path
+        for option, value in (("vocab_size", vocab_size), ("seq_len", seq_len), ("label_mode", label_mode)):
+            if value is not None:
+                if option not in dataset_options(key):
+                    users = ", ".join(n for n in DATASETS if option in dataset_options(n))
+                    raise ConfigError(f"problem.{option}: not an option of {key} (it applies to {users})")
+                options[option] = value
+        if glove_path is not None and key != "sent140":
+            raise ConfigError(f"problem.glove_path: word vectors need a word vocabulary; {key} has none (allowed: "
+                              f"sent140)")
+        ds = load_dataset(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
     rng = np.random.default_rng(seed)
     images = ds.x_train.is_floating_point() and ds.x_train.dim() == 4
     if augment and not images:
         raise ConfigError(f"problem.augment: needs image data; {key} has samples of shape "
                           f"{tuple(ds.x_train.shape[1:])} (allowed: false)")
     if partition == "natural" and ds.train_users is None:
-        raise ConfigError(f"problem.partition: 'natural' needs a LEAF dataset with users; {key} has none "
-                          f"(allowed: iid, dirichlet, shards, power_law)")
+        raise ConfigError(f"problem.partition: 'natural' needs each sample's user (a LEAF dataset, or a loader that "
+                          f"returns client_train); {key} has none (allowed: iid, dirichlet, shards, power_law)")
 
     x_tr, y_tr, u_tr = _subsample(ds.x_train, ds.y_train, ds.train_users, max_samples, rng)
     x_te, y_te, u_te = _subsample(ds.x_test, ds.y_test, ds.test_users, max_test_samples, rng)
@@ -177,7 +209,7 @@ def dataset_problem(
         tr_parts, te_parts = train_test_split_per_client(parts, test_fraction, seed)
         train, test_split = _split(x_tr, y_tr, tr_parts, train_cls), _split(x_tr, y_tr, te_parts)
     else:
-        if partition == "natural":  # each user's own test samples (LEAF keeps the user ids)
+        if partition == "natural" and u_te is not None:  # each user's own test samples (LEAF keeps the user ids)
             users = np.unique(u_tr.numpy())
             owner = u_te.numpy()
             te_parts = [np.flatnonzero(owner == u) for u in users]
@@ -189,9 +221,8 @@ def dataset_problem(
     spec = dict(model or {})
     name = spec.pop("name", "auto")
     name = DEFAULT_MODELS.get(key, "logistic") if name == "auto" else name
-    if not isinstance(name, str) or name not in MODELS:
-        raise ConfigError(f"model.name: unknown model {name!r} (allowed: auto, {', '.join(sorted(MODELS))})")
-    accepts = model_options(name)
+    factory = model_factory(name)
+    accepts = model_options(factory)
     vocab = ds.meta.get("vocab_size")  # token datasets: ids are 0 .. vocab - 1
     if vocab is not None and "vocab_size" in accepts:
         given = spec.setdefault("vocab_size", vocab)
@@ -208,7 +239,9 @@ def dataset_problem(
         spec["embedding_weights"] = load_glove(glove, ds.meta["vocab"], seed)
     with torch.random.fork_rng(devices=[]):  # seeded init without touching the global stream
         torch.manual_seed(seed)
-        module = build_model(name, input_shape=tuple(ds.x_train.shape[1:]), num_classes=ds.num_classes, **spec)
+        module = build_model(name if name in MODELS else factory, input_shape=tuple(ds.x_train.shape[1:]),
+                             num_classes=ds.num_classes, **spec)
+        check_outputs(module, x_tr[:1], ds.num_classes, name)  # one forward: one output per class
     flat = FlatModel(module)
     return Problem(
         name=f"dataset:{key}",

@@ -6,6 +6,11 @@ algorithm and the local solver exactly as the simulator does, so a client's ``lo
 the very computation the in-process engine would run — same code, same per-client streams, same
 numbers. It holds nothing else between messages: a node process may be killed and restarted (or,
 in a Flower deployment, be a fresh process per message) and continue from its files.
+
+A config may name plug-ins (import paths, :mod:`fedpd.plugins`); a node built with ``allowed``
+imports only plug-in modules under those prefixes and answers anything else with an error (the
+server then rejects its clients' uploads, counted). ``allowed=None``: any plug-in (the nodes of
+one user's simulation).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from fedpd import plugins
 from fedpd.build import build, build_problem, resolve_device
 from fedpd.config import load_config
 from fedpd.context import ClientContext
@@ -23,12 +29,13 @@ from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import VersionedStore
 from fedpd.remote.messages import Envelope, pack, unpack
 
-_BUILT: dict[str, tuple] = {}  # config hash -> (cfg, problem, algorithm, solver): pure, so shared
+_BUILT: dict[tuple, tuple] = {}  # (config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
 
 
 def _pieces(config_toml: str):
-    """(cfg, problem, algorithm, solver) of a run's config, built once per process."""
-    key = hashlib.sha256(config_toml.encode()).hexdigest()
+    """(cfg, problem, algorithm, solver) of a run's config, built once per process (under the
+    plug-in policy in force, :func:`fedpd.plugins.restricted`)."""
+    key = (hashlib.sha256(config_toml.encode()).hexdigest(), plugins.policy())
     if key not in _BUILT:
         cfg = load_config(tomllib.loads(config_toml))
         problem = build_problem(cfg, resolve_device(cfg.run.device))
@@ -39,10 +46,13 @@ def _pieces(config_toml: str):
 
 
 class NodeRuntime:
-    """One node: the clients ``hosted`` (ids of the run's partition), their states under ``root``."""
+    """One node: the clients ``hosted`` (ids of the run's partition), their states under ``root``;
+    ``allowed``: the plug-in module prefixes it may import (None: any)."""
 
-    def __init__(self, hosted: list[int], root: str | Path, durable: bool = True):
+    def __init__(self, hosted: list[int], root: str | Path, durable: bool = True,
+                 allowed: tuple[str, ...] | None = None):
         self.hosted, self.root, self.durable = sorted(int(i) for i in hosted), Path(root), durable
+        self.allowed = allowed
 
     def store(self, config_toml: str) -> VersionedStore:
         _, problem, algorithm, _ = _pieces(config_toml)
@@ -51,7 +61,8 @@ class NodeRuntime:
     def handle(self, request: Envelope) -> Envelope:
         """The reply to one request; a problem on this side is a reply with ``error`` set."""
         try:
-            return getattr(self, f"_{request.kind}")(request)
+            with plugins.restricted(self.allowed):
+                return getattr(self, f"_{request.kind}")(request)
         except Exception as err:  # the server decides what a failed node means for the round
             return Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
 

@@ -273,15 +273,14 @@ def plot_split(path: str | Path, output: str | Path = "split.png") -> Path:
     """Heatmap of the label distribution (clients × classes) of a run's training split, rebuilt
     from the run's ``config.toml`` (the same problem, partition and seed)."""
     from fedpd.build import build_problem
-    from fedpd.config import load_config
     from fedpd.data.cli import plot_label_matrix
-    from fedpd.runner import CONFIG
+    from fedpd.runner import CONFIG, load_run_config
 
     path = Path(path)
     output, fmt = _figure_path(output)
     if not (path / CONFIG).is_file():
         raise ConfigError(f"{str(path)!r}: no {CONFIG} (not a fedpd run directory)")
-    cfg = load_config(path / CONFIG)
+    cfg = load_run_config(path)  # a run of a user's data finds the loader where the run did
     problem = build_problem(cfg)
     name = cfg.names["problem"]
     if not problem.classifies:

@@ -1,0 +1,42 @@
+"""fedpd's algorithms, and what a new one is written with (docs/extending.md).
+
+A new algorithm subclasses :class:`Algorithm` (the hooks a rule may define, the contexts each
+sees, what each returns: its docstring) or one of the built-ins below, and is named in a config
+by its import path (``algorithm.name = "my_algorithms:MyFedAvg"``). The pieces a rule uses:
+
+* :class:`ClientContext` (``local``, ``receive``): the clients' ids, the round, their own data
+  (``ctx.data``), the local solver (``ctx.solver.solve(ctx, x_start, LocalObjective(...))``) and
+  their random streams (``ctx.rng(purpose)``); :class:`ServerContext` (``aggregate``): the
+  senders' ids, the round, N; :class:`FederationInfo` (``setup``): N, d, the model's layout;
+* :class:`LocalObjective`: the terms ⟨v, x⟩ + (μ/2)‖x − c‖² an algorithm adds to f_i;
+* :class:`Options` (pydantic, with :func:`refuse` for cross-field rules): the config options;
+* :func:`expand`, :func:`mean_sq_dist`, :func:`with_metrics`: row helpers on ``[K, d]``.
+
+The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`) is
+written with these public names only, as a user's algorithm is; it imports this package, so it
+is not re-exported here (``from fedpd.algorithms.fedopt import FedAdam``).
+"""
+
+from fedpd.algorithms.base import Algorithm, ClientStates, State, expand, mean_sq_dist, with_metrics
+from fedpd.algorithms.fedavg import FedAvg, FedProx
+from fedpd.algorithms.fedcm import FedCM
+from fedpd.algorithms.fedpd_vr import FedPDVR
+from fedpd.algorithms.fedplus import (FedAvgPlus, FedCoMedPlus, FedGeoMedPlus, FedPlus, FedPlusCoMed, FedPlusFedAvg,
+                                      FedPlusFedProx, FedPlusLocal, FedPlusRFA)
+from fedpd.algorithms.personalized import APFL, Ditto, LocalOnly, PerFedAvg, PFedMe
+from fedpd.algorithms.primal_dual import AFedPD, FedADMM, FedDyn, FedPD, PrimalDual
+from fedpd.algorithms.sam import AFedPDSAM, FedSAM, FedSpeed
+from fedpd.algorithms.scaffold import Scaffold
+from fedpd.algorithms.xu import ParallelADMM, ParallelSAGA, StochasticADMM, StochasticSAGA
+from fedpd.context import ClientContext, FederationInfo, ServerContext
+from fedpd.options import Options, refuse
+from fedpd.solvers import LocalObjective
+
+__all__ = [
+    "Algorithm", "State", "ClientStates", "ClientContext", "ServerContext", "FederationInfo", "LocalObjective",
+    "Options", "refuse", "expand", "mean_sq_dist", "with_metrics",
+    "FedAvg", "FedProx", "Scaffold", "FedPD", "FedDyn", "FedADMM", "AFedPD", "PrimalDual", "FedSAM", "AFedPDSAM",
+    "FedSpeed", "FedCM", "FedPDVR", "ParallelSAGA", "StochasticSAGA", "ParallelADMM", "StochasticADMM", "FedPlus",
+    "FedAvgPlus", "FedGeoMedPlus", "FedCoMedPlus", "FedPlusLocal", "FedPlusFedAvg", "FedPlusRFA", "FedPlusCoMed",
+    "FedPlusFedProx", "LocalOnly", "Ditto", "APFL", "PFedMe", "PerFedAvg",
+]

@@ -1,0 +1,288 @@
+"""Plug-ins: what a config names from outside fedpd, found the same way in every process.
+
+Wherever a config names something — ``problem.name``, ``algorithm.name``, ``solver.name``,
+``sampler.name``, ``attack.name``, ``model.name``, ``algorithm.aggregator`` and
+``problem.dataset`` — the value is one of
+
+* a built-in name (``fedpd list``);
+* an import path ``package.module:Attribute``: that attribute of that module;
+* the name of an entry point of the group ``fedpd.plugins`` that an installed distribution
+  declares, named ``<kind>.<name>`` (``algorithm.my_fedavg = "mypkg.algos:MyFedAvg"``): the kind
+  is the config key it serves (:data:`KINDS`), the config then says ``name = "my_fedavg"``. An
+  entry point may not take a built-in's name, nor one another distribution took.
+
+**Where modules are found.** A config's *plug-in path* (``Config.plugin_path``) is the directory
+of its config file (when it came from one) and the current directory; :func:`search` appends
+them to ``sys.path`` (after everything else, so a user's file never hides an installed module).
+A process that rebuilds a config elsewhere — a worker process, a Ray actor of Flower's
+simulation, a resumed run — gets the same path (``load_config(..., plugin_path=...)``), so it
+imports the same files.
+
+**Who may import what.** A Flower SuperNode builds the problem and algorithm from the config the
+server sends; :func:`restricted` limits plug-in imports to the module prefixes its node config
+allows, and refuses anything else with one line naming the module. Built-in names are always
+allowed.
+
+**What was run.** Resolutions made inside :func:`recording` are collected (the modules a config
+imports), and :func:`fingerprint` gives each module's file and its SHA-256, which a run directory
+keeps (``plugins.json``) so that ``--resume`` can say when the code changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata as metadata
+import re
+import sys
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from fedpd.errors import ConfigError, reason
+
+GROUP = "fedpd.plugins"
+#: what an entry point's ``<kind>.`` prefix may say: the config keys that take a plug-in
+KINDS = ("problem", "algorithm", "solver", "sampler", "attack", "aggregator", "model", "dataset")
+BUILT_IN = "built-in"
+_IDENT = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
+_PATH = re.compile(rf"({_IDENT}):({_IDENT})")
+
+_ALLOWED: ContextVar[tuple[str, ...] | None] = ContextVar("fedpd_plugins_allowed", default=None)
+_RECORD: ContextVar[dict[str, str] | None] = ContextVar("fedpd_plugins_record", default=None)
+_SEARCHED: list[str] = []  # directories this process appended to sys.path
+_ENTRY_CACHE: dict[tuple[str, ...], dict[tuple[str, str], metadata.EntryPoint]] = {}
+
+
+class PluginError(ConfigError):
+    """A plug-in that cannot be used; the message says why, without the config key (the caller
+    puts it in front)."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """What a name resolved to: the object, where it came from and the module that holds it
+    (None for a built-in)."""
+
+    obj: Any
+    origin: str
+    module: str | None = None
+
+
+def is_import_path(value) -> bool:
+    return isinstance(value, str) and ":" in value
+
+
+# --- the search path ------------------------------------------------------------------------
+def default_path(config_file: str | Path | None = None) -> tuple[str, ...]:
+    """The plug-in path of a config: its file's directory (if any), then the current directory."""
+    dirs = [Path(config_file).resolve().parent] if config_file is not None else []
+    return _unique([*map(str, dirs), str(Path.cwd())])
+
+
+def search(path: Iterable[str]) -> None:
+    """Make the modules in the directories ``path`` importable (appended to ``sys.path``)."""
+    for directory in path:
+        directory = str(Path(directory).resolve())
+        if directory not in sys.path:
+            sys.path.append(directory)
+        if directory not in _SEARCHED:
+            _SEARCHED.append(directory)
+
+
+def _unique(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(items))
+
+
+# --- who may import what --------------------------------------------------------------------
+@contextmanager
+def restricted(prefixes: Iterable[str] | None) -> Iterator[None]:
+    """Within the block, only plug-in modules under ``prefixes`` (``mypkg`` allows ``mypkg`` and
+    ``mypkg.sub``) may be imported; None: any."""
+    token = _ALLOWED.set(None if prefixes is None else tuple(prefixes))
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
+
+
+def policy() -> tuple[str, ...] | None:
+    """The module prefixes plug-ins may come from here (None: any)."""
+    return _ALLOWED.get()
+
+
+def parse_allowed(text: str) -> tuple[str, ...]:
+    """``"mypkg, other"`` -> ("mypkg", "other") (a node config's ``allowed-plugins``)."""
+    prefixes = tuple(p.strip() for p in str(text).split(",") if p.strip())
+    for p in prefixes:
+        if not re.fullmatch(_IDENT, p):
+            raise ConfigError(f"allowed-plugins: {p!r} is not a module name (allowed: module prefixes like "
+                              f"'mypkg,other.sub', comma-separated)")
+    return prefixes
+
+
+def _check_allowed(module: str) -> None:
+    prefixes = _ALLOWED.get()
+    if prefixes is None or any(module == p or module.startswith(p + ".") for p in prefixes):
+        return
+    raise PluginError(f"plug-in module {module!r} is not allowed on this node (its node config's allowed-plugins: "
+                      f"{', '.join(prefixes) or 'none'})")
+
+
+# --- recording what a config imports --------------------------------------------------------
+@contextmanager
+def recording() -> Iterator[dict[str, str]]:
+    """Collect, in the returned dict, every plug-in module resolved within the block (module ->
+    the origin it came by)."""
+    used: dict[str, str] = {}
+    token = _RECORD.set(used)
+    try:
+        yield used
+    finally:
+        _RECORD.reset(token)
+
+
+def _record(found: Plugin) -> Plugin:
+    used = _RECORD.get()
+    if used is not None and found.module is not None:
+        used.setdefault(found.module, found.origin)
+    return found
+
+
+# --- resolving ------------------------------------------------------------------------------
+def load(path: str, origin: str = "import path") -> Plugin:
+    """The attribute an import path ``package.module:Attribute`` names; :class:`PluginError`
+    (one line) when the path is malformed, not allowed here, not found or fails to import."""
+    match = _PATH.fullmatch(path.strip())
+    if not match:
+        raise PluginError(f"{path!r} is not an import path (expected package.module:Attribute, e.g. "
+                          f"'my_algorithms:MyFedAvg')")
+    module_name, attribute = match.groups()
+    module = _import(module_name)
+    obj: Any = module
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise PluginError(f"module {module_name!r} ({_file(module)}) has no attribute {attribute!r}")
+        obj = getattr(obj, part)
+    return _record(Plugin(obj, origin, module_name))
+
+
+def _import(name: str):
+    _check_allowed(name)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and (name == err.name or name.startswith(err.name + ".")):
+            where = ", ".join(_SEARCHED) or "none"
+            raise PluginError(f"no module named {name!r} (searched the plug-in path — {where} — and the installed "
+                              f"packages)") from None
+        raise PluginError(f"importing {name!r} failed: {reason(err, 300)}") from None
+    except Exception as err:  # the user's module raised while being imported
+        raise PluginError(f"importing {name!r} failed: {reason(err, 300)}") from None
+
+
+def _file(module) -> str:
+    return getattr(module, "__file__", None) or "no file"
+
+
+def entry_points() -> dict[tuple[str, str], metadata.EntryPoint]:
+    """Every entry point of :data:`GROUP` by (kind, name); a name that is not ``<kind>.<name>`` or
+    that two distributions declare is a :class:`PluginError`."""
+    key = tuple(sys.path)
+    if key not in _ENTRY_CACHE:
+        found: dict[tuple[str, str], metadata.EntryPoint] = {}
+        for ep in metadata.entry_points(group=GROUP):
+            kind, _, name = ep.name.partition(".")
+            if kind not in KINDS or not name:
+                raise PluginError(f"entry point {ep.name!r} of {_dist(ep)} (group {GROUP}): its name must be "
+                                  f"<kind>.<name> with kind one of {', '.join(KINDS)}")
+            if (kind, name) in found and found[kind, name].value != ep.value:
+                raise PluginError(f"entry point {ep.name!r} is declared by both {_dist(found[kind, name])} and "
+                                  f"{_dist(ep)} (group {GROUP}); uninstall or rename one")
+            found[kind, name] = ep
+        _ENTRY_CACHE.clear()
+        _ENTRY_CACHE[key] = found
+    return _ENTRY_CACHE[key]
+
+
+def _dist(ep: metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"distribution {dist.name} {dist.version}" if dist is not None else "an unnamed distribution"
+
+
+def installed(kind: str, builtins: Mapping[str, Any]) -> dict[str, metadata.EntryPoint]:
+    """The entry points of ``kind`` by name; one that takes a built-in's name is a PluginError."""
+    out = {}
+    for (k, name), ep in entry_points().items():
+        if k != kind:
+            continue
+        if name in builtins:
+            raise PluginError(f"entry point {ep.name!r} of {_dist(ep)} clashes with the built-in {kind} {name!r} "
+                              f"(group {GROUP}; rename it in that distribution's entry points)")
+        out[name] = ep
+    return out
+
+
+def load_entry_point(ep: metadata.EntryPoint) -> Plugin:
+    """What an entry point names, imported under the same rules as an import path."""
+    return load(ep.value, f"entry point of {_dist(ep)}")
+
+
+def resolve(kind: str, value: str, builtins: Mapping[str, Any]) -> Plugin:
+    """``value`` — a built-in name (a key of ``builtins``), an import path or an entry point of
+    ``kind`` — resolved; PluginError (one line, naming what is allowed) otherwise."""
+    eps = installed(kind, builtins)  # a clash is an error whatever this config names
+    if not isinstance(value, str):
+        raise PluginError(f"expected a name, got {value!r}")
+    if value in builtins:
+        return Plugin(builtins[value], BUILT_IN)
+    if is_import_path(value):
+        return load(value)
+    if value in eps:
+        return load_entry_point(eps[value])
+    names = [*builtins, *eps]
+    raise PluginError(f"unknown {kind} {value!r} (allowed: {', '.join(names)}, or an import path "
+                      f"package.module:Attribute)")
+
+
+def describe(obj: Any) -> str:
+    """A plug-in's one-line description: its ``description``, else its docstring's first line."""
+    text = getattr(obj, "description", "") or (getattr(obj, "__doc__", "") or "").strip().split("\n")[0]
+    return " ".join(str(text).split())
+
+
+# --- what was run ---------------------------------------------------------------------------
+def fingerprint(modules: Iterable[str]) -> dict[str, dict]:
+    """{module: {"file": path, "sha256": hex}} of imported plug-in modules (file None: no file)."""
+    out = {}
+    for name in modules:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        out[name] = {"file": file, "sha256": _sha256(file) if file else None}
+    return out
+
+
+def roots(modules: Iterable[str]) -> tuple[str, ...]:
+    """The directories the imported ``modules`` were found in (what ``sys.path`` needs to hold to
+    import them again: the parent of a package's top directory)."""
+    out = []
+    for name in modules:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            depth = name.count(".") + (Path(file).name == "__init__.py")
+            out.append(str(Path(file).resolve().parents[depth]))
+    return _unique(out)
+
+
+def _sha256(file: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(file).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def changed(recorded: Mapping[str, Mapping]) -> list[str]:
+    """The modules of a ``fingerprint`` whose file now differs (or is gone)."""
+    return [name for name, entry in recorded.items()
+            if entry.get("sha256") and _sha256(str(entry.get("file"))) != entry["sha256"]]

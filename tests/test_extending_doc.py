@@ -1,0 +1,99 @@
+"""docs/extending.md, run as written (issue 20): its files are written into an empty directory
+outside the repository and every bash block runs there, verbatim, in a clean environment (a
+fresh HOME; on PATH only this Python's scripts and the system's; PYTHONPATH only this checkout's
+``src``, so that ``fedpd`` is the code under test — the installed one in CI). Each block runs in
+a session of its own, which is stopped when the block ends, so a deployment's SuperLink and
+SuperNodes are left running nowhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "extending.md").read_text()
+
+
+def files() -> dict[str, str]:
+    """The files the page shows: code blocks whose first line is a comment naming the file."""
+    out = {}
+    for language, body in re.findall(r"```(python|toml)\n(.*?)```", DOC, re.S):
+        first = body.splitlines()[0]
+        named = re.match(r"# ([\w.]+\.(?:py|toml))\b", first)
+        if named:
+            out[named.group(1)] = body
+    return out
+
+
+def blocks() -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", DOC, re.S)
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": str(home), "PYTHONPATH": str(ROOT / "src"), "LANG": "C.UTF-8", "COLUMNS": "120",
+            "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def run_block(block: str, cwd: Path, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+    """``block`` as one bash script (stopping at the first failing command) in a session of its own;
+    whatever it left running is stopped afterwards (TERM, then KILL, of the session's group)."""
+    proc = subprocess.Popen(["bash", "-e", "-c", block], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            if sig == signal.SIGTERM:
+                subprocess.run(["sleep", "3"])
+        proc.wait()
+    return subprocess.CompletedProcess(block, proc.returncode, out, "")
+
+
+def metrics(run: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
+            for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_page_shows_one_file_a_config_and_the_commands():
+    assert set(files()) == {"my_fedpd.py", "my_experiment.toml"}
+    text = "\n".join(blocks())
+    for needle in ("fedpd run my_experiment.toml", "fedpd compare", "run.engine=flower", "allowed-plugins='my_fedpd'",
+                   "flwr run"):
+        assert needle in text, needle
+    assert "docs/extending.md" in (ROOT / "README.md").read_text()
+
+
+def test_the_worked_example_runs_as_written_outside_the_repository(tmp_path, monkeypatch):
+    project = tmp_path / "my_project"
+    project.mkdir()
+    for name, body in files().items():
+        (project / name).write_text(body)
+    env = clean_env(tmp_path / "home")
+    for block in blocks():
+        done = run_block(block, project, env)
+        assert done.returncode == 0, f"{block}\n---\n{done.stdout[-4000:]}"
+    runs = project / "runs"
+    fedexp, fedavg = metrics(runs / "fedexp"), metrics(runs / "fedavg")
+    assert fedexp[-1]["round"] == 30 and "server_step" in fedexp[-1] and "server_step" not in fedavg[-1]
+    assert metrics(runs / "fedexp-flower") == fedexp  # Flower's simulation: the same numbers
+    monkeypatch.chdir(project)  # the deployment writes what the same 2 rounds write in process
+    import fedpd
+
+    in_process = [{k: v for k, v in r.items() if k != "wall_s"}
+                  for r in fedpd.run(project / "my_experiment.toml", overrides=["run.rounds=2"]).history]
+    assert metrics(runs / "deployed") == in_process and in_process[-1]["round"] == 2
+    assert json.loads((runs / "fedexp" / "plugins.json").read_text())["modules"]["my_fedpd"]["sha256"]
