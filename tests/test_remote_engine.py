@@ -136,3 +136,21 @@ def test_hello_and_states_are_not_counted_as_communication(tmp_path):
     up, down = sim.comm.uplink_floats, sim.comm.downlink_floats
     sim.metrics()  # FedPD's model is the mean of the clients' anchors: a states query to every node
     assert (sim.comm.uplink_floats, sim.comm.downlink_floats) == (up, down) == (6 * 3, 6 * 3)
+
+
+def test_a_run_without_a_directory_leaves_no_node_files_behind(tmp_path, monkeypatch):
+    import gc
+    import tempfile
+
+    from fedpd.config import load_config
+    from fedpd.simulation import Simulation
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    sim = Simulation(load_config({"problem": {"name": "least_squares", "clients": 4, "dim": 3},
+                                  "algorithm": {"name": "feddyn"}, "solver": {"name": "exact"},
+                                  "run": {"engine": "loopback", "rounds": 2}}))
+    sim.step()
+    assert [p.name.startswith("fedpd-nodes-") for p in tmp_path.iterdir()] == [True]
+    del sim
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []

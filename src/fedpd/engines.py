@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -46,8 +48,9 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
     from fedpd.remote.engine import LoopbackTransport, RemoteEngine
     from fedpd.remote.node import NodeRuntime
 
+    scratch = None
     if workdir is None:  # remote nodes keep their clients' states in files: somewhere to put them
-        workdir = Path(tempfile.mkdtemp(prefix="fedpd-nodes-"))
+        workdir = scratch = Path(tempfile.mkdtemp(prefix="fedpd-nodes-"))
     if transport is None:
         if cfg.run.engine != "loopback":
             raise ConfigError(f"run.engine: {cfg.run.engine!r} runs through fedpd.run (or its Flower app), not a bare "
@@ -58,9 +61,12 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
         transport = LoopbackTransport({k: NodeRuntime(hosted_clients(problem.num_clients, cfg.run.nodes, k),
                                                       Path(workdir) / NODES / f"node{k}", durable=False)
                                        for k in range(cfg.run.nodes)})
-    return RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
-                        init_client=init, attack=attack, timeout=cfg.run.node_timeout,
-                        context={"store-root": str(Path(workdir) / NODES), "plugin-path": list(cfg.plugin_path)})
+    engine = RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
+                          init_client=init, attack=attack, timeout=cfg.run.node_timeout,
+                          context={"store-root": str(Path(workdir) / NODES), "plugin-path": list(cfg.plugin_path)})
+    if scratch is not None:  # a run without a directory: its nodes' files go with the engine
+        weakref.finalize(engine, shutil.rmtree, str(scratch), True)
+    return engine
 
 
 @contextmanager
