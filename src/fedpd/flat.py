@@ -35,6 +35,7 @@ class FlatModel:
         """Put the module (its buffers; parameters are only a template) on ``device``."""
         self.module.to(device)
         self.buffers = dict(self.module.named_buffers())
+        self.__dict__.pop("_params", None)  # bound again at the next use
         return self
 
     def initial(self, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -50,6 +51,22 @@ class FlatModel:
             raise ValueError(f"flat parameter vector has shape {tuple(x.shape)}; the model has {self.dim} parameters")
         parts = torch.split(x, self.numels)
         return {name: part.view(shape) for name, part, shape in zip(self.names, parts, self.shapes)}
+
+    def bind(self, x: Tensor) -> list[nn.Parameter]:
+        """The module's parameters, made views of ``x`` [d] (no copy), for running the module
+        itself at x (forward, then autograd's gradient of each parameter). Pointed again only when
+        x is another tensor: an iterate updated in place stays bound from step to step. The module
+        then keeps x's memory alive until it is bound to another vector."""
+        params = self.__dict__.get("_params")
+        if params is None:
+            params = self._params = list(self.module.parameters())
+            self._bound = None
+        key = (x.data_ptr(), x.dtype, x.device)
+        if self._bound != key:
+            for p, value, shape in zip(params, x.split(self.numels), self.shapes):
+                p.data = value.view(shape)
+            self._bound = key
+        return params
 
     def slices(self) -> dict[str, slice]:
         """Where each named parameter lives in the flat vector (for per-layer rules)."""
