@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, expand
+from fedpd.algorithms.base import Algorithm, expand, sq_dist
 from fedpd.context import ClientContext, ServerContext
 from fedpd.options import Options
 from fedpd.solvers import LocalObjective
@@ -50,10 +50,15 @@ class Scaffold(Algorithm):
         ci_new = ci - c + (x0 - res.x) / (steps * res.lr)
         return {"dx": res.x - x0, "dc": ci_new - ci}, {"c": ci_new}
 
-    def aggregate(self, server, uploads, ctx: ServerContext):
-        k = uploads["dx"].shape[0]
+    means_only = True
+
+    def mean_terms(self, server, uploads):
+        return {"dx": uploads["dx"], "dc": uploads["dc"], "primal_residual": sq_dist(uploads["dx"], 0)}
+
+    def aggregate_means(self, server, means, ctx: ServerContext):
+        k = ctx.ids.numel()
         return {
-            "x0": server["x0"] + self.server_lr * uploads["dx"].mean(0),
-            "c": server["c"] + (k / ctx.num_clients) * uploads["dc"].mean(0),
-            "primal_residual": (uploads["dx"] ** 2).sum(1).mean(),
+            "x0": server["x0"] + self.server_lr * means["dx"],
+            "c": server["c"] + (k / ctx.num_clients) * means["dc"],
+            "primal_residual": means["primal_residual"],
         }, {}
