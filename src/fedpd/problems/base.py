@@ -218,6 +218,7 @@ class Problem:
         self.model.to(device)
         self.__dict__.pop("_vmapped_model", None)
         self.__dict__.pop("_eval_weights", None)
+        self.__dict__.pop("_eval_chunk", None)
         return self
 
 
