@@ -14,6 +14,11 @@ Memory is each variant's peak resident memory in a child process of its own, abo
 held before building it (so torch's own ~300 MB is not counted; its data, model and states are).
 
     python benchmarks/side_by_side.py [--models logistic,mlp,lenet,resnet18_gn] [--repeats 3]
+
+--eval-memory: the evaluation's share instead. LeNet on 5 000 CIFAR-shaped samples (10 clients of
+500), 5 rounds, peak memory of fedpd's rounds alone, of the rounds with an evaluation before and
+after (train loss, its gradient, test metrics: fedpd.evaluation at automatic chunks, and at the
+fixed 8 192-sample chunks it used before issue 21), and of the plain loop's rounds.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.solvers import SGDSolver
 from fedpd.store import MemoryStore
+
+from fedpd.evaluation import evaluate
 
 SHAPES = {"logistic": (784,), "mlp": (784,), "lenet": (3, 32, 32), "resnet18_gn": (3, 32, 32)}
 ROUNDS = {"logistic": 5, "mlp": 3, "lenet": 2, "resnet18_gn": 1}
@@ -120,9 +127,22 @@ class Central:
 EXECUTION = "auto"
 
 
+class Evaluated(Fedpd):
+    """fedpd's rounds with the metrics taken before the first and after the last (``batch``
+    samples per evaluation chunk; 0: automatic)."""
+
+    def __init__(self, model: str, chunk: int | None, batch: int):
+        super().__init__(model, chunk, EXECUTION)
+        self.batch = batch
+
+    def evaluate(self):
+        evaluate(self.engine.problem, self.server["x0"], batch=self.batch)
+
+
 def make(variant: str, model: str, chunk: int | None):
     return {"fedpd": lambda: Fedpd(model, chunk, EXECUTION), "plain": lambda: Plain(model),
-            "central": lambda: Central(model)}[variant]()
+            "central": lambda: Central(model), "fedpd+eval": lambda: Evaluated(model, chunk, 0),
+            "fedpd+eval8192": lambda: Evaluated(model, chunk, 8192)}[variant]()
 
 
 def timed(runner, rounds: int) -> float:
@@ -154,8 +174,12 @@ def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     runner = make(variant, model, chunk)
+    if isinstance(runner, Evaluated):
+        runner.evaluate()
     for _ in range(rounds + 1):
         runner.round()
+    if isinstance(runner, Evaluated):
+        runner.evaluate()
     done.set()
     sampler.join()
     return {"peak_mb": peak[0], "working_mb": peak[0] - before}
@@ -163,12 +187,13 @@ def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
 
 def memory(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
     argv = [sys.executable, __file__, "--child", variant, "--models", model, "--chunk", str(chunk or 0),
-            "--rounds", str(rounds), "--execution", EXECUTION]
+            "--rounds", str(rounds), "--execution", EXECUTION, "--samples", str(SAMPLES)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
+    global EXECUTION, SAMPLES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="logistic,mlp,lenet,resnet18_gn")
     ap.add_argument("--repeats", type=int, default=3)
@@ -177,15 +202,22 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also measure memory (child processes)")
     ap.add_argument("--execution", default="auto", choices=("auto", "vectorised", "per_client"),
                     help="fedpd's run.execution")
+    ap.add_argument("--eval-memory", action="store_true", help="the evaluation's memory (LeNet, 5 000 samples)")
+    ap.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    global EXECUTION
-    EXECUTION = args.execution
+    EXECUTION, SAMPLES = args.execution, args.samples
     chunk = None if args.chunk == 0 else (args.chunk if args.chunk > 0 else "auto")
     if args.child:
         c = None if chunk in (None, "auto") else chunk
         print(json.dumps(child(args.child, args.models, c, args.rounds or 1)))
+        return
+    if args.eval_memory:
+        SAMPLES = 500
+        mem = {v: memory(v, "lenet", None, 4) for v in ("fedpd", "fedpd+eval", "fedpd+eval8192", "plain")}
+        print("lenet, 5 000 samples, 5 rounds: peak working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items()),
+              flush=True)
         return
     for model in args.models.split(","):
         rounds = args.rounds or ROUNDS[model]

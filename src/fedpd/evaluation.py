@@ -18,7 +18,7 @@ from fedpd.problems.base import Problem
 CHUNK = 8192  # the most samples a chunk holds
 #: what the activations a chunk's forward keeps for its backward may take (``run.eval_batch_size``
 #: = 0): a conv net's chunk is sized by it, a small model's is CHUNK
-ACTIVATION_BUDGET = 64 << 20
+ACTIVATION_BUDGET = 32 << 20
 
 
 def chunk_size(problem: Problem, batch: int = 0) -> int:
