@@ -68,12 +68,13 @@ def test_per_client_gradient_binds_the_module_once_and_writes_into_the_buffer():
     fresh = data.gradient(x, X, Y, W)
     out = torch.empty_like(x)
     assert data.gradient(x, X, Y, W, out=out) is out and torch.equal(out, fresh)
-    params = prob.model.bind(x[0])
+    params = list(prob.model.module.parameters())
     assert all(p.data_ptr() == v.data_ptr() for p, v in zip(params, x[0].split(prob.model.numels)))
+    assert all(p.grad.data_ptr() == g.data_ptr() for p, g in zip(params, out[0].split(prob.model.numels)))
     x.add_(0.5)  # the solver's in-place step: the module sees it without being bound again
     stepped = data.gradient(x, X, Y, W, out=out).clone()
     assert torch.equal(data.gradient(x.clone(), X, Y, W), stepped)  # a fresh vector at that point agrees
-    prob.model.bind(x[0])
+    data.gradient(x, X, Y, W, out=out)
     marker = params[0].data.clone()
     params[0].data = marker
     data.gradient(x, X, Y, W, out=out)  # the same iterate: not bound again

@@ -52,21 +52,22 @@ class FlatModel:
         parts = torch.split(x, self.numels)
         return {name: part.view(shape) for name, part, shape in zip(self.names, parts, self.shapes)}
 
-    def bind(self, x: Tensor) -> list[nn.Parameter]:
-        """The module's parameters, made views of ``x`` [d] (no copy), for running the module
-        itself at x (forward, then autograd's gradient of each parameter). Pointed again only when
-        x is another tensor: an iterate updated in place stays bound from step to step. The module
-        then keeps x's memory alive until it is bound to another vector."""
+    def bind(self, x: Tensor, grad: Tensor) -> None:
+        """Make the module's parameters views of ``x`` [d] and their ``.grad`` views of ``grad``
+        [d] (no copies), to run the module itself at x: ``backward`` then adds each parameter's
+        gradient into ``grad`` in place — the flat gradient, with no per-step ``cat``. Pointed
+        again only at another tensor: an iterate updated in place and a reused gradient buffer
+        stay bound from step to step. The module keeps both alive until it is bound elsewhere."""
         params = self.__dict__.get("_params")
         if params is None:
             params = self._params = list(self.module.parameters())
-            self._bound = None
-        key = (x.data_ptr(), x.dtype, x.device)
-        if self._bound != key:
-            for p, value, shape in zip(params, x.split(self.numels), self.shapes):
-                p.data = value.view(shape)
-            self._bound = key
-        return params
+            self._bound = {}
+        for name, flat in (("data", x), ("grad", grad)):
+            key = (flat.data_ptr(), flat.dtype, flat.device)
+            if self._bound.get(name) != key:
+                for p, value, shape in zip(params, flat.split(self.numels), self.shapes):
+                    setattr(p, name, value.view(shape))
+                self._bound[name] = key
 
     def slices(self) -> dict[str, slice]:
         """Where each named parameter lives in the flat vector (for per-layer rules)."""

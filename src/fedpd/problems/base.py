@@ -146,9 +146,9 @@ class Problem:
           client's own gradient) — for small models, where a step is mostly Python overhead;
           multinomial logistic regression skips autograd for its closed form
           (:func:`softmax_regression_gradients`);
-        * per client: the module itself, its parameters views of x_k (:meth:`FlatModel.bind`),
-          autograd's gradient of each parameter joined into the flat ∇f_k by one ``cat`` (into
-          the solver's buffer: :meth:`ClientData.gradient`) — for large models,
+        * per client: the module itself, its parameters views of x_k and their gradients views
+          of the flat ∇f_k (:meth:`FlatModel.bind`; the solver's buffer:
+          :meth:`ClientData.gradient`) — for large models,
           where vectorising over clients copies and transposes every weight gradient. The two
           agree to rounding, not bitwise.
         """
@@ -162,20 +162,19 @@ class Problem:
 
     def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor) -> None:
         """∇f_i(x) for one client through the template module, written into ``out`` [d] (see
-        :meth:`gradients`): the module's parameters are views of x (pointed there once per
-        iterate: the solver updates x in place), and the parameters' gradients are copied into
-        ``out`` by one ``cat``."""
-        params = self.model.bind(x.detach())
+        :meth:`gradients`): the module's parameters are views of x and their ``.grad`` views of
+        ``out`` (:meth:`FlatModel.bind`: once per iterate and buffer, which the solver reuses
+        from step to step), so ``backward`` accumulates the flat gradient into the zeroed ``out``."""
+        self.model.bind(x.detach(), out)
+        out.zero_()
         with torch.enable_grad():
             per_sample = self.loss(self.model.module(X), Y)
             # a minibatch weighs every sample 1: its plain mean is the same number in fewer ops
             value = per_sample.mean() if bool(W.eq(1).all()) else (per_sample * W).sum() / W.sum()
-            if self.regularizer is None:
-                torch.cat([g.view(-1) for g in torch.autograd.grad(value, params)], out=out)
-                return
-            leaf = x.detach().clone().requires_grad_(True)
-            *grads, g_r = torch.autograd.grad(value + self.regularizer(leaf), [*params, leaf])
-        torch.cat([g.view(-1) for g in grads], out=out).add_(g_r)
+            value.backward()
+            if self.regularizer is not None:
+                leaf = x.detach().clone().requires_grad_(True)
+                out.add_(torch.autograd.grad(self.regularizer(leaf), leaf)[0])
 
     def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
         linear = softmax_regression(self)
