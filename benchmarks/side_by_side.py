@@ -9,7 +9,8 @@ A-FedPD LeNet on 3x32x32, (d) ResNet-18 with GroupNorm on 3x32x32 (one round):
               clients one after another, the server averaging their weights
     central   centralized SGD: one module, the same number of steps (10 x 20) on pooled data
 
-Times are side by side in this process, alternating, best of --repeats (one torch thread).
+Times are side by side in this process, alternating, median of --repeats (one torch thread); the
+ratio column is the median of the repeats' own ratios (each repeat times the variants back to back).
 Memory is each variant's peak resident memory in a child process of its own, above what the child
 held before building it (so torch's own ~300 MB is not counted; its data, model and states are).
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -223,14 +225,17 @@ def main() -> None:
         rounds = args.rounds or ROUNDS[model]
         c = None if chunk in (None, "auto") else chunk
         runners = {v: make(v, model, c) for v in ("fedpd", "plain", "central")}
-        best = {v: float("inf") for v in runners}
+        times = {v: [] for v in runners}
         for r in runners.values():
             r.round()  # warm-up
         for _ in range(args.repeats):
             for v, r in runners.items():
-                best[v] = min(best[v], timed(r, rounds))
-        line = (f"{model:>12}: s/round fedpd {best['fedpd']:.4f}  plain {best['plain']:.4f}  central {best['central']:.4f}"
-                f"  | fedpd/plain {best['fedpd'] / best['plain']:.2f}  fedpd/central {best['fedpd'] / best['central']:.2f}")
+                times[v].append(timed(r, rounds))
+        med = {v: statistics.median(t) for v, t in times.items()}
+        ratio = {v: statistics.median(a / b for a, b in zip(times["fedpd"], times[v])) for v in ("plain", "central")}
+        line = (f"{model:>12}: s/round fedpd {med['fedpd']:.4f}  plain {med['plain']:.4f}  central {med['central']:.4f}"
+                f"  | fedpd/plain {ratio['plain']:.2f} (repeats {', '.join(f'{a / b:.2f}' for a, b in zip(times['fedpd'], times['plain']))})"
+                f"  fedpd/central {ratio['central']:.2f}")
         if args.memory:
             mem = {v: memory(v, model, c, rounds) for v in runners}
             line += "  | working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items())
