@@ -42,6 +42,7 @@ class FedCM(Algorithm):
     description = "FedCM: local steps along alpha*grad + (1 - alpha)*(server's last global direction)"
     Options = FedCMOptions
     needs_gradient_solver = True
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
 
     def __init__(self, alpha: float = 0.1, server_lr: float = 1.0):
         self.alpha, self.server_lr = alpha, server_lr
@@ -64,8 +65,6 @@ class FedCM(Algorithm):
         if solver.straggler_fraction > 0:  # Q_i differs per client: the server needs it for Δ
             upload["steps"] = res.steps.to(res.x.device, res.x.dtype)
         return upload, clients
-
-    means_only = True
 
     def mean_terms(self, server, uploads):
         x, x0 = uploads["x"], server["x0"]

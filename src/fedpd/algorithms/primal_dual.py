@@ -122,6 +122,7 @@ class PrimalDual(Algorithm):
     name = "primal_dual"
     description = "the parametrised primal-dual rule (choose the sets yourself)"
     Options = PrimalDualOptions
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
 
     def __init__(self, eta: float = 1.0, participation: str = "sampled", dual_mean: str = "all",
                  virtual_dual: bool = False, start: str = "server", p: float = 0.0, skip: str = "random",
@@ -195,8 +196,6 @@ class PrimalDual(Algorithm):
         or None, steps taken [K]). FedPD-VR replaces this with its SARAH oracle."""
         res = ctx.solver.solve(ctx, start, objective, tol=self.local_tol)
         return res.x, {}, res.start_grad_sq, res.steps
-
-    means_only = True
 
     def mean_terms(self, server, uploads):
         key = "z" if self.dual_mean == "participants" else "x"

@@ -28,6 +28,7 @@ class Scaffold(Algorithm):
     description = "SCAFFOLD (option II): control variates correct the client drift"
     Options = ScaffoldOptions
     needs_gradient_solver = True
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
     update_uploads = ("dx", "dc")
 
     def __init__(self, server_lr: float = 1.0):
@@ -49,8 +50,6 @@ class Scaffold(Algorithm):
         steps = res.steps.to(x0.device, x0.dtype)[:, None]
         ci_new = ci - c + (x0 - res.x) / (steps * res.lr)
         return {"dx": res.x - x0, "dc": ci_new - ci}, {"c": ci_new}
-
-    means_only = True
 
     def mean_terms(self, server, uploads):
         return {"dx": uploads["dx"], "dc": uploads["dc"], "primal_residual": sq_dist(uploads["dx"], 0)}

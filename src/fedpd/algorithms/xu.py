@@ -178,6 +178,7 @@ class ParallelADMM(Algorithm):
     description = "Parallel ADMM (Xu 2020, Alg. 3): consensus ADMM with one gradient step per round, all clients"
     Options = ADMMOptions
     participation = "all"
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
     uses_solver = False
 
     def __init__(self, eta: float = 0.1):
@@ -195,8 +196,6 @@ class ParallelADMM(Algorithm):
         y = clients["y"] + w - w_av  # the dual step of the previous round, with its new average
         w_new = w_av - self.eta * self.gradients(w, ctx) - y
         return {"w": w_new}, {"w": w_new, "y": y}
-
-    means_only = True
 
     def mean_terms(self, server, uploads):
         return {"w": uploads["w"], "primal_residual": sq_dist(uploads["w"], server["x0"])}

@@ -136,7 +136,8 @@ class Problem:
 
     def gradients(self):
         """∇f_i at x for a leading axis of clients (or samples): (x [K, d], X [K, B, ...], Y [K, B],
-        W [K, B]) -> [K, d]. Not counted: :meth:`ClientData.gradient` counts training work.
+        W [K, B], out [K, d] or None) -> [K, d], written into ``out`` when the way below writes
+        into a buffer (per client). Not counted: :meth:`ClientData.gradient` counts training work.
 
         Two ways, chosen once per run (``per_client``); each row depends only on its own inputs,
         so grouping clients never changes a result:
@@ -176,7 +177,8 @@ class Problem:
                 leaf = x.detach().clone().requires_grad_(True)
                 out.add_(torch.autograd.grad(self.regularizer(leaf), leaf)[0])
 
-    def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+    def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
+        """The vectorised way (``out`` is not used: autograd gives the [K, d] gradient itself)."""
         linear = softmax_regression(self)
         if linear is not None:
             return softmax_regression_gradients(linear, x, X, Y, W)
@@ -185,9 +187,9 @@ class Problem:
             forward = self.__dict__["_vmapped_model"] = vmap(self.model)
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
-            out = forward(x, X)
+            outputs = forward(x, X)
             k, b = Y.shape[:2]
-            per_sample = self.loss(out.reshape(k * b, *out.shape[2:]), Y.reshape(k * b)).reshape(k, b)
+            per_sample = self.loss(outputs.reshape(k * b, *outputs.shape[2:]), Y.reshape(k * b)).reshape(k, b)
             value = (per_sample * W).sum(1) / W.sum(1)
             if self.regularizer is not None:
                 value = value + vmap(self.regularizer)(x)
@@ -309,6 +311,4 @@ class ClientData:
         execution does: no [M, d] allocated per step); the caller must not keep the result past
         its next use of the buffer."""
         self._problem.count(W, active)
-        if self._problem.per_client:
-            return self._problem._per_client_gradients(x, X, Y, W, out)
-        return self._problem.gradients()(x, X, Y, W)
+        return self._problem.gradients()(x, X, Y, W, out)
