@@ -16,6 +16,9 @@ held before building it (so torch's own ~300 MB is not counted; its data, model 
 
     python benchmarks/side_by_side.py [--models logistic,mlp,lenet,resnet18_gn] [--repeats 3]
 
+--profile MODEL: where a round's time goes — fedpd's and the plain loop's rounds under cProfile, the
+functions with the most own time (ms per round; torch's kernels show as their Python entry points).
+
 --eval-memory: the evaluation's share instead. LeNet on 5 000 CIFAR-shaped samples (10 clients of
 500), 5 rounds, peak memory of fedpd's rounds alone, of the rounds with an evaluation before and
 after (train loss, its gradient, test metrics: fedpd.evaluation at automatic chunks, and at the
@@ -154,6 +157,29 @@ def timed(runner, rounds: int) -> float:
     return (time.perf_counter() - t0) / rounds
 
 
+def profile(model: str, rounds: int, top: int = 14) -> None:
+    """Own time per round of the functions fedpd's and the plain loop's rounds spend most in."""
+    import cProfile
+    import pstats
+
+    own = {}
+    for variant in ("fedpd", "plain"):
+        runner = make(variant, model, None)
+        runner.round()  # warm-up
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(rounds):
+            runner.round()
+        prof.disable()
+        for (path, line, name), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():
+            where = f"{os.path.basename(path)}:{name}" if line else name
+            own.setdefault(where, {"fedpd": 0.0, "plain": 0.0})[variant] += tottime * 1e3 / rounds
+    total = {v: sum(t[v] for t in own.values()) for v in ("fedpd", "plain")}
+    print(f"{model}: ms per round (own time)   fedpd {total['fedpd']:.1f}   plain {total['plain']:.1f}")
+    for where, t in sorted(own.items(), key=lambda kv: -max(kv[1].values()))[:top]:
+        print(f"  {where[:60]:<60} {t['fedpd']:8.2f} {t['plain']:8.2f}")
+
+
 def resident_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -205,6 +231,7 @@ def main() -> None:
     ap.add_argument("--execution", default="auto", choices=("auto", "vectorised", "per_client"),
                     help="fedpd's run.execution")
     ap.add_argument("--eval-memory", action="store_true", help="the evaluation's memory (LeNet, 5 000 samples)")
+    ap.add_argument("--profile", help="MODEL: where the round's time goes (cProfile)")
     ap.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -214,6 +241,9 @@ def main() -> None:
     if args.child:
         c = None if chunk in (None, "auto") else chunk
         print(json.dumps(child(args.child, args.models, c, args.rounds or 1)))
+        return
+    if args.profile:
+        profile(args.profile, args.rounds or ROUNDS[args.profile])
         return
     if args.eval_memory:
         SAMPLES = 500
