@@ -9,11 +9,20 @@ A-FedPD LeNet on 3x32x32, (d) ResNet-18 with GroupNorm on 3x32x32 (one round):
               clients one after another, the server averaging their weights
     central   centralized SGD: one module, the same number of steps (10 x 20) on pooled data
 
-Times are side by side in this process, alternating, best of --repeats (one torch thread).
+Times are side by side in this process, alternating, median of --repeats (one torch thread); the
+ratio column is the median of the repeats' own ratios (each repeat times the variants back to back).
 Memory is each variant's peak resident memory in a child process of its own, above what the child
 held before building it (so torch's own ~300 MB is not counted; its data, model and states are).
 
     python benchmarks/side_by_side.py [--models logistic,mlp,lenet,resnet18_gn] [--repeats 3]
+
+--profile MODEL: where a round's time goes — fedpd's and the plain loop's rounds under cProfile, the
+functions with the most own time (ms per round; torch's kernels show as their Python entry points).
+
+--eval-memory: the evaluation's share instead. LeNet on 5 000 CIFAR-shaped samples (10 clients of
+500), 5 rounds, peak memory of fedpd's rounds alone, of the rounds with an evaluation before and
+after (train loss, its gradient, test metrics: fedpd.evaluation at automatic chunks, and at the
+fixed 8 192-sample chunks it used before issue 21), and of the plain loop's rounds.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -38,6 +48,8 @@ from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.solvers import SGDSolver
 from fedpd.store import MemoryStore
+
+from fedpd.evaluation import evaluate
 
 SHAPES = {"logistic": (784,), "mlp": (784,), "lenet": (3, 32, 32), "resnet18_gn": (3, 32, 32)}
 ROUNDS = {"logistic": 5, "mlp": 3, "lenet": 2, "resnet18_gn": 1}
@@ -120,9 +132,22 @@ class Central:
 EXECUTION = "auto"
 
 
+class Evaluated(Fedpd):
+    """fedpd's rounds with the metrics taken before the first and after the last (``batch``
+    samples per evaluation chunk; 0: automatic)."""
+
+    def __init__(self, model: str, chunk: int | None, batch: int):
+        super().__init__(model, chunk, EXECUTION)
+        self.batch = batch
+
+    def evaluate(self):
+        evaluate(self.engine.problem, self.server["x0"], batch=self.batch)
+
+
 def make(variant: str, model: str, chunk: int | None):
     return {"fedpd": lambda: Fedpd(model, chunk, EXECUTION), "plain": lambda: Plain(model),
-            "central": lambda: Central(model)}[variant]()
+            "central": lambda: Central(model), "fedpd+eval": lambda: Evaluated(model, chunk, 0),
+            "fedpd+eval8192": lambda: Evaluated(model, chunk, 8192)}[variant]()
 
 
 def timed(runner, rounds: int) -> float:
@@ -130,6 +155,29 @@ def timed(runner, rounds: int) -> float:
     for _ in range(rounds):
         runner.round()
     return (time.perf_counter() - t0) / rounds
+
+
+def profile(model: str, rounds: int, top: int = 14) -> None:
+    """Own time per round of the functions fedpd's and the plain loop's rounds spend most in."""
+    import cProfile
+    import pstats
+
+    own = {}
+    for variant in ("fedpd", "plain"):
+        runner = make(variant, model, None)
+        runner.round()  # warm-up
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(rounds):
+            runner.round()
+        prof.disable()
+        for (path, line, name), (_, _, tottime, _, _) in pstats.Stats(prof).stats.items():
+            where = f"{os.path.basename(path)}:{name}" if line else name
+            own.setdefault(where, {"fedpd": 0.0, "plain": 0.0})[variant] += tottime * 1e3 / rounds
+    total = {v: sum(t[v] for t in own.values()) for v in ("fedpd", "plain")}
+    print(f"{model}: ms per round (own time)   fedpd {total['fedpd']:.1f}   plain {total['plain']:.1f}")
+    for where, t in sorted(own.items(), key=lambda kv: -max(kv[1].values()))[:top]:
+        print(f"  {where[:60]:<60} {t['fedpd']:8.2f} {t['plain']:8.2f}")
 
 
 def resident_mb() -> float:
@@ -154,8 +202,12 @@ def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     runner = make(variant, model, chunk)
+    if isinstance(runner, Evaluated):
+        runner.evaluate()
     for _ in range(rounds + 1):
         runner.round()
+    if isinstance(runner, Evaluated):
+        runner.evaluate()
     done.set()
     sampler.join()
     return {"peak_mb": peak[0], "working_mb": peak[0] - before}
@@ -163,12 +215,13 @@ def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
 
 def memory(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
     argv = [sys.executable, __file__, "--child", variant, "--models", model, "--chunk", str(chunk or 0),
-            "--rounds", str(rounds), "--execution", EXECUTION]
+            "--rounds", str(rounds), "--execution", EXECUTION, "--samples", str(SAMPLES)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
+    global EXECUTION, SAMPLES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="logistic,mlp,lenet,resnet18_gn")
     ap.add_argument("--repeats", type=int, default=3)
@@ -177,28 +230,42 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also measure memory (child processes)")
     ap.add_argument("--execution", default="auto", choices=("auto", "vectorised", "per_client"),
                     help="fedpd's run.execution")
+    ap.add_argument("--eval-memory", action="store_true", help="the evaluation's memory (LeNet, 5 000 samples)")
+    ap.add_argument("--profile", help="MODEL: where the round's time goes (cProfile)")
+    ap.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    global EXECUTION
-    EXECUTION = args.execution
+    EXECUTION, SAMPLES = args.execution, args.samples
     chunk = None if args.chunk == 0 else (args.chunk if args.chunk > 0 else "auto")
     if args.child:
         c = None if chunk in (None, "auto") else chunk
         print(json.dumps(child(args.child, args.models, c, args.rounds or 1)))
         return
+    if args.profile:
+        profile(args.profile, args.rounds or ROUNDS[args.profile])
+        return
+    if args.eval_memory:
+        SAMPLES = 500
+        mem = {v: memory(v, "lenet", None, 4) for v in ("fedpd", "fedpd+eval", "fedpd+eval8192", "plain")}
+        print("lenet, 5 000 samples, 5 rounds: peak working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items()),
+              flush=True)
+        return
     for model in args.models.split(","):
         rounds = args.rounds or ROUNDS[model]
         c = None if chunk in (None, "auto") else chunk
         runners = {v: make(v, model, c) for v in ("fedpd", "plain", "central")}
-        best = {v: float("inf") for v in runners}
+        times = {v: [] for v in runners}
         for r in runners.values():
             r.round()  # warm-up
         for _ in range(args.repeats):
             for v, r in runners.items():
-                best[v] = min(best[v], timed(r, rounds))
-        line = (f"{model:>12}: s/round fedpd {best['fedpd']:.4f}  plain {best['plain']:.4f}  central {best['central']:.4f}"
-                f"  | fedpd/plain {best['fedpd'] / best['plain']:.2f}  fedpd/central {best['fedpd'] / best['central']:.2f}")
+                times[v].append(timed(r, rounds))
+        med = {v: statistics.median(t) for v, t in times.items()}
+        ratio = {v: statistics.median(a / b for a, b in zip(times["fedpd"], times[v])) for v in ("plain", "central")}
+        line = (f"{model:>12}: s/round fedpd {med['fedpd']:.4f}  plain {med['plain']:.4f}  central {med['central']:.4f}"
+                f"  | fedpd/plain {ratio['plain']:.2f} (repeats {', '.join(f'{a / b:.2f}' for a, b in zip(times['fedpd'], times['plain']))})"
+                f"  fedpd/central {ratio['central']:.2f}")
         if args.memory:
             mem = {v: memory(v, model, c, rounds) for v in runners}
             line += "  | working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items())

@@ -20,6 +20,7 @@ from fedpd.build import build_problem
 from fedpd.cli import main
 from fedpd.config import load_config
 from fedpd.data import load_dataset
+from fedpd.problems.base import ClientSplit
 from fedpd.problems.dataset import AugmentedSplit
 from fedpd.runner import run
 
@@ -145,7 +146,7 @@ def test_per_client_test_and_augment(data_dir):
     # minibatches are cropped / flipped copies: same labels as the plain draw, other pixels
     ids = torch.tensor([0, 2])
     X, Y, _ = p.train.minibatch(ids, 16, ClientStreams.of(3, "batches", 0, ids))
-    plain = super(AugmentedSplit, p.train).minibatch(ids, 16, ClientStreams.of(3, "batches", 0, ids))
+    plain = ClientSplit.batch_from(p.train, ids, ClientStreams.of(3, "batches", 0, ids).uniform(16))  # same positions
     assert X.shape == plain[0].shape == (2, 16, 3, 32, 32) and torch.equal(Y, plain[1])
     assert not torch.equal(X, plain[0])
     assert_ran(run(cfg).history)

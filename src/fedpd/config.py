@@ -71,6 +71,8 @@ class RunOptions(Options):
         "auto = disk when they may exceed 1/8 of the available memory (resolved in the run's config.toml)")
     store_dir: str = Field("", description="the disk store's directory; empty: <run directory>/store (a temporary "
                            "one for a run without a directory)")
+    eval_batch_size: int = Field(0, ge=0, description="samples per evaluation chunk; 0: automatic, as many as keep "
+                                 "the activations saved for the gradient within 32 MiB (at most 8192)")
     eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
                               "(records then carry eval_clients); 0: every client")
 

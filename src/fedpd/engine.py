@@ -25,7 +25,7 @@ size changes speed and memory, never a result.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import torch
 from torch import Tensor
@@ -77,15 +77,19 @@ class InProcessEngine:
                          seed=self.seed, num_clients=self.store.num_clients)
 
     # --- the client half (fedpd.protocol.Clients) ------------------------------------------
-    def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State]]:
+    #: chunks are trained in ascending id order and given as each is done (fedpd.protocol sums a
+    #: plain mean's uploads as they come: a round then holds one chunk's uploads, not K)
+    in_id_order = True
+
+    def train(self, message: State, ids: Tensor, round: int) -> Iterator[tuple[Tensor, State]]:
+        ids = ids.sort().values
         parts = [ids] if self.chunk is None else list(torch.split(ids, self.chunk))
-        self._pending, uploads = [], []
+        self._pending = []
         for part in parts:
             ctx = ClientContext(part, round, ClientData(self.problem, part), self.solver, self.seed)
             up, new = self.algorithm.local(message, self.store.get(part), ctx)
             self._pending.append((part, new, ctx))
-            uploads.append((part, up))
-        return uploads
+            yield part, up
 
     def commit(self, ids: Tensor, reply: State, round: int) -> None:
         for part, new, ctx in self._pending:

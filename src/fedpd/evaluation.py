@@ -15,17 +15,53 @@ from torch import Tensor
 
 from fedpd.problems.base import Problem
 
-CHUNK = 8192
+CHUNK = 8192  # the most samples a chunk holds
+#: what the activations a chunk's forward keeps for its backward may take (``run.eval_batch_size``
+#: = 0): a conv net's chunk is sized by it, a small model's is CHUNK
+ACTIVATION_BUDGET = 32 << 20
 
 
-def _chunks(split, clients: Tensor | None):
-    """(index, owner) chunks of at most CHUNK samples: ``index`` a slice of the split (all clients)
-    or sample positions (the clients ``clients``, ascending), ``owner`` each sample's client."""
+def chunk_size(problem: Problem, batch: int = 0) -> int:
+    """Samples per evaluation chunk: ``batch`` when > 0, else as many as keep the activations saved
+    for the gradient within :data:`ACTIVATION_BUDGET` (at most CHUNK). The bytes a sample adds
+    are measured once per problem from two small forwards (1 and 2 samples), so the size is a
+    function of the model and the data's shape alone: the same on every machine and resume."""
+    if batch > 0:
+        return batch
+    cached = problem.__dict__.get("_eval_chunk")
+    if cached is None:
+        per_sample = _saved_bytes(problem, 2) - _saved_bytes(problem, 1)
+        cached = problem.__dict__["_eval_chunk"] = max(1, min(CHUNK, ACTIVATION_BUDGET // max(per_sample, 1)))
+    return cached
+
+
+def _saved_bytes(problem: Problem, n: int) -> int:
+    """Bytes the forward and loss of the first ``n`` training samples keep for backward."""
+    split = problem.train
+    if split.y.shape[0] < 2:
+        return 0
+    saved = 0
+
+    def pack(t: Tensor) -> Tensor:
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    x = problem.x_init.detach().requires_grad_(True)
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        problem.loss(problem.model(x, split.x[:n]), split.y[:n]).sum()
+    return saved
+
+
+def _chunks(split, clients: Tensor | None, chunk: int = CHUNK):
+    """(index, owner) chunks of at most ``chunk`` samples: ``index`` a slice of the split (all
+    clients) or sample positions (the clients ``clients``, ascending), ``owner`` each sample's
+    client."""
     offsets = split.offsets
     if clients is None:
         n = split.y.shape[0]
-        for start in range(0, n, CHUNK):
-            stop = min(start + CHUNK, n)
+        for start in range(0, n, chunk):
+            stop = min(start + chunk, n)
             pos = torch.arange(start, stop, device=offsets.device)
             yield slice(start, stop), torch.searchsorted(offsets, pos, right=True) - 1
         return
@@ -33,7 +69,7 @@ def _chunks(split, clients: Tensor | None):
     first, group, held = 0, [], 0
     bounds = []
     for j, m in enumerate(sizes.tolist()):
-        if held and held + m > CHUNK:
+        if held and held + m > chunk:
             bounds.append((first, j))
             first, held = j, 0
         held += m
@@ -54,12 +90,15 @@ def _inverse_sizes(split, clients: Tensor | None) -> Tensor:
     return 1.0 / (present * sizes.clamp(min=1))
 
 
-def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None) -> dict[str, float]:
+def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None, batch: int = 0) -> dict[str, float]:
+    """The metrics at x, over chunks of ``batch`` samples (0: :func:`chunk_size`'s automatic size;
+    the chunking changes the metrics at rounding only)."""
+    chunk = chunk_size(problem, batch)
     x = x.detach().requires_grad_(True)
     split = problem.train
     inverse = _inverse_sizes(split, clients)
     loss_total, grad_total = 0.0, torch.zeros_like(x)
-    for index, owner in _chunks(split, clients):
+    for index, owner in _chunks(split, clients, chunk):
         per_sample = problem.loss(problem.model(x, split.x[index]), split.y[index])
         value = (per_sample * inverse[owner].to(per_sample.dtype)).sum()
         (g,) = torch.autograd.grad(value, x)
@@ -71,18 +110,18 @@ def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None) -> dict
         loss_total += float(value.detach())
         grad_total += g
     out = {"train_loss": loss_total, "grad_norm_sq": float((grad_total * grad_total).sum())}
-    out.update(evaluate_test(problem, x.detach(), clients))
+    out.update(evaluate_test(problem, x.detach(), clients, chunk))
     return out
 
 
 @torch.no_grad()
-def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None) -> dict[str, float]:
+def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None, batch: int = 0) -> dict[str, float]:
     split = problem.test
     n = split.y.shape[0] if clients is None else int(split.sizes[clients].sum())
     if n == 0:
         return {}
     loss_sum, correct = 0.0, 0
-    for index, _ in _chunks(split, clients):
+    for index, _ in _chunks(split, clients, chunk_size(problem, batch)):
         outputs = problem.model(x, split.x[index])
         y = split.y[index]
         loss_sum += float(problem.loss(outputs, y).sum())
@@ -96,7 +135,7 @@ def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None) ->
 
 @torch.no_grad()
 def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1,
-                      clients: Tensor | None = None) -> dict[str, float]:
+                      clients: Tensor | None = None, batch: int = 0) -> dict[str, float]:
     """Each client's own model on its own test split (Fed+, Kundu et al. 2022, §5.1 and Table 2).
 
     ``models`` is [N, d] (client i's model in row i) or [d] (the server model for every client).
@@ -105,7 +144,7 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1,
     ``personal_loss``, ``personal_acc`` / ``personal_mse`` — and as the mean over the worst
     ``worst`` fraction of them (at least one client): ``personal_acc_worst10`` (lowest accuracies),
     ``personal_mse_worst10`` (highest errors). Clients are evaluated in vectorised chunks.
-    ``clients``: only these clients (ascending; ``run.eval_clients``).
+    ``clients``: only these clients (ascending; ``run.eval_clients``); ``batch`` as in :func:`evaluate`.
     """
     split = problem.test
     n_clients = split.num_clients
@@ -117,7 +156,7 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1,
     loss_sum = torch.zeros(n_clients, dtype=torch.float64, device=device)
     score_sum = torch.zeros(n_clients, dtype=torch.float64, device=device)  # correct predictions or squared errors
     if models.dim() == 1:
-        for index, owner in _chunks(split, clients):
+        for index, owner in _chunks(split, clients, chunk_size(problem, batch)):
             out = problem.model(models, split.x[index])
             y = split.y[index]
             loss_sum.index_add_(0, owner, problem.loss(out, y).double())

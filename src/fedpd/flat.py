@@ -35,6 +35,7 @@ class FlatModel:
         """Put the module (its buffers; parameters are only a template) on ``device``."""
         self.module.to(device)
         self.buffers = dict(self.module.named_buffers())
+        self.__dict__.pop("_params", None)  # bound again at the next use
         return self
 
     def initial(self, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -50,6 +51,23 @@ class FlatModel:
             raise ValueError(f"flat parameter vector has shape {tuple(x.shape)}; the model has {self.dim} parameters")
         parts = torch.split(x, self.numels)
         return {name: part.view(shape) for name, part, shape in zip(self.names, parts, self.shapes)}
+
+    def bind(self, x: Tensor, grad: Tensor) -> None:
+        """Make the module's parameters views of ``x`` [d] and their ``.grad`` views of ``grad``
+        [d] (no copies), to run the module itself at x: ``backward`` then adds each parameter's
+        gradient into ``grad`` in place — the flat gradient, with no per-step ``cat``. Pointed
+        again only at another tensor: an iterate updated in place and a reused gradient buffer
+        stay bound from step to step. The module keeps both alive until it is bound elsewhere."""
+        params = self.__dict__.get("_params")
+        if params is None:
+            params = self._params = list(self.module.parameters())
+            self._bound = {}
+        for name, flat in (("data", x), ("grad", grad)):
+            key = (flat.data_ptr(), flat.dtype, flat.device)
+            if self._bound.get(name) != key:
+                for p, value, shape in zip(params, flat.split(self.numels), self.shapes):
+                    setattr(p, name, value.view(shape))
+                self._bound[name] = key
 
     def slices(self) -> dict[str, slice]:
         """Where each named parameter lives in the flat vector (for per-layer rules)."""

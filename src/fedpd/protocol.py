@@ -14,18 +14,23 @@ aggregation and every counted float are identical whichever engine runs the clie
    not depend on the order replies arrived or clients ran), attacked (update attacks), screened
    (NaN/Inf, wrong shape: rejected, counted);
 7. ``aggregate`` over the accepted uploads; its reply is counted down to the accepted senders;
+   a rule whose server step is a plain mean (``means_only``), in a round with no update attack,
+   on an engine that trains its clients in id order (``in_id_order``) takes 6–7 streamed
+   instead: each group is screened and summed into the mean as it arrives and let go, so the
+   round holds one group's uploads, not K — the same aggregate bit for bit (both paths add the
+   clients in ascending id order, one at a time: :class:`fedpd.algorithms.base.UploadMean`);
 8. ``clients.commit``: accepted clients take the reply (``receive``) and keep their new state;
    rejected and dropped-out clients keep their state of before the round.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import torch
 from torch import Tensor
 
-from fedpd.algorithms.base import Algorithm, State
+from fedpd.algorithms.base import Algorithm, State, UploadMean
 from fedpd.attacks import Attack, finite_rows, screen
 from fedpd.comm import CommCounter
 from fedpd.context import ServerContext
@@ -35,9 +40,14 @@ from fedpd.streams import server_generator
 class Clients(Protocol):
     """The client half of a round, as an engine provides it."""
 
-    def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State | None]]:
+    #: ``train`` yields its groups in ascending client id order, each as soon as it is trained,
+    #: with uploads as ``local`` made them (this process: never malformed); the round then sums
+    #: a ``means_only`` rule's uploads as they come (optional; absent: False)
+    in_id_order: bool
+
+    def train(self, message: State, ids: Tensor, round: int) -> Iterable[tuple[Tensor, State | None]]:
         """Run ``local`` on clients ``ids`` (in any grouping and order) and keep each client's new
-        state pending; return the uploads as (ids of a group, its uploads [len, ...]) pairs —
+        state pending; give the uploads as (ids of a group, its uploads [len, ...]) pairs —
         None for a group whose upload came back unusable (rejected); clients that sent nothing
         at all are left out (the engine counts them as dropouts)."""
 
@@ -60,15 +70,33 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
     working = ids[~dropped]
     groups = clients.train(message, working, round) if working.numel() else []
     if not communicates:
+        for _ in groups:  # every client trains (an engine may train a group as it is read)
+            pass
         clients.commit(working, {}, round)
         comm.end_round()
         return server
+    streamed = algorithm.means_only and attack.family != "update" and getattr(clients, "in_id_order", False)
+    aggregate = _streamed if streamed else _stacked
+    server, reply, accepted = aggregate(algorithm, server, groups, message, round, comm=comm, attack=attack,
+                                        seed=seed, num_clients=num_clients)
+    if accepted.numel():
+        comm.down(reply, accepted.numel())
+    clients.commit(accepted, reply, round)
+    comm.end_round()
+    return server
+
+
+def _stacked(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
+             attack: Attack, seed: int, num_clients: int) -> tuple[State, State, Tensor]:
+    """Steps 6–7 over all K uploads at once (attacks and robust aggregators need them together):
+    (new server state, reply, accepted senders)."""
+    groups = list(groups)
     unusable = sum(g.numel() for g, up in groups if up is None)  # a node's reply that cannot be read
     groups = [(g, up) for g, up in groups if up is not None]
     for _, up in groups:
         comm.up(up)  # what was sent, rejected or not
     comm.rejected_uploads += unusable
-    senders = torch.cat([g for g, _ in groups]) if groups else working[:0]
+    senders = torch.cat([g for g, _ in groups]) if groups else torch.zeros(0, dtype=torch.int64)
     uploads, sizes = [u for _, u in groups], [g.numel() for g, _ in groups]
     del groups  # screen empties ``uploads`` as it stacks them: K uploads are held once, not twice
     upload, keep = screen(uploads, sizes)
@@ -81,12 +109,55 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
     keep = keep & finite_rows(upload, senders.numel())
     comm.rejected_uploads += int((~keep).sum())
     accepted = senders[keep]
-    reply: State = {}
-    if accepted.numel():
+    if not accepted.numel():
+        return server, {}, accepted
+    if not bool(keep.all()):
+        upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
+    server, reply = algorithm.aggregate(server, upload, ServerContext(accepted, round, num_clients))
+    return server, reply, accepted
+
+
+def _streamed(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
+              attack: Attack, seed: int, num_clients: int) -> tuple[State, State, Tensor]:
+    """Steps 6–7 for a ``means_only`` rule with no update attack, on groups that arrive in ascending
+    id order: each group is counted, screened and added into the mean as it arrives, then let go,
+    so the round never holds K uploads. The same rows in the same order as :func:`_stacked`: the
+    same aggregate, bitwise."""
+    running = _RunningMean(UploadMean(algorithm, server), comm, round)
+    for ids, up in groups:
+        running.add(ids, up)
+        del up  # let the group's uploads go before the engine trains the next
+    accepted = torch.cat(running.accepted) if running.accepted else torch.zeros(0, dtype=torch.int64)
+    if not accepted.numel():
+        return server, {}, accepted
+    server, reply = algorithm.aggregate_means(server, running.mean.means(), ServerContext(accepted, round, num_clients))
+    return server, reply, accepted
+
+
+class _RunningMean:
+    """The streamed round's screen and sum: a group is rejected whole when it is unusable or laid
+    out unlike the first group (keys, trailing shapes, dtypes), a row when it is not finite."""
+
+    def __init__(self, mean: UploadMean, comm: CommCounter, round: int):
+        self.mean, self.comm, self.round = mean, comm, round
+        self.accepted: list[Tensor] = []
+        self.last, self.layout = -1, None
+
+    def add(self, ids: Tensor, up: State | None) -> None:
+        if up is None:
+            self.comm.rejected_uploads += ids.numel()
+            return
+        self.comm.up(up)  # what was sent, rejected or not
+        if int(ids[0]) <= self.last or not bool((ids[1:] > ids[:-1]).all()):
+            raise RuntimeError(f"round {self.round}: the engine gave clients out of id order (after client {self.last})")
+        self.last = int(ids[-1])
+        self.layout = self.layout or {k: (v.shape[1:], v.dtype) for k, v in up.items()}
+        if {k: (v.shape, v.dtype) for k, v in up.items()} != {k: ((ids.numel(), *s), d) for k, (s, d) in self.layout.items()}:
+            self.comm.rejected_uploads += ids.numel()
+            return
+        keep = finite_rows(up, ids.numel())
+        self.comm.rejected_uploads += int((~keep).sum())
         if not bool(keep.all()):
-            upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-        server, reply = algorithm.aggregate(server, upload, ServerContext(accepted, round, num_clients))
-        comm.down(reply, accepted.numel())
-    clients.commit(accepted, reply, round)
-    comm.end_round()
-    return server
+            ids, up = ids[keep], {k: v[keep.to(v.device)] for k, v in up.items()}
+        self.mean.add(up)
+        self.accepted.append(ids)

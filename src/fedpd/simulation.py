@@ -114,14 +114,15 @@ class Simulation:
         clients = self.eval_sample()  # None: every client
         if clients is not None:
             record["eval_clients"] = int(clients.numel())
-        record.update(evaluate(self.problem, self.model(), clients))
+        batch = self.cfg.run.eval_batch_size
+        record.update(evaluate(self.problem, self.model(), clients, batch))
         record.update(self.algorithm.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)
             if personal is None and self.cfg.run.personal_eval == "always":
                 personal = self.model()
             if personal is not None:
-                record.update(evaluate_personal(self.problem, personal.detach(), clients=clients))
+                record.update(evaluate_personal(self.problem, personal.detach(), clients=clients, batch=batch))
         self.elapsed += time.perf_counter() - t0
         record["wall_s"] = round(self.elapsed, 4)
         return record

@@ -18,7 +18,8 @@ pFedMe, Per-FedAvg, FedPD-VR's SARAH oracle) write their own loop over the same 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
@@ -92,26 +93,45 @@ class LocalRun:
     batch_size: int | None  # None: full batch
     weight_decay: float
     sam_radius: float
-    rng: ClientStreams  # the call's batch streams; step q draws from rng.child(q)
+    rng: ClientStreams  # the call's batch streams; batch j of step q draws from rng.child(q, j)
+    #: [K, Q, n] every step's draws of batch 0, drawn at the first batch in one stream call
+    _draws: Tensor | None = field(default=None, init=False, repr=False)
 
-    @property
+    def __setattr__(self, name, value):
+        if name == "steps":  # the step counts changed (a criterion met): recount the bounds
+            self.__dict__.pop("rounds", None)
+            self.__dict__.pop("_fewest", None)
+        super().__setattr__(name, value)
+
+    @cached_property
     def rounds(self) -> int:
         """Iterations of the loop: the most steps any client of the call takes."""
         return int(self.steps.max()) if self.steps.numel() else 0
 
+    @cached_property
+    def _fewest(self) -> int:
+        return int(self.steps.min()) if self.steps.numel() else 0
+
     def active(self, q: int) -> Tensor | None:
         """[K] bool of the clients that take step q (None: all of them)."""
-        return None if int(self.steps.min()) > q else self.steps > q
+        return None if self._fewest > q else self.steps > q
 
     def batch(self, q: int, j: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-        """Batch j of step q: every own sample (gd) or ``batch_size`` draws per client (sgd)."""
+        """Batch j of step q: every own sample (gd) or ``batch_size`` draws per client (sgd). The
+        draws of batch 0 of every step come from one stream call, at the first (the same numbers
+        as step by step: each step's stream is addressed by q, not by what came before)."""
         if self.batch_size is None:
             return self.data.all()
-        return self.data.minibatch(self.batch_size, self.rng.child(q, j))
+        if j or q >= self.rounds:
+            return self.data.minibatch(self.batch_size, self.rng.child(q, j))
+        if self._draws is None:
+            self._draws = self.data.batch_uniforms(self.batch_size, self.rng.children(range(self.rounds)).child(0))
+        return self.data.batch_from(self._draws[:, q])
 
-    def f_grad(self, x: Tensor, batch, q: int) -> Tensor:
-        """∇f_i at x [K, d] on ``batch``, counted for the clients active at step q."""
-        return self.data.gradient(x, *batch, active=self.active(q))
+    def f_grad(self, x: Tensor, batch, q: int, out: Tensor | None = None) -> Tensor:
+        """∇f_i at x [K, d] on ``batch``, counted for the clients active at step q (``out``: a
+        buffer it may be written into, see :meth:`ClientData.gradient`)."""
+        return self.data.gradient(x, *batch, active=self.active(q), out=out)
 
     def sam(self, x: Tensor, g: Tensor, batch, q: int) -> Tensor:
         """SAM (Foret et al., ICLR 2021): with radius r > 0, ∇f_i at the ascent point
@@ -185,11 +205,12 @@ class GradientSolver:
         run = self.start(ctx)
         buf, start_gap = None, None
         x = x.clone()  # the iterate is updated in place: a fresh [K, d] per step costs more than the step
+        g_out = torch.empty_like(x)  # where each step's ∇f_i may be written (per-client execution)
         for q in range(run.rounds):
             if q >= run.rounds:  # every client met its criterion
                 break
             batch = run.batch(q)
-            g_f = run.f_grad(x, batch, q)
+            g_f = run.f_grad(x, batch, q, out=g_out)
             if q == 0 or tol:  # ‖∇(local objective)‖² at the iterate
                 g_L = objective.add_grad(g_f + self.weight_decay * x if self.weight_decay else g_f, x)
                 gap = (g_L * g_L).sum(1)
@@ -201,7 +222,7 @@ class GradientSolver:
             if self.weight_decay:
                 g = g + self.weight_decay * x
             if self.momentum:
-                buf = g if buf is None else buf.mul_(self.momentum).add_(g)
+                buf = g.clone() if buf is None else buf.mul_(self.momentum).add_(g)  # g may be g_out
                 g = buf
             active = run.active(q)
             if active is None:

@@ -98,6 +98,13 @@ class ClientStreams:
             keys = _mix(keys ^ _U64(_mix_int(_code(label) * _LABEL + _GAMMA)))
         return ClientStreams(keys)
 
+    def children(self, labels) -> "ClientStreams":
+        """``child(label)`` for every label at once: one stream per (client k, label l), in rows
+        k·L + l, so a single draw gives every label's numbers — the same numbers each child
+        would draw alone (the solver draws the batches of all Q local steps so)."""
+        codes = np.array([_mix_int(_code(label) * _LABEL + _GAMMA) for label in labels], dtype=np.uint64)
+        return ClientStreams(_mix(self.keys[:, None] ^ codes[None, :]).reshape(-1))
+
     def select(self, rows: Tensor) -> "ClientStreams":
         """The streams of some of the clients (``rows``: indices or a bool mask), same position."""
         out = ClientStreams(self.keys[rows.cpu().numpy()])

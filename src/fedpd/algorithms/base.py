@@ -141,8 +141,27 @@ class Algorithm:
         """(uploads, new client states) of the clients of ``ctx`` ([K, ...] each)."""
         raise NotImplementedError
 
+    #: the server step reads the uploads only through the means of :meth:`mean_terms` over the
+    #: accepted clients (the step itself: :meth:`aggregate_means`), so a round may add each
+    #: client's terms in as it arrives instead of holding all K uploads (:mod:`fedpd.protocol`)
+    means_only: bool = False
+
     def aggregate(self, server: State, uploads: State, ctx: ServerContext) -> tuple[State, State]:
-        """(new server state, reply to the senders) from the accepted uploads (rows by ascending id)."""
+        """(new server state, reply to the senders) from the accepted uploads (rows by ascending id).
+        For a ``means_only`` rule: :meth:`aggregate_means` of the :class:`UploadMean` of the rows."""
+        if not self.means_only:
+            raise NotImplementedError
+        mean = UploadMean(self, server)
+        mean.add(uploads)
+        return self.aggregate_means(server, mean.means(), ctx)
+
+    def mean_terms(self, server: State, uploads: State) -> State:
+        """(``means_only`` rules) the per-client terms [k, ...] of uploads [k, ...] whose means
+        over the accepted clients are all the server step reads."""
+        raise NotImplementedError
+
+    def aggregate_means(self, server: State, means: State, ctx: ServerContext) -> tuple[State, State]:
+        """(``means_only`` rules) ``aggregate`` from the means of :meth:`mean_terms` ([...] each)."""
         raise NotImplementedError
 
     def receive(self, clients: State, reply: State, ctx: ClientContext) -> State:
@@ -164,10 +183,46 @@ class Algorithm:
         return None
 
 
-def with_metrics(server: State, uploads: State) -> State:
-    """``server`` plus the round's mean of every ``metric_*`` upload (as 0-d tensors)."""
-    metrics = {k[len(METRIC_PREFIX):]: v.mean() for k, v in uploads.items() if k.startswith(METRIC_PREFIX)}
-    return {**server, **metrics}
+class UploadMean:
+    """The mean over clients of a ``means_only`` algorithm's :meth:`~Algorithm.mean_terms`, added
+    one client at a time in the order given — ascending id — so the sum is the same number
+    whether the clients came as one [K, ...] block (the stacked round) or group by group as they
+    finished training (the streamed round): no reduction kernel chooses a summation order."""
+
+    def __init__(self, algorithm: Algorithm, server: State):
+        self.algorithm, self.server = algorithm, server
+        self.total: State = {}
+        self.count = 0
+
+    def add(self, uploads: State) -> None:
+        """Add the rows of ``uploads`` [k, ...], first to last."""
+        rows = next(iter(uploads.values())).shape[0] if uploads else 0
+        for i in range(rows):
+            terms = self.algorithm.mean_terms(self.server, {k: v[i:i + 1] for k, v in uploads.items()})
+            for key, t in terms.items():
+                if key in self.total:
+                    self.total[key] += t[0]
+                else:
+                    self.total[key] = t[0].clone()
+            self.count += 1
+
+    def means(self) -> State:
+        return {k: v / self.count for k, v in self.total.items()}
+
+
+def metric_terms(uploads: State) -> State:
+    """The ``metric_*`` uploads as mean terms (their means become the round's diagnostics)."""
+    return {k: v for k, v in uploads.items() if k.startswith(METRIC_PREFIX)}
+
+
+def with_metric_means(server: State, means: State) -> State:
+    """``server`` plus the round's means of the ``metric_*`` terms (as 0-d tensors)."""
+    return {**server, **{k[len(METRIC_PREFIX):]: v for k, v in means.items() if k.startswith(METRIC_PREFIX)}}
+
+
+def sq_dist(x: Tensor, x0: Tensor) -> Tensor:
+    """‖x_k − x0‖² per row of x [K, d] (x0 [d] or [K, d]): [K]."""
+    return ((x - x0) ** 2).sum(1)
 
 
 def mean_sq_dist(x: Tensor, x0: Tensor) -> Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
+from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist, sq_dist
 from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
 from fedpd.context import ClientContext, ServerContext
 from fedpd.solvers import LocalObjective
@@ -42,9 +42,21 @@ class FedAvg(RobustAveraging, Algorithm):
         res = ctx.solver.solve(ctx, expand(message["x0"], k), self.objective(message, clients, k))
         return self.upload({"x": res.x}, ctx), clients
 
+    @property
+    def means_only(self) -> bool:
+        return self.robust is None  # the plain mean; a robust aggregator reads every row
+
     def aggregate(self, server, uploads, ctx: ServerContext):
+        if self.means_only:
+            return super().aggregate(server, uploads, ctx)
         x0, counts = self.average(server, uploads)
         return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
+
+    def mean_terms(self, server, uploads):
+        return {"x": uploads["x"], "primal_residual": sq_dist(uploads["x"], server["x0"])}
+
+    def aggregate_means(self, server, means, ctx: ServerContext):
+        return {"x0": means["x"], "primal_residual": means["primal_residual"]}, {}
 
 
 class FedProxOptions(AggregatorOptions):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
+from fedpd.algorithms.base import Algorithm, expand, sq_dist
 from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.options import Options
 from fedpd.solvers import LocalObjective
@@ -42,6 +42,7 @@ class FedCM(Algorithm):
     description = "FedCM: local steps along alpha*grad + (1 - alpha)*(server's last global direction)"
     Options = FedCMOptions
     needs_gradient_solver = True
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
 
     def __init__(self, alpha: float = 0.1, server_lr: float = 1.0):
         self.alpha, self.server_lr = alpha, server_lr
@@ -65,10 +66,12 @@ class FedCM(Algorithm):
             upload["steps"] = res.steps.to(res.x.device, res.x.dtype)
         return upload, clients
 
-    def aggregate(self, server, uploads, ctx: ServerContext):
-        lr = self.local_solver.lr_at(ctx.round)
+    def mean_terms(self, server, uploads):
         x, x0 = uploads["x"], server["x0"]
         steps = uploads["steps"][:, None] if "steps" in uploads else self.local_solver.local_steps
-        delta = ((x0 - x) / (steps * lr)).mean(0)
-        return {"x0": x0 + self.server_lr * (x.mean(0) - x0), "delta": delta,
-                "primal_residual": mean_sq_dist(x, x0)}, {}
+        return {"x": x, "drift": (x0 - x) / steps, "primal_residual": sq_dist(x, x0)}
+
+    def aggregate_means(self, server, means, ctx: ServerContext):
+        x0, lr = server["x0"], self.local_solver.lr_at(ctx.round)  # Δ = mean_i (x0 − x_i)/(Q_i η1)
+        return {"x0": x0 + self.server_lr * (means["x"] - x0), "delta": means["drift"] / lr,
+                "primal_residual": means["primal_residual"]}, {}

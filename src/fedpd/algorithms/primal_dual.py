@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from fedpd.algorithms.base import Algorithm, expand, with_metrics
+from fedpd.algorithms.base import Algorithm, expand, metric_terms, with_metric_means
 from fedpd.context import ClientContext, ServerContext
 from fedpd.options import Options, refuse
 from fedpd.solvers import LocalObjective
@@ -122,6 +122,7 @@ class PrimalDual(Algorithm):
     name = "primal_dual"
     description = "the parametrised primal-dual rule (choose the sets yourself)"
     Options = PrimalDualOptions
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
 
     def __init__(self, eta: float = 1.0, participation: str = "sampled", dual_mean: str = "all",
                  virtual_dual: bool = False, start: str = "server", p: float = 0.0, skip: str = "random",
@@ -196,18 +197,21 @@ class PrimalDual(Algorithm):
         res = ctx.solver.solve(ctx, start, objective, tol=self.local_tol)
         return res.x, {}, res.start_grad_sq, res.steps
 
-    def aggregate(self, server, uploads, ctx: ServerContext):
-        server = with_metrics(server, uploads)
+    def mean_terms(self, server, uploads):
+        key = "z" if self.dual_mean == "participants" else "x"
+        return {key: uploads[key], **metric_terms(uploads)}
+
+    def aggregate_means(self, server, means, ctx: ServerContext):
+        server = with_metric_means(server, means)
         if self.dual_mean == "participants":
-            x0 = uploads["z"].mean(0)
+            x0 = means["z"]
             new = dict(server, x0=x0)
             return new, ({"x0": x0} if self.own_anchor else {})
-        x, x0_old, n = uploads["x"], server["x0"], ctx.num_clients
-        lam_mean = server["lam_mean"] + (x - x0_old).sum(0) / (self.eta * n)
-        x_bar = x.mean(0)
+        x_bar, x0_old, n, k = means["x"], server["x0"], ctx.num_clients, ctx.ids.numel()
+        lam_mean = server["lam_mean"] + (x_bar - x0_old) * (k / (self.eta * n))  # Σ_i (x_i − x0)/(ηN)
         new = dict(server)
         if self.virtual_dual:
-            absent = n - x.shape[0]
+            absent = n - k
             increment = (x_bar - x0_old) / self.eta
             lam_mean = lam_mean + absent / n * increment
             new["D"] = server["D"] + increment

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, expand
+from fedpd.algorithms.base import Algorithm, expand, sq_dist
 from fedpd.context import ClientContext, ServerContext
 from fedpd.options import Options
 from fedpd.solvers import LocalObjective
@@ -28,6 +28,7 @@ class Scaffold(Algorithm):
     description = "SCAFFOLD (option II): control variates correct the client drift"
     Options = ScaffoldOptions
     needs_gradient_solver = True
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
     update_uploads = ("dx", "dc")
 
     def __init__(self, server_lr: float = 1.0):
@@ -50,10 +51,13 @@ class Scaffold(Algorithm):
         ci_new = ci - c + (x0 - res.x) / (steps * res.lr)
         return {"dx": res.x - x0, "dc": ci_new - ci}, {"c": ci_new}
 
-    def aggregate(self, server, uploads, ctx: ServerContext):
-        k = uploads["dx"].shape[0]
+    def mean_terms(self, server, uploads):
+        return {"dx": uploads["dx"], "dc": uploads["dc"], "primal_residual": sq_dist(uploads["dx"], 0)}
+
+    def aggregate_means(self, server, means, ctx: ServerContext):
+        k = ctx.ids.numel()
         return {
-            "x0": server["x0"] + self.server_lr * uploads["dx"].mean(0),
-            "c": server["c"] + (k / ctx.num_clients) * uploads["dc"].mean(0),
-            "primal_residual": (uploads["dx"] ** 2).sum(1).mean(),
+            "x0": server["x0"] + self.server_lr * means["dx"],
+            "c": server["c"] + (k / ctx.num_clients) * means["dc"],
+            "primal_residual": means["primal_residual"],
         }, {}

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
+from fedpd.algorithms.base import Algorithm, expand, sq_dist
 from fedpd.context import ClientContext, FederationInfo
 from fedpd.options import Options
 
@@ -178,6 +178,7 @@ class ParallelADMM(Algorithm):
     description = "Parallel ADMM (Xu 2020, Alg. 3): consensus ADMM with one gradient step per round, all clients"
     Options = ADMMOptions
     participation = "all"
+    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
     uses_solver = False
 
     def __init__(self, eta: float = 0.1):
@@ -196,9 +197,11 @@ class ParallelADMM(Algorithm):
         w_new = w_av - self.eta * self.gradients(w, ctx) - y
         return {"w": w_new}, {"w": w_new, "y": y}
 
-    def aggregate(self, server, uploads, ctx):
-        w = uploads["w"]
-        return {"x0": w.mean(0), "primal_residual": mean_sq_dist(w, server["x0"])}, {}
+    def mean_terms(self, server, uploads):
+        return {"w": uploads["w"], "primal_residual": sq_dist(uploads["w"], server["x0"])}
+
+    def aggregate_means(self, server, means, ctx):
+        return {"x0": means["w"], "primal_residual": means["primal_residual"]}, {}
 
 
 class StochasticADMM(ParallelADMM):

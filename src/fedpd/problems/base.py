@@ -63,10 +63,19 @@ class ClientSplit:
         X, Y = self.take(ids, torch.where(mask, j[None, :], 0))
         return X, Y, mask.to(self.x.dtype if self.x.is_floating_point() else torch.float32)
 
+    #: uniforms a minibatch draws per sample from the client's stream (its position; an
+    #: augmented split draws its crop too)
+    uniforms_per_sample = 1
+
     def minibatch(self, ids: Tensor, batch_size: int, rng: ClientStreams) -> tuple[Tensor, Tensor, Tensor]:
         """``batch_size`` samples per client drawn uniformly with replacement from each client's own
         stream (``rng``, one row per client of ``ids``): X [K, B, ...], Y [K, B], W [K, B]."""
-        u = rng.uniform(batch_size).to(self.offsets.device)
+        return self.batch_from(ids, rng.uniform(batch_size * self.uniforms_per_sample))
+
+    def batch_from(self, ids: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The minibatch that the uniforms ``u`` [K, B · uniforms_per_sample] (each client's draws,
+        in stream order) pick: sample j of client k is its ⌊u[k, j] · n_k⌋-th."""
+        u = u.to(self.offsets.device)
         local = (u * self.sizes[ids][:, None]).long()
         dtype = self.x.dtype if self.x.is_floating_point() else torch.float32
         X, Y = self.take(ids, local)
@@ -127,7 +136,8 @@ class Problem:
 
     def gradients(self):
         """∇f_i at x for a leading axis of clients (or samples): (x [K, d], X [K, B, ...], Y [K, B],
-        W [K, B]) -> [K, d]. Not counted: :meth:`ClientData.gradient` counts training work.
+        W [K, B], out [K, d] or None) -> [K, d], written into ``out`` when the way below writes
+        into a buffer (per client). Not counted: :meth:`ClientData.gradient` counts training work.
 
         Two ways, chosen once per run (``per_client``); each row depends only on its own inputs,
         so grouping clients never changes a result:
@@ -137,37 +147,38 @@ class Problem:
           client's own gradient) — for small models, where a step is mostly Python overhead;
           multinomial logistic regression skips autograd for its closed form
           (:func:`softmax_regression_gradients`);
-        * per client: the module itself, its parameters pointed at views of x_k, autograd's
-          gradient of each parameter joined into the flat ∇f_k by one ``cat`` — for large models,
+        * per client: the module itself, its parameters views of x_k and their gradients views
+          of the flat ∇f_k (:meth:`FlatModel.bind`; the solver's buffer:
+          :meth:`ClientData.gradient`) — for large models,
           where vectorising over clients copies and transposes every weight gradient. The two
           agree to rounding, not bitwise.
         """
         return self._per_client_gradients if self.per_client else self._client_gradients
 
-    def _per_client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
-        rows = [self._one_gradient(x[k], X[k], Y[k], W[k]) for k in range(x.shape[0])]
-        return rows[0].unsqueeze(0) if len(rows) == 1 else torch.stack(rows)
+    def _per_client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
+        out = torch.empty_like(x) if out is None else out
+        for k in range(x.shape[0]):
+            self._one_gradient(x[k], X[k], Y[k], W[k], out[k])
+        return out
 
-    def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
-        """∇f_i(x) for one client through the template module (see :meth:`gradients`): its
-        parameters are pointed at views of x, autograd gives each parameter's gradient, and one
-        ``cat`` makes them the flat gradient."""
-        params = self.__dict__.get("_parameters")
-        if params is None:
-            params = self.__dict__["_parameters"] = list(self.model.module.parameters())
-        x = x.detach()
-        for p, value, shape in zip(params, x.split(self.model.numels), self.model.shapes):
-            p.data = value.view(shape)
+    def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor) -> None:
+        """∇f_i(x) for one client through the template module, written into ``out`` [d] (see
+        :meth:`gradients`): the module's parameters are views of x and their ``.grad`` views of
+        ``out`` (:meth:`FlatModel.bind`: once per iterate and buffer, which the solver reuses
+        from step to step), so ``backward`` accumulates the flat gradient into the zeroed ``out``."""
+        self.model.bind(x.detach(), out)
+        out.zero_()
         with torch.enable_grad():
-            value = (self.loss(self.model.module(X), Y) * W).sum() / W.sum()
+            per_sample = self.loss(self.model.module(X), Y)
+            # a minibatch weighs every sample 1: its plain mean is the same number in fewer ops
+            value = per_sample.mean() if bool(W.eq(1).all()) else (per_sample * W).sum() / W.sum()
+            value.backward()
             if self.regularizer is not None:
-                leaf = x.clone().requires_grad_(True)
-                grads = torch.autograd.grad(value + self.regularizer(leaf), [*params, leaf])
-                return torch.cat([g.reshape(-1) for g in grads[:-1]]) + grads[-1]
-            grads = torch.autograd.grad(value, params)
-        return torch.cat([g.reshape(-1) for g in grads])
+                leaf = x.detach().clone().requires_grad_(True)
+                out.add_(torch.autograd.grad(self.regularizer(leaf), leaf)[0])
 
-    def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+    def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
+        """The vectorised way (``out`` is not used: autograd gives the [K, d] gradient itself)."""
         linear = softmax_regression(self)
         if linear is not None:
             return softmax_regression_gradients(linear, x, X, Y, W)
@@ -176,9 +187,9 @@ class Problem:
             forward = self.__dict__["_vmapped_model"] = vmap(self.model)
         with torch.enable_grad():
             x = x.detach().requires_grad_(True)
-            out = forward(x, X)
+            outputs = forward(x, X)
             k, b = Y.shape[:2]
-            per_sample = self.loss(out.reshape(k * b, *out.shape[2:]), Y.reshape(k * b)).reshape(k, b)
+            per_sample = self.loss(outputs.reshape(k * b, *outputs.shape[2:]), Y.reshape(k * b)).reshape(k, b)
             value = (per_sample * W).sum(1) / W.sum(1)
             if self.regularizer is not None:
                 value = value + vmap(self.regularizer)(x)
@@ -208,6 +219,7 @@ class Problem:
         self.model.to(device)
         self.__dict__.pop("_vmapped_model", None)
         self.__dict__.pop("_eval_weights", None)
+        self.__dict__.pop("_eval_chunk", None)
         return self
 
 
@@ -276,13 +288,27 @@ class ClientData:
         problem augments), drawn from ``rng``."""
         return self._problem.train.minibatch(self.ids, batch_size, rng)
 
+    def batch_uniforms(self, batch_size: int, rng: ClientStreams) -> Tensor:
+        """The draws of S minibatches per client in one stream call: ``rng`` holds S streams per
+        client (rows k·S + s, as :meth:`ClientStreams.children` makes them); [K, S, n] for
+        :meth:`batch_from` — the numbers ``minibatch(batch_size, stream)`` draws from each."""
+        n = batch_size * self._problem.train.uniforms_per_sample
+        return rng.uniform(n).view(len(self), len(rng) // max(1, len(self)), n)
+
+    def batch_from(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The minibatch the draws ``u`` [K, n] pick (a step of :meth:`batch_uniforms`)."""
+        return self._problem.train.batch_from(self.ids, u)
+
     def samples(self, local: Tensor) -> tuple[Tensor, Tensor]:
         """Own samples by local index (``local`` [K, b], entries < each client's size): X, Y."""
         split = self._problem.train
         return split.take(self.ids.to(split.offsets.device), local.to(split.offsets.device))
 
-    def gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None) -> Tensor:
+    def gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None,
+                 out: Tensor | None = None) -> Tensor:
         """∇f at x [M, d] on (X, Y, W) per leading row (clients, or single samples), counted
-        (rows ``active`` only)."""
+        (rows ``active`` only). ``out``: a buffer like x the result may be written into (per-client
+        execution does: no [M, d] allocated per step); the caller must not keep the result past
+        its next use of the buffer."""
         self._problem.count(W, active)
-        return self._problem.gradients()(x, X, Y, W)
+        return self._problem.gradients()(x, X, Y, W, out)

@@ -43,7 +43,6 @@ from fedpd.options import Options, SEED_MAX, declares, refuse
 from fedpd.plugins import PluginError
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
-from fedpd.streams import ClientStreams
 
 #: the model a dataset gets when ``[model]`` names none
 DEFAULT_MODELS = {
@@ -59,9 +58,12 @@ VERIFIED = ("mnist", "fashion-mnist", "cifar10", "cifar100")
 class AugmentedSplit(ClientSplit):
     """A training split whose minibatches are randomly cropped and flipped (images [n, C, H, W])."""
 
-    def minibatch(self, ids: Tensor, batch_size: int, rng: ClientStreams) -> tuple[Tensor, Tensor, Tensor]:
-        X, Y, W = super().minibatch(ids, batch_size, rng)
-        return random_crop_flip(X, rng.uniform(batch_size, 3)), Y, W  # the crops: each client's own draws
+    uniforms_per_sample = 4  # its position, then (after the batch's positions) its crop and flip
+
+    def batch_from(self, ids: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        b = u.shape[1] // 4
+        X, Y, W = super().batch_from(ids, u[:, :b])
+        return random_crop_flip(X, u[:, b:].reshape(u.shape[0], b, 3)), Y, W  # the crops: each client's own draws
 
 
 def _split(x: Tensor, y: Tensor, parts: list[np.ndarray], cls: type[ClientSplit] = ClientSplit) -> ClientSplit:

@@ -1,0 +1,122 @@
+"""The streamed round (issue 21): a rule whose server step is a plain mean (``means_only``) with no
+update attack sums the uploads as the in-process engine hands them over, chunk by chunk in
+ascending id order, instead of stacking all K. It must give the stacked round's aggregate bit
+for bit (both add the clients' terms one at a time in id order: ``UploadMean``), screen the same
+rows, and really let each chunk's uploads go before the next chunk trains."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+from fedpd import registry
+from fedpd.algorithms.fedavg import FedAvg
+from fedpd.attacks import Attack
+from fedpd.comm import CommCounter
+from fedpd.engine import InProcessEngine
+from fedpd.protocol import run_round
+from tests.helpers import simulation
+
+PROBLEM = {"name": "synthetic", "clients": 9, "dim": 5, "classes": 3, "max_client_samples": 20, "seed": 2}
+SGD = {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4, "straggler_fraction": 0.4}
+MEANS_ONLY = ("fedavg", "fedprox", "fedsam", "ditto", "perfedavg", "scaffold", "fedcm", "fedpd", "feddyn", "fedadmm",
+              "afedpd", "afedpdsam", "fedspeed", "fedpd_vr", "primal_dual", "parallel_admm", "stochastic_admm")
+
+
+def run(name: str, streamed: bool, monkeypatch, chunk: int = 0, rounds: int = 3):
+    cls = registry.ALGORITHMS[name].build
+    monkeypatch.setattr(InProcessEngine, "in_id_order", streamed)
+    solver = {k: v for k, v in SGD.items() if k not in cls.unused_solver_options} if cls.uses_solver else None
+    sampler = {"name": "all"} if cls.participation == "all" else {"name": "uniform", "clients_per_round": 6}
+    sim = simulation({"name": name}, problem=PROBLEM, solver=solver, sampler=sampler,
+                     run={"rounds": rounds, "dtype": "float64", "client_chunk": chunk})
+    for _ in range(rounds):
+        sim.step()
+    return sim
+
+
+def test_the_rules_declared_means_only_are_the_expected_ones():
+    declared = {n for n, e in registry.ALGORITHMS.items() if e.build().means_only}
+    assert declared == set(MEANS_ONLY)
+
+
+@pytest.mark.parametrize("name", MEANS_ONLY)
+def test_streamed_round_equals_stacked_round_bitwise(name, monkeypatch):
+    stacked = run(name, False, monkeypatch)
+    for chunk in (0, 1, 4):
+        streamed = run(name, True, monkeypatch, chunk)
+        assert streamed.server.keys() == stacked.server.keys()
+        for k, v in stacked.server.items():
+            assert torch.equal(streamed.server[k], v), (name, chunk, k)
+        assert streamed.engine.comm.state_dict() == stacked.engine.comm.state_dict()
+
+
+def test_robust_aggregator_keeps_the_stacked_path():
+    assert not FedAvg(aggregator="coordinate_median").means_only
+    assert FedAvg().means_only
+
+
+class Groups:
+    """A client half that yields prepared groups and records what is still alive when each group
+    is handed over (``in_id_order``: as the in-process engine declares)."""
+
+    in_id_order = True
+
+    def __init__(self, groups):
+        self.groups, self.alive, self.committed = groups, [], None
+
+    def train(self, message, ids, round):
+        refs = []
+        while self.groups:
+            ids_g, up = self.groups.pop(0)
+            gc.collect()
+            self.alive.append(sum(r() is not None for r in refs))
+            refs.append(weakref.ref(up["x"]))
+            yield ids_g, up
+            del up
+
+    def commit(self, ids, reply, round):
+        self.committed = ids
+
+
+def uploads(rows: list[list[float]]):
+    x = torch.tensor(rows, dtype=torch.float64)
+    return {"x": x}
+
+
+def round_with(groups, streamed: bool):
+    clients = Groups(groups)
+    clients.in_id_order = streamed
+    comm, algorithm = CommCounter(), FedAvg()
+    server = algorithm.init_server(torch.zeros(2, dtype=torch.float64))
+    ids = torch.cat([g for g, _ in groups])
+    server = run_round(algorithm, server, ids, 0, clients=clients, comm=comm, attack=Attack().bind(10), seed=0,
+                       num_clients=10)
+    return server, comm, clients
+
+
+def test_streamed_round_lets_each_group_go_before_the_next_and_screens_like_the_stacked():
+    def groups():
+        return [(torch.tensor([1, 2]), uploads([[1.0, 2.0], [float("nan"), 0.0]])),
+                (torch.tensor([4]), uploads([[3.0, 5.0]])),
+                (torch.tensor([6]), {"x": torch.ones(1, 3, dtype=torch.float64)}),  # wrong shape: rejected
+                (torch.tensor([7, 9]), uploads([[0.5, 0.25], [2.0, float("inf")]]))]
+
+    s_server, s_comm, s_clients = round_with(groups(), streamed=True)
+    t_server, t_comm, t_clients = round_with(groups(), streamed=False)
+    assert s_clients.alive == [0, 0, 0, 0]  # no earlier group's upload is held when the next comes
+    assert t_clients.alive[-1] > 0  # (the stacked round does hold them: the check can fail)
+    assert s_clients.committed.tolist() == t_clients.committed.tolist() == [1, 4, 7]
+    assert torch.equal(s_server["x0"], t_server["x0"])
+    assert torch.equal(s_server["x0"], torch.tensor([4.5 / 3, 7.25 / 3], dtype=torch.float64))
+    assert s_comm.state_dict() == t_comm.state_dict()
+    assert s_comm.rejected_uploads == 3
+
+
+def test_streamed_round_refuses_groups_out_of_id_order():
+    groups = [(torch.tensor([4]), uploads([[1.0, 0.0]])), (torch.tensor([2]), uploads([[0.0, 1.0]]))]
+    with pytest.raises(RuntimeError, match="out of id order"):
+        round_with(groups, streamed=True)
