@@ -1,6 +1,7 @@
 """The in-process engine passes the engine conformance suite (tests/engine_conformance.py) with
-every client grouping: one client at a time, chunks of 3, and all participants at once; and with
-the clients' states in the disk store (issue 14)."""
+every client grouping: one client at a time, chunks of 3, and all participants at once; with
+the clients' states in the disk store (issue 14); and with the participants trained on 2 worker
+processes (issue 21)."""
 
 from __future__ import annotations
 
@@ -24,3 +25,11 @@ class TestLoopbackRemoteEngine(EngineConformance):
     @pytest.fixture(params=[1, 3], ids=["one-node", "three-nodes"])
     def engine(self, request) -> list[str]:
         return ["run.engine=loopback", f"run.nodes={request.param}"]
+
+
+@pytest.mark.slow  # every test starts two worker processes (torch's import, the problem's build)
+class TestWorkerProcesses(EngineConformance):
+    """The in-process engine with the round's participants trained on 2 worker processes
+    (``run.workers``; issue 21): states stay in this process, the numbers are the same."""
+
+    ENGINE = ["run.engine=inprocess", "run.workers=2"]

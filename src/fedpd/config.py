@@ -14,14 +14,14 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from fedpd import registry
 from fedpd.errors import ConfigError
-from fedpd.options import SEED_MAX, Options, validate
+from fedpd.options import SEED_MAX, Options, refuse, validate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,8 +30,8 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "node_timeout", "client_chunk", "allow_nonfinite",
-             "tensorboard", "store_dir")
+RESUMABLE = ("rounds", "device", "threads", "workers", "engine", "nodes", "node_timeout", "client_chunk",
+             "allow_nonfinite", "tensorboard", "store_dir")
 
 
 class RunOptions(Options):
@@ -47,7 +47,8 @@ class RunOptions(Options):
         "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
     nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
     node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
-                                "the nodes to connect) before its clients count as dropped out")
+                                "the nodes to connect) before its clients count as dropped out; run.workers: seconds "
+                                "to wait for a worker's reply before the run stops")
     execution: Literal["auto", "vectorised", "per_client"] = Field(
         "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
         "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.build.PER_CLIENT_ABOVE)")
@@ -55,6 +56,10 @@ class RunOptions(Options):
                               "participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")
+    workers: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
+        "auto", description="inprocess engine: worker processes the round's participants train on (this machine; "
+        "each with its own copy of the data); auto: all usable cores when a round's local work is large "
+        "(fedpd.workers.PARALLEL_ROUND_FLOPS), else 1; changes no result")
     tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "
                               "directory (needs fedpd[tensorboard])")
     allow_nonfinite: bool = Field(False, description="run on when a metric becomes NaN or Inf (default: the run "
@@ -70,6 +75,14 @@ class RunOptions(Options):
                            "one for a run without a directory)")
     eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
                               "(records then carry eval_clients); 0: every client")
+
+    @model_validator(mode="after")
+    def _workers_in_process(self):
+        if self.workers != "auto" and self.engine != "inprocess":
+            raise refuse("workers", f"worker processes are the inprocess engine's; run.engine = \"{self.engine}\" runs "
+                         f"clients on its nodes (run.nodes; Flower: its own backend options) (allowed: \"auto\", or "
+                         f"no run.workers)")
+        return self
 
     @field_validator("device")
     @classmethod

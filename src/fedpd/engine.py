@@ -15,7 +15,8 @@ SuperNodes, Ray workers — can be tested against the same suite (``tests/engine
 * ``sample_grads`` — per-sample gradients the clients have computed so far.
 * ``state_dict()`` / ``load_state_dict(sd)`` — everything above, for an exact resume;
   ``checkpointed(rounds)`` — told once the run's checkpoint of that many rounds is on disk (a
-  store that keeps versions may then drop older ones).
+  store that keeps versions may then drop older ones); ``close()`` (optional) — the run is over:
+  release processes the engine holds.
 
 :class:`InProcessEngine` processes the participants in chunks of ``chunk`` clients, each chunk
 as one vectorised [chunk, d] computation (``None``: all participants at once; 1: one client at a
@@ -57,13 +58,30 @@ class Engine(Protocol):
     def checkpointed(self, rounds: int) -> None: ...
 
 
+def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, chunk: int | None, message: State,
+                    ids: Tensor, states, round: int) -> list[tuple[Tensor, State, State, ClientContext]]:
+    """``local`` on clients ``ids`` in consecutive chunks of ``chunk`` (None: all at once), each
+    chunk's states read by ``states(start, stop)`` (positions in ``ids``): one (chunk's ids, its
+    uploads, its new states, its context) per chunk. Every engine's client half runs this."""
+    out = []
+    step = ids.numel() if chunk is None else chunk
+    for start in range(0, ids.numel(), max(step, 1)):
+        part = ids[start:start + step]
+        ctx = ClientContext(part, round, ClientData(problem, part), solver, seed)
+        up, new = algorithm.local(message, states(start, start + part.numel()), ctx)
+        out.append((part, up, new, ctx))
+    return out
+
+
 class InProcessEngine:
-    """Every client in this process, in vectorised chunks of ``chunk`` clients (None: all)."""
+    """Every client in this process, in vectorised chunks of ``chunk`` clients (None: all);
+    with a ``pool`` (:class:`fedpd.workers.WorkerPool`, ``run.workers`` > 1) the round's
+    participants are trained on its worker processes, in groups, and committed here."""
 
     def __init__(self, algorithm: Algorithm, problem: Problem, solver, store: ClientStore, *, seed: int,
-                 chunk: int | None = None, attack: Attack | None = None):
+                 chunk: int | None = None, attack: Attack | None = None, pool=None):
         self.algorithm, self.problem, self.solver, self.store = algorithm, problem, solver, store
-        self.seed, self.chunk = seed, chunk
+        self.seed, self.chunk, self.pool = seed, chunk, pool
         self.attack = attack if attack is not None else Attack().bind(store.num_clients)
         self.comm = CommCounter()
         self._pending: list[tuple[Tensor, State, ClientContext]] = []
@@ -78,14 +96,25 @@ class InProcessEngine:
 
     # --- the client half (fedpd.protocol.Clients) ------------------------------------------
     def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State]]:
-        parts = [ids] if self.chunk is None else list(torch.split(ids, self.chunk))
-        self._pending, uploads = [], []
-        for part in parts:
-            ctx = ClientContext(part, round, ClientData(self.problem, part), self.solver, self.seed)
-            up, new = self.algorithm.local(message, self.store.get(part), ctx)
-            self._pending.append((part, new, ctx))
-            uploads.append((part, up))
-        return uploads
+        if self.pool is not None and ids.numel() > 1:
+            trained = self._train_on_workers(message, ids, round)
+        else:
+            trained = train_in_chunks(self.algorithm, self.problem, self.solver, self.seed, self.chunk, message, ids,
+                                      lambda a, b: self.store.get(ids[a:b]), round)
+        self._pending = [(part, new, ctx) for part, _, new, ctx in trained]
+        return [(part, up) for part, up, _, _ in trained]
+
+    def _train_on_workers(self, message: State, ids: Tensor, round: int):
+        """The participants in one contiguous group per worker; each worker trains its group (in
+        chunks, as above) from the states read here, and the new states come back pending here."""
+        groups = list(torch.tensor_split(ids, min(self.pool.size, ids.numel())))
+        results = self.pool.train(message, [(g, self.store.get(g)) for g in groups], round)
+        trained = []
+        for group, (up, new, sample_grads) in zip(groups, results):
+            self.problem.sample_grads = self.problem.sample_grads + sample_grads  # counted where computed
+            trained.append((group, up, new, ClientContext(group, round, ClientData(self.problem, group), self.solver,
+                                                          self.seed)))
+        return trained
 
     def commit(self, ids: Tensor, reply: State, round: int) -> None:
         for part, new, ctx in self._pending:
@@ -113,3 +142,8 @@ class InProcessEngine:
         hook = getattr(self.store, "checkpoint_saved", None)  # the disk store's undo log of the last epoch
         if hook is not None:
             hook()
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later round starts them again)."""
+        if self.pool is not None:
+            self.pool.close()

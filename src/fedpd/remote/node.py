@@ -11,13 +11,11 @@ in a Flower deployment, be a fresh process per message) and continue from its fi
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from pathlib import Path
 
 import torch
 
-from fedpd.build import build, build_problem, resolve_device
-from fedpd.config import load_config
+from fedpd.build import from_toml
 from fedpd.context import ClientContext
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import VersionedStore
@@ -30,11 +28,9 @@ def _pieces(config_toml: str):
     """(cfg, problem, algorithm, solver) of a run's config, built once per process."""
     key = hashlib.sha256(config_toml.encode()).hexdigest()
     if key not in _BUILT:
-        cfg = load_config(tomllib.loads(config_toml))
-        problem = build_problem(cfg, resolve_device(cfg.run.device))
-        algorithm, solver, _ = build(cfg, problem)
+        built = from_toml(config_toml)
         _BUILT.clear()  # one run at a time per process
-        _BUILT[key] = (cfg, problem, algorithm, solver)
+        _BUILT[key] = built
     return _BUILT[key]
 
 

@@ -1,0 +1,179 @@
+"""``fedpd sweep --ray`` and ``fedpd reproduce --ray`` (issue 21): every run a Ray task on a
+two-node cluster started on this machine (tests/ray_cluster.py), the run directories sent back to
+the head; the metrics and the compare table equal the local sweep's, an interrupted sweep resumes
+its runs from the checkpoints it had received, and bad input (an address that does not answer, a
+missing Ray, options that do not fit) is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from fedpd.cli import main
+from fedpd.errors import ConfigError
+from fedpd.reproduce import cluster
+
+from ray_cluster import free_port, two_node_cluster
+
+CONFIG = """
+[problem]
+name = "synthetic"
+clients = 6
+dim = 4
+classes = 3
+max_client_samples = 12
+[algorithm]
+name = "{algorithm}"
+[solver]
+name = "sgd"
+lr = 0.05
+local_steps = 3
+batch_size = 4
+[sampler]
+name = "uniform"
+clients_per_round = 3
+[run]
+rounds = {rounds}
+eval_every = {every}
+checkpoint_every = {checkpoint}
+dtype = "float64"
+"""
+
+
+def configs(tmp_path: Path, rounds: int = 4, every: int = 2, checkpoint: int = 0,
+            algorithms=("fedavg", "scaffold")) -> list[str]:
+    out = []
+    for algorithm in algorithms:
+        path = tmp_path / f"{algorithm}.toml"
+        path.write_text(CONFIG.format(algorithm=algorithm, rounds=rounds, every=every, checkpoint=checkpoint))
+        out.append(str(path))
+    return out
+
+
+def records(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in (path / "metrics.jsonl").open()]
+
+
+def run_dirs(out: Path) -> list[Path]:
+    return sorted(p.parent for p in out.rglob("metrics.jsonl"))
+
+
+# --- bad input: no cluster needed --------------------------------------------------------------
+def test_an_address_that_does_not_answer_is_one_line_within_30_s(tmp_path, capsys):
+    t0 = time.perf_counter()
+    code = main(["sweep", *configs(tmp_path), "--out", str(tmp_path / "s"), "--ray", f"127.0.0.1:{free_port()}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and time.perf_counter() - t0 < 30
+    assert len(err) == 1 and err[0].startswith("fedpd: error: --ray 127.0.0.1:") and "nothing answers there" in err[0]
+    assert not (tmp_path / "s" / "fedavg" / "s0" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--ray"], "--ray: no ADDRESS given and RAY_ADDRESS is not set"),
+    (["--ray", "127.0.0.1:1", "--jobs", "2"], "give --jobs or --ray, not both"),
+    (["--cpus-per-run", "2"], "--cpus-per-run / --gpus-per-run: they apply to runs on a Ray cluster"),
+    (["--ray", "127.0.0.1:1", "--cpus-per-run", "0"], "--cpus-per-run 0: allowed: more than 0"),
+    (["--ray", "nowhere"], "expected HOST:PORT"),
+])
+def test_cluster_options_that_do_not_fit_are_one_line(argv, fragment, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["sweep", *configs(tmp_path), "--out", str(tmp_path / "s"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]
+
+
+def test_reproduce_takes_the_cluster_options_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{free_port()}")  # --ray alone: this one
+    assert main(["reproduce", "feddyn_fedpd", "--budget", "smoke", "--out", str(tmp_path / "r"), "--ray"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing answers there" in err[0]
+
+
+def test_without_ray_installed_it_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
+    with pytest.raises(ConfigError, match=r'pip install "fedpd\[flower\]"'):
+        cluster.import_ray()
+
+
+# --- on a two-node cluster ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def address():
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'fedpd[flower]')")
+    with two_node_cluster() as addr:
+        yield addr
+
+
+@pytest.mark.slow
+def test_a_sweep_on_the_cluster_equals_the_local_sweep(address, tmp_path, capsys):
+    cfgs = configs(tmp_path)
+    assert main(["sweep", *cfgs, "--seeds", "1,2", "--out", str(tmp_path / "local"), "--jobs", "1", "--quiet",
+                 "--format", "csv"]) == 0
+    local = capsys.readouterr().out
+    assert main(["sweep", *cfgs, "--seeds", "1,2", "--out", str(tmp_path / "ray"), "--ray", address, "--quiet",
+                 "--format", "csv"]) == 0
+    remote = capsys.readouterr().out
+    dirs = run_dirs(tmp_path / "local")
+    assert len(dirs) == 4 and [d.relative_to(tmp_path / "local") for d in dirs] == \
+        [d.relative_to(tmp_path / "ray") for d in run_dirs(tmp_path / "ray")]
+    for d in dirs:
+        there = tmp_path / "ray" / d.relative_to(tmp_path / "local")
+        assert records(there) == records(d)
+        assert sorted(p.name for p in there.iterdir()) == sorted(p.name for p in d.iterdir())  # checkpoint kept
+    assert local.replace(str(tmp_path / "local"), "OUT") == remote.replace(str(tmp_path / "ray"), "OUT")
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_its_runs_from_the_checkpoints_it_received(address, tmp_path):
+    """Ctrl-C the head once a checkpoint of a run has come back: that run's directory holds it,
+    and the same command again resumes it (the records before the checkpoint are kept as they
+    were, wall_s included) to the metrics of the run made locally in one go."""
+    cfgs = configs(tmp_path, rounds=20_000, every=500, checkpoint=100, algorithms=("fedavg",))
+    out = tmp_path / "ray"
+    argv = [sys.executable, "-m", "fedpd", "sweep", *cfgs, "--seeds", "1,2", "--out", str(out), "--ray", address,
+            "--quiet"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    head = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+    kept: dict[Path, list[str]] = {}
+    deadline = time.time() + 240
+    while time.time() < deadline and head.poll() is None and not kept:
+        for d in run_dirs(out):
+            lines = (d / "metrics.jsonl").read_text().splitlines()
+            if (d / "checkpoint.pt").exists() and 1 < len(lines) and json.loads(lines[-1])["round"] < 20_000:
+                kept[d] = lines
+        time.sleep(0.2)
+    assert head.poll() is None, head.stderr.read()
+    head.send_signal(signal.SIGINT)
+    assert head.wait(60) == 130
+    assert kept
+    assert main(argv[3:]) == 0  # the same command (in this process)
+    for d, lines in kept.items():
+        assert (d / "metrics.jsonl").read_text().splitlines()[:len(lines)] == lines  # resumed, not started again
+    assert not list(Path(tempfile.gettempdir()).glob(f"{cluster.TEMP_PREFIX}*"))  # the stopped tasks' too
+    local = tmp_path / "local"
+    assert main(["sweep", *cfgs, "--seeds", "1,2", "--out", str(local), "--jobs", "2", "--quiet"]) == 0
+    for d in run_dirs(local):
+        assert records(out / d.relative_to(local)) == records(d)
+
+
+@pytest.mark.slow
+def test_a_reproduction_on_the_cluster_writes_the_same_results(address, tmp_path):
+    from fedpd.reproduce import core
+
+    local = core.reproduce("feddyn_fedpd", budget="smoke", out=tmp_path / "local", jobs=1, progress=False)
+    remote = core.reproduce("feddyn_fedpd", budget="smoke", out=tmp_path / "ray", progress=False,
+                            cluster=cluster.Cluster(address))
+    strip = lambda text: [",".join(c for i, c in enumerate(row.split(",")) if i not in drop)  # noqa: E731
+                          for row in text.splitlines()]
+    header = (tmp_path / "local" / "results.csv").read_text().splitlines()[0].split(",")
+    drop = {i for i, name in enumerate(header) if "wall" in name}
+    assert strip((tmp_path / "ray" / "results.csv").read_text()) == strip((tmp_path / "local" / "results.csv").read_text())
+    invocations = [json.loads(line) for line in (tmp_path / "ray" / "invocations.jsonl").read_text().splitlines()]
+    assert invocations[-1]["jobs"] == f"Ray {address}" and local.name == remote.name == "README.md"
