@@ -260,7 +260,7 @@ def break_even(repeats: int, rounds: int, names: list[str] | None) -> None:
         two.close()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--break-even", action="store_true", help="workers 1 against 2 over workloads of every size")
     ap.add_argument("--cases", help="--break-even: only cases whose name contains one of these (comma-separated)")
@@ -270,7 +270,7 @@ def main() -> None:
     ap.add_argument("--json", help="--lenet: also write the results here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.child:
         run = {"fedpd-w1": lambda: child_fedpd(1, args.rounds), "fedpd-w2": lambda: child_fedpd(2, args.rounds),
                "plain": lambda: child_plain(args.rounds), "flower": lambda: child_flower(args.rounds)}[args.child]

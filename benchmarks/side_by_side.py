@@ -14,6 +14,7 @@ Memory is each variant's peak resident memory in a child process of its own, abo
 held before building it (so torch's own ~300 MB is not counted; its data, model and states are).
 
     python benchmarks/side_by_side.py [--models logistic,mlp,lenet,resnet18_gn] [--repeats 3]
+    python benchmarks/side_by_side.py --parallel   # run.workers on LeNet: benchmarks/parallel_clients.py
 """
 
 from __future__ import annotations
@@ -177,8 +178,15 @@ def main() -> None:
     ap.add_argument("--memory", action="store_true", help="also measure memory (child processes)")
     ap.add_argument("--execution", default="auto", choices=("auto", "vectorised", "per_client"),
                     help="fedpd's run.execution")
+    ap.add_argument("--parallel", action="store_true", help="instead: the LeNet workload with run.workers 1 and 2 "
+                    "against the plain loop and Flower's 2 actors (benchmarks/parallel_clients.py, needs CIFAR-10)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.parallel:
+        import parallel_clients  # beside this script
+
+        parallel_clients.main(["--repeats", str(args.repeats), "--rounds", str(args.rounds or 8)])
+        return
     torch.set_num_threads(1)
     global EXECUTION
     EXECUTION = args.execution

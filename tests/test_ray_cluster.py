@@ -103,6 +103,40 @@ def test_without_ray_installed_it_says_how_to_get_it(monkeypatch):
         cluster.import_ray()
 
 
+# --- a task's stream of files, without Ray ---------------------------------------------------
+def test_a_task_streams_its_run_directory_and_resumes_from_the_files_it_is_given(tmp_path, monkeypatch):
+    """run_task (what a Ray task runs) sends the run directory after checkpoints and at the end;
+    landed on the head they make the run's directory; a task given a partial directory (an
+    interrupted run) resumes it; a complete run's deleted checkpoint is deleted on the head."""
+    from fedpd.config import load_toml
+    from fedpd.runner import run
+
+    monkeypatch.setattr(cluster, "SNAPSHOT_SECONDS", 0)  # every checkpoint
+    config = load_toml(configs(tmp_path, rounds=6, every=2)[0])
+    items = list(cluster.run_task("a/s0", config, "new", False, True, {}, {}))
+    assert [i[0] for i in items] == ["files"] * (len(items) - 1) + ["done"] and len(items) >= 4
+    assert items[-1][1][0] == "a/s0" and items[-1][1][2] == ""
+    head, received = tmp_path / "head", set()
+    for _, files, names in items[:-1]:
+        cluster.land(head, files, names, received)
+    reference = tmp_path / "reference"
+    run(config, reference)
+    assert records(head) == records(reference)
+    assert sorted(p.name for p in head.iterdir()) == ["checkpoint.pt", "config.toml", "metrics.jsonl"]
+
+    partial = tmp_path / "partial"  # the head's directory of a run interrupted after its round-2 checkpoint
+    first = items[0]
+    cluster.land(partial, first[1], first[2], set())
+    assert json.loads((partial / "metrics.jsonl").read_text().splitlines()[-1])["round"] == 2
+    files = cluster.read_files(partial)[0]
+    resumed = list(cluster.run_task("a/s0", config, "resume", False, False, files, {}))
+    received = set(files)
+    for _, files, names in resumed[:-1]:
+        cluster.land(partial, files, names, received)
+    assert records(partial) == records(reference)
+    assert not (partial / "checkpoint.pt").exists()  # keep_checkpoints=False: deleted there, so here
+
+
 # --- on a two-node cluster ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def address():

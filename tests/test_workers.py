@@ -80,7 +80,8 @@ def test_a_worker_killed_mid_round_is_started_again_and_the_round_redone(monkeyp
     assert len(killed) == 1 and len(pool_pids) == 3  # two workers, and the one started again
     assert records(result) == reference
     err = capfd.readouterr().err
-    assert "a worker process died in round 0" in err and "training its clients again" in err
+    # round 0, or the next if the killed worker had answered before the signal landed
+    assert "fedpd: a worker process died in round " in err and "training its clients again" in err
     assert gone(pool_pids)
 
 
@@ -109,7 +110,10 @@ def test_a_worker_that_does_not_answer_stops_the_run_within_the_timeout(monkeypa
         return ok
 
     sim = Simulation(load_config(config("afedpd"), ["run.workers=2", "run.node_timeout=3"]))
-    sim.engine.pool._await_ready(range(2), 0)  # started: the timeout below is the round's alone
+    pool = sim.engine.pool
+    pool.timeout = 300
+    pool._await_ready(range(2), 0)  # started (however loaded the machine): the 3 s below are the round's
+    pool.timeout = 3
     monkeypatch.setattr(workers._Worker, "send", send_and_stop)
     t0 = time.perf_counter()
     with pytest.raises(FedpdError, match=r"has not answered in 3 s in round 0; the run stops"):
@@ -129,6 +133,7 @@ def test_a_worker_that_cannot_build_the_run_is_one_line(tmp_path, pool_pids):
     assert gone(pool_pids)
 
 
+@pytest.mark.slow
 def test_workers_stop_when_the_run_ends(pool_pids):
     result = fedpd.run(config("fedavg", rounds=2), overrides=["run.workers=2"])
     assert len(pool_pids) == 2 and gone(pool_pids, within=10)
@@ -240,8 +245,8 @@ def test_more_workers_than_usable_cores_is_a_warning_and_the_usable_count(monkey
     (["run.engine=flower", "run.workers=2"], "run.workers: worker processes are the inprocess engine's; "
                                              "run.engine = \"flower\" runs clients on its nodes"),
     (["run.engine=loopback", "run.workers=1"], "run.workers: worker processes are the inprocess engine's"),
-    (["run.workers=0"], "run.workers"),
-    (["run.workers=many"], "run.workers"),
+    (["run.workers=0"], 'run.workers: expected "auto" or a number of processes, 1 or more \\(got 0\\)'),
+    (["run.workers=many"], 'run.workers: expected "auto" or a number of processes, 1 or more'),
 ])
 def test_bad_workers_are_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as err:

@@ -14,7 +14,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import tomli_w
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -56,7 +56,7 @@ class RunOptions(Options):
                               "participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")
-    workers: Literal["auto"] | Annotated[int, Field(ge=1)] = Field(
+    workers: int | Literal["auto"] = Field(
         "auto", description="inprocess engine: worker processes the round's participants train on (this machine; "
         "each with its own copy of the data); auto: all usable cores when a round's local work is large "
         "(fedpd.workers.PARALLEL_ROUND_FLOPS), else 1; changes no result")
@@ -75,6 +75,13 @@ class RunOptions(Options):
                            "one for a run without a directory)")
     eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
                               "(records then carry eval_clients); 0: every client")
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers_form(cls, value):
+        if value != "auto" and (type(value) is not int or value < 1):
+            raise ValueError(f"expected \"auto\" or a number of processes, 1 or more (got {value!r})")
+        return value
 
     @model_validator(mode="after")
     def _workers_in_process(self):

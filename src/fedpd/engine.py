@@ -105,9 +105,11 @@ class InProcessEngine:
         return [(part, up) for part, up, _, _ in trained]
 
     def _train_on_workers(self, message: State, ids: Tensor, round: int):
-        """The participants in one contiguous group per worker; each worker trains its group (in
-        chunks, as above) from the states read here, and the new states come back pending here."""
-        groups = list(torch.tensor_split(ids, min(self.pool.size, ids.numel())))
+        """The participants in groups of ``chunk`` (None: one contiguous group per worker), handed
+        to whichever worker is free next (a slow or busy core does not hold the round up); each
+        trains its group from the states read here, and the new states come back pending here."""
+        size = self.chunk or -(-ids.numel() // self.pool.size)
+        groups = list(torch.split(ids, size))
         results = self.pool.train(message, [(g, self.store.get(g)) for g in groups], round)
         trained = []
         for group, (up, new, sample_grads) in zip(groups, results):

@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 import weakref
+from collections import deque
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
@@ -45,7 +46,7 @@ from fedpd.threads import ENV_VARS, available_cores, participants, round_flops
 
 #: ``run.workers = "auto"``: below this many floating-point operations of local work per round
 #: (:func:`fedpd.threads.round_flops`) one process trains the round; above it, one worker per
-#: usable core. Measured with benchmarks/workers.py (docs/performance.md, "Parallel clients").
+#: usable core. Measured with benchmarks/parallel_clients.py --break-even (docs/performance.md).
 PARALLEL_ROUND_FLOPS = 2e10
 
 State = dict[str, torch.Tensor]
@@ -169,13 +170,6 @@ class WorkerPool:
             _stop_all(self.workers, grace)
         self.workers, self._finalizer = [], None
 
-    def pids(self) -> list[int]:
-        return [w.process.pid for w in self.workers]
-
-    def _fail(self, message: str):
-        self.close(grace=0)
-        raise FedpdError(message)
-
     def _await_ready(self, indices, round: int) -> None:
         """Wait until workers ``indices`` have built the run (each within the timeout)."""
         waiting = {self.workers[i].conn: i for i in indices if not self.workers[i].ready}
@@ -183,76 +177,91 @@ class WorkerPool:
         while waiting:
             ready = wait(list(waiting), timeout=max(0.0, deadline - time.monotonic()))
             if not ready:
-                self._fail(f"a worker process (run.workers) did not start within {self.timeout:g} s "
-                           f"(run.node_timeout) before round {round}; the run stops")
+                raise FedpdError(f"a worker process (run.workers) did not start within {self.timeout:g} s "
+                                 f"(run.node_timeout) before round {round}; the run stops")
             for conn in ready:
                 i = waiting.pop(conn)
                 reply = self.workers[i].recv()
                 if reply is None or reply[0] != "ready":
                     why = reply[1] if reply else f"it exited with status {self.workers[i].process.wait()}"
-                    self._fail(f"a worker process (run.workers) could not build the run: {why}")
+                    raise FedpdError(f"a worker process (run.workers) could not build the run: {why}")
                 self.workers[i].ready = True
 
     def train(self, message: State, groups: list[tuple[torch.Tensor, State]],
               round: int) -> list[tuple[State, State, int]]:
-        """Group i of (ids, their states) trained on worker i: its (uploads, new states, sample
-        gradients computed), in the order of ``groups`` (at most ``size`` of them)."""
+        """Every group of (ids, their states) trained on whichever worker is free next: its
+        (uploads, new states, sample gradients computed), in the order of ``groups``. Any failure,
+        Ctrl-C included, kills the workers at once (a later round starts them again)."""
         if not self.workers:
             self._start()
-        self._await_ready(range(len(groups)), round)
+        try:
+            return self._train(message, groups, round)
+        except BaseException:
+            self.close(grace=0)
+            raise
+
+    def _train(self, message: State, groups: list[tuple[torch.Tensor, State]], round: int):
+        self._await_ready(range(self.size), round)
         message_arrays = _arrays(message)
-        tasks = [("train", round, ids.numpy(), _arrays(states), message_arrays) for ids, states in groups]
+        todo = deque(range(len(groups)))
         results: list = [None] * len(groups)
-        restarted: set[int] = set()
-        waiting: dict[Connection, int] = {}
+        redone: set[int] = set()  # groups whose worker died: trained again, once
+        has_message: set[int] = set()  # workers holding this round's message
+        busy: dict[Connection, tuple[int, int, float]] = {}  # -> (worker, group, deadline)
+        idle = list(range(self.size))
 
-        def submit(i: int) -> None:
-            while not self.workers[i].send(tasks[i]):  # gone since it became ready: start it again
-                self._restart(i, round, restarted)
-            waiting[self.workers[i].conn] = i
+        def dispatch(w: int) -> None:
+            g = todo.popleft()
+            ids, states = groups[g]
+            while not self.workers[w].send(("train", round, ids.numpy(), _arrays(states),
+                                            None if w in has_message else message_arrays)):
+                self._restart(w, g, round, redone, has_message)  # gone since it became ready
+            has_message.add(w)
+            busy[self.workers[w].conn] = (w, g, time.monotonic() + self.timeout)
 
-        for i in range(len(groups)):
-            submit(i)
-        deadline = time.monotonic() + self.timeout
-        while waiting:
-            ready = wait(list(waiting), timeout=max(0.0, deadline - time.monotonic()))
+        while todo or busy:
+            while todo and idle:
+                dispatch(idle.pop())
+            ready = wait(list(busy), timeout=max(0.0, min(d for _, _, d in busy.values()) - time.monotonic()))
             if not ready:
-                self._fail(f"a worker process (run.workers) has not answered in {self.timeout:g} s in round {round}; "
-                           f"the run stops (its last checkpoint is intact: --resume continues it; raise "
-                           f"run.node_timeout if its rounds are that long)")
+                raise FedpdError(f"a worker process (run.workers) has not answered in {self.timeout:g} s in round "
+                                 f"{round}; the run stops (its last checkpoint is intact: --resume continues it; raise "
+                                 f"run.node_timeout if its rounds are that long)")
             for conn in ready:
-                i = waiting.pop(conn)
-                reply = self.workers[i].recv()
-                if reply is None:  # died: its clients' states are here, untouched; train them again
-                    self._restart(i, round, restarted)
-                    submit(i)
+                w, g, _ = busy.pop(conn)
+                reply = self.workers[w].recv()
+                if reply is None:  # died: the group's states are here, untouched; train it again
+                    self._restart(w, g, round, redone, has_message)
+                    todo.appendleft(g)
                 elif reply[0] == "error":
-                    self._fail(f"a worker process (run.workers) failed in round {round}: {reply[1]}")
+                    raise FedpdError(f"a worker process (run.workers) failed in round {round}: {reply[1]}")
                 else:
                     _, uploads, states, sample_grads = reply
-                    results[i] = (_tensors(uploads), _tensors(states), sample_grads)
+                    results[g] = (_tensors(uploads), _tensors(states), sample_grads)
+                idle.append(w)
         return results
 
-    def _restart(self, i: int, round: int, restarted: set[int]) -> None:
-        status = self.workers[i].process.wait()
-        if i in restarted:
-            self._fail(f"a worker process (run.workers) died twice in round {round} (exit status {status}); the run "
-                       f"stops (its last checkpoint is intact: --resume continues it)")
-        restarted.add(i)
+    def _restart(self, w: int, group: int, round: int, redone: set[int], has_message: set[int]) -> None:
+        self.workers[w].stop()
+        status = self.workers[w].process.returncode
+        if group in redone:
+            raise FedpdError(f"a worker process (run.workers) died twice in round {round} (exit status {status}); "
+                             f"the run stops (its last checkpoint is intact: --resume continues it)")
+        redone.add(group)
+        has_message.discard(w)
         notice(f"a worker process died in round {round} (exit status {status}); starting it again and training "
                f"its clients again")
-        self.workers[i].stop(grace=0)
-        self.workers[i] = _Worker(self.config_toml, self.threads)  # in the list the finalizer stops
-        self._await_ready([i], round)
+        self.workers[w] = _Worker(self.config_toml, self.threads)  # in the list the finalizer stops
+        self._await_ready([w], round)
 
 
 # --- the worker's side ------------------------------------------------------------------------
-def _train(pieces, chunk, task) -> tuple:
+def _train_group(pieces, chunk, task, message: State) -> tuple:
     from fedpd.engine import train_in_chunks
 
     cfg, problem, algorithm, solver = pieces
-    _, round, ids, states, message = task
-    ids, states, message = torch.from_numpy(ids), _tensors(states), _tensors(message)
+    _, round, ids, states, _ = task
+    ids, states = torch.from_numpy(ids), _tensors(states)
     before = int(problem.sample_grads)
     trained = train_in_chunks(algorithm, problem, solver, cfg.run.seed, chunk, message, ids,
                               lambda a, b: {k: v[a:b] for k, v in states.items()}, round)
@@ -279,9 +288,12 @@ def serve(fd: int) -> None:
             conn.send(("error", _describe(err)))
             return
         conn.send(("ready",))
+        message: State = {}
         while (task := conn.recv()) is not None:
+            if task[4] is not None:  # a round's first group for this worker carries the message
+                message = _tensors(task[4])
             try:
-                conn.send(_train(pieces, chunk, task))
+                conn.send(_train_group(pieces, chunk, task, message))
             except Exception as err:
                 conn.send(("error", _describe(err)))
     except (EOFError, OSError):  # the run's process is gone

@@ -7,7 +7,8 @@ run exactly as a local job does (:func:`fedpd.reproduce.execute.execute`) in a t
 of the node Ray puts it on, with ``OMP_NUM_THREADS`` = its CPUs (its share of the cores:
 ``run.threads`` and ``run.workers = "auto"`` follow it). No file system is shared: the task
 streams the run directory's files back to the head after a checkpoint (at most every
-:data:`SNAPSHOT_SECONDS`, and not more often than 20 times the last transfer took) and at the end,
+:data:`SNAPSHOT_SECONDS`, and at intervals of at least 20 times the last reading of them took)
+and at the end,
 and the head writes them into the run's own directory (atomically, file by file). So an
 interrupted sweep — the head stopped, a node lost — leaves each unfinished run's last checkpoint
 on the head, and the next invocation sends that partial directory with the task that continues it
@@ -81,7 +82,11 @@ def cluster_from(args) -> Cluster | None:
 
 
 # --- the run directory as files ----------------------------------------------------------------
-def read_files(root: Path, sent: dict[str, tuple[int, int]] | None = None) -> tuple[Files, list[str]]:
+def _version(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino  # an atomic write is a new file: a new inode
+
+
+def read_files(root: Path, sent: dict[str, tuple] | None = None) -> tuple[Files, list[str]]:
     """(the files under ``root`` that changed since ``sent`` — every file if None —, the names of
     every file there). ``sent`` is updated with what is returned."""
     files, names = {}, []
@@ -90,11 +95,11 @@ def read_files(root: Path, sent: dict[str, tuple[int, int]] | None = None) -> tu
         if name.startswith(".") or "/." in name:  # an atomic write's temporary file
             continue
         names.append(name)
-        stat = path.stat()
-        if sent is None or sent.get(name) != (stat.st_size, stat.st_mtime_ns):
+        version = _version(path.stat())
+        if sent is None or sent.get(name) != version:
             files[name] = path.read_bytes()
             if sent is not None:
-                sent[name] = (stat.st_size, stat.st_mtime_ns)
+                sent[name] = version
     return files, names
 
 
@@ -103,6 +108,17 @@ def write_files(root: Path, files: Files) -> None:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, data)
+
+
+def land(root: Path, files: Files, names: list[str], received: set[str]) -> None:
+    """A task's snapshot into the run directory ``root`` on the head: ``files`` written, and the
+    files it had sent (``received``, kept up to date) but no longer holds (``names``: every file
+    it holds) deleted — a complete run's checkpoint, unless checkpoints are kept."""
+    write_files(root, files)
+    received.update(files)
+    for name in received - set(names):
+        (root / name).unlink(missing_ok=True)
+    received.intersection_update(names)
 
 
 # --- the task, on a node of the cluster ---------------------------------------------------------
@@ -119,7 +135,7 @@ def run_task(key: str, config: dict, status: str, trace: bool, keep_checkpoints:
         path = Path(tmp) / "run"
         path.mkdir()
         write_files(path, files)
-        sent = {name: (p.stat().st_size, p.stat().st_mtime_ns) for name in files if (p := path / name).exists()}
+        sent = {name: _version((path / name).stat()) for name in files}
         snapshots: queue.Queue = queue.Queue()
         due = [time.monotonic() + SNAPSHOT_SECONDS]
 
@@ -235,12 +251,7 @@ class Cluster:
                                  f"{str(err).splitlines()[0][:200]}); run the command again to continue it")
                         continue
                     if item[0] == "files":
-                        _, files, names = item
-                        write_files(job.path, files)
-                        received.update(files)
-                        for name in received - set(names):  # deleted there (a complete run's checkpoint)
-                            (job.path / name).unlink(missing_ok=True)
-                        received.intersection_update(names)
+                        land(job.path, item[1], item[2], received)
                     else:
                         finished(*item[1])
                 poll([job.spec.key for job, _ in pending.values()])
