@@ -3,25 +3,21 @@ would write it, with Flower's own ``FedAvg`` strategy and a torch ``ClientApp``.
 
 Each virtual node is one of the 100 clients of the benchmark's CIFAR-10 split (the same samples
 fedpd trains on, read once per Ray actor) and trains fedpd's LeNet ``nn.Module`` with
-``torch.optim.SGD`` for 10 minibatches of 50; the server averages by ``num-examples``.
-``simulate()`` runs it on Flower's simulation runtime with ``actors`` Ray actors (one CPU and
-one torch thread each) and returns the seconds of each round, measured in the ServerApp.
+``torch.optim.SGD`` for 10 minibatches of 50; the server (flower_plain_app's ServerApp, Flower's
+``FedAvg``) averages by ``num-examples``. ``simulate()`` runs it on Flower's simulation runtime
+with ``actors`` Ray actors (one CPU and one torch thread each) and returns the seconds of each
+round, measured in the ServerApp.
 """
 
 from __future__ import annotations
 
-import logging
-import time
-
 import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
 
+import flower_plain_app
 import parallel_clients as bench
 
-SETTINGS: dict = {}  # filled by simulate(); the ServerApp runs in this process's thread
 _DATA: list = []  # the clients' samples, loaded once per actor
 
 client_app = ClientApp()
@@ -42,34 +38,7 @@ def train(msg: Message, context: Context) -> Message:
     return Message(reply, reply_to=msg)
 
 
-server_app = ServerApp()
-
-
-@server_app.main()
-def main(grid: Grid, context: Context) -> None:
-    from flwr.app import ConfigRecord
-
-    s = SETTINGS
-    stamps: list[float] = []
-
-    def evaluate(server_round: int, arrays: ArrayRecord):  # called before round 1 and after each round
-        stamps.append(time.perf_counter())
-        return None
-
-    strategy = FedAvg(fraction_train=s["per_round"] / s["clients"], fraction_evaluate=0.0,
-                      min_train_nodes=s["per_round"], min_evaluate_nodes=0, min_available_nodes=s["clients"])
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(bench.lenet().state_dict()), num_rounds=s["rounds"],
-                   train_config=ConfigRecord({}), evaluate_fn=evaluate)
-    s["stamps"] = [b - a for a, b in zip(stamps, stamps[1:])]
-
-
 def simulate(*, clients: int, per_round: int, rounds: int, actors: int) -> list[float]:
-    from flwr.simulation import run_simulation
-
-    SETTINGS.update(clients=clients, per_round=per_round, rounds=rounds)
-    logging.getLogger("flwr").setLevel(logging.ERROR)
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"address": "local", "num_cpus": actors, "include_dashboard": False,
-                                                 "logging_level": logging.ERROR, "log_to_driver": False}})
-    return SETTINGS["stamps"]
+    """The seconds of each round, on ``actors`` Ray actors (flower_plain_app's ServerApp: FedAvg)."""
+    return flower_plain_app.simulate(clients=clients, per_round=per_round, rounds=rounds, cpus=actors,
+                                     client=client_app, initial=bench.lenet().state_dict())

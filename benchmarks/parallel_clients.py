@@ -33,16 +33,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
-       "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+sys.path.insert(0, str(HERE))
+from flower_overhead import measure  # noqa: E402  (a child process of its own, its process tree's peak memory)
+
 CLIENTS, PER_ROUND, STEPS, BATCH, LR, SAMPLES = 100, 10, 10, 50, 0.01, 10_000
 VARIANTS = ("fedpd-w1", "fedpd-w2", "plain", "flower")
 
@@ -126,67 +124,16 @@ def child_plain(rounds: int) -> list[float]:
 
 
 def child_flower(rounds: int) -> list[float]:
-    sys.path.insert(0, str(HERE))
     import flower_lenet_app
 
     return flower_lenet_app.simulate(clients=CLIENTS, per_round=PER_ROUND, rounds=rounds, actors=2)
-
-
-def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry))
-            with open(f"/proc/{entry}/statm") as f:
-                rss[int(entry)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            continue
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        total += rss.get(p, 0)
-        todo += children.get(p, [])
-    return total
-
-
-def measure(variant: str, rounds: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.json"
-        env = {**os.environ, **ENV, "FLWR_HOME": str(Path(tmp) / "flwr_home")}
-        argv = [sys.executable, __file__, "--child", variant, "--rounds", str(rounds), "--out", str(out)]
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-        peak = [0]
-
-        def sample():
-            while proc.poll() is None:
-                peak[0] = max(peak[0], tree_rss(proc.pid))
-                time.sleep(0.1)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        _, err = proc.communicate()
-        wall = time.perf_counter() - t0
-        sampler.join()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{variant} failed:\n{err[-3000:]}")
-        stamps = json.loads(out.read_text())
-    return {"variant": variant, "end_to_end_s": wall, "first_round_s": stamps[0],
-            "steady_s_per_round": statistics.median(stamps[1:]), "peak_mb": peak[0] / 2**20}
 
 
 def lenet_table(repeats: int, rounds: int, variants: list[str]) -> list[dict]:
     results = []
     for r in range(repeats):  # alternating, so that load drifts hit every variant alike
         for variant in variants:
-            res = measure(variant, rounds)
+            res = measure(variant, rounds, __file__)
             res["repeat"] = r
             results.append(res)
             print(f"{variant:>9}  steady {res['steady_s_per_round']:.3f} s/round  first round "
@@ -274,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         run = {"fedpd-w1": lambda: child_fedpd(1, args.rounds), "fedpd-w2": lambda: child_fedpd(2, args.rounds),
                "plain": lambda: child_plain(args.rounds), "flower": lambda: child_flower(args.rounds)}[args.child]
-        Path(args.out).write_text(json.dumps(run()))
+        Path(args.out).write_text(json.dumps({"rounds": run()}))
         return
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min) on "
           f"{os.cpu_count()} cores", flush=True)

@@ -22,44 +22,11 @@ from fedpd.errors import ConfigError
 from fedpd.reproduce import cluster
 
 from ray_cluster import free_port, two_node_cluster
-
-CONFIG = """
-[problem]
-name = "synthetic"
-clients = 6
-dim = 4
-classes = 3
-max_client_samples = 12
-[algorithm]
-name = "{algorithm}"
-[solver]
-name = "sgd"
-lr = 0.05
-local_steps = 3
-batch_size = 4
-[sampler]
-name = "uniform"
-clients_per_round = 3
-[run]
-rounds = {rounds}
-eval_every = {every}
-checkpoint_every = {checkpoint}
-dtype = "float64"
-"""
+from test_sweep import _configs, _records as records
 
 
-def configs(tmp_path: Path, rounds: int = 4, every: int = 2, checkpoint: int = 0,
-            algorithms=("fedavg", "scaffold")) -> list[str]:
-    out = []
-    for algorithm in algorithms:
-        path = tmp_path / f"{algorithm}.toml"
-        path.write_text(CONFIG.format(algorithm=algorithm, rounds=rounds, every=every, checkpoint=checkpoint))
-        out.append(str(path))
-    return out
-
-
-def records(path: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in (path / "metrics.jsonl").open()]
+def configs(tmp_path: Path) -> list[str]:
+    return [str(p) for p in _configs(tmp_path)]  # fedavg and scaffold, 4 rounds
 
 
 def run_dirs(out: Path) -> list[Path]:
@@ -108,11 +75,11 @@ def test_a_task_streams_its_run_directory_and_resumes_from_the_files_it_is_given
     """run_task (what a Ray task runs) sends the run directory after checkpoints and at the end;
     landed on the head they make the run's directory; a task given a partial directory (an
     interrupted run) resumes it; a complete run's deleted checkpoint is deleted on the head."""
-    from fedpd.config import load_toml
+    from fedpd.config import apply_overrides, load_toml
     from fedpd.runner import run
 
     monkeypatch.setattr(cluster, "SNAPSHOT_SECONDS", 0)  # every checkpoint
-    config = load_toml(configs(tmp_path, rounds=6, every=2)[0])
+    config = apply_overrides(load_toml(configs(tmp_path)[0]), ["run.rounds=6"])
     items = list(cluster.run_task("a/s0", config, "new", False, True, {}, {}))
     assert [i[0] for i in items] == ["files"] * (len(items) - 1) + ["done"] and len(items) >= 4
     assert items[-1][1][0] == "a/s0" and items[-1][1][2] == ""
@@ -169,7 +136,8 @@ def test_an_interrupted_sweep_resumes_its_runs_from_the_checkpoints_it_received(
     """Ctrl-C the head once a checkpoint of a run has come back: that run's directory holds it,
     and the same command again resumes it (the records before the checkpoint are kept as they
     were, wall_s included) to the metrics of the run made locally in one go."""
-    cfgs = configs(tmp_path, rounds=20_000, every=500, checkpoint=100, algorithms=("fedavg",))
+    cfgs = [*configs(tmp_path)[:1], "--set", "run.rounds=20000", "--set", "run.eval_every=500", "--set",
+            "run.checkpoint_every=100"]
     out = tmp_path / "ray"
     argv = [sys.executable, "-m", "fedpd", "sweep", *cfgs, "--seeds", "1,2", "--out", str(out), "--ray", address,
             "--quiet"]

@@ -5,7 +5,6 @@ TestWorkerProcesses) and the executor-independence test's, with 2 workers."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from fedpd.errors import ConfigError, FedpdError
 from fedpd.simulation import Simulation
 
 from engine_conformance import config, records
+from test_resume import CONFIGS, kill_when, metrics_without_wall
 
 
 def alive(pid: int) -> bool:
@@ -143,33 +143,6 @@ def test_workers_stop_when_the_run_ends(pool_pids):
     assert gone(pool_pids, within=10)
 
 
-RESUME = """
-[problem]
-name = "synthetic"
-clients = 12
-dim = 6
-max_client_samples = 40
-[algorithm]
-name = "scaffold"
-[solver]
-name = "sgd"
-lr = 0.05
-local_steps = 40
-batch_size = 5
-straggler_fraction = 0.3
-[sampler]
-name = "uniform"
-clients_per_round = 6
-[run]
-rounds = 300
-eval_every = 3
-checkpoint_every = 2
-seed = 3
-dtype = "float64"
-workers = 2
-"""
-
-
 def children(pid: int) -> list[int]:
     try:
         return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -182,28 +155,20 @@ def test_a_run_killed_with_its_workers_resumes_exactly(tmp_path):
     """SIGKILL the run's process mid-run: its workers exit (they see the socket close), and
     --resume (here with run.workers = 1: it may change) writes the uninterrupted metrics."""
     cfg = tmp_path / "c.toml"
-    cfg.write_text(RESUME)
-    straight = tmp_path / "straight"
-    assert main(["run", str(cfg), "--out", str(straight), "--quiet", "--set", "run.workers=1"]) == 0
+    cfg.write_text(CONFIGS["scaffold"])
+    assert main(["run", str(cfg), "--out", str(tmp_path / "straight"), "--quiet"]) == 0
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-m", "fedpd", "run", str(cfg), "--out", str(out), "--quiet"], env=env,
-                            stderr=subprocess.PIPE)
-    deadline, pids = time.time() + 120, []
-    while time.time() < deadline and proc.poll() is None:
-        pids = children(proc.pid) or pids
-        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
-        if (out / "checkpoint.pt").exists() and len(lines) >= 4:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read().decode()
-    proc.kill()
-    proc.wait()
+    proc = subprocess.Popen([sys.executable, "-m", "fedpd", "run", str(cfg), "--out", str(out), "--quiet", "--set",
+                             "run.workers=2"], stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(children(proc.pid)) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    pids = children(proc.pid)
+    kill_when(out, 4, proc)
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: make it longer"
     assert len(pids) == 2 and gone(pids)  # no orphaned worker
     assert main(["run", "--resume", str(out), "--quiet", "--set", "run.workers=1"]) == 0
-    strip = lambda p: [{k: v for k, v in json.loads(line).items() if k != "wall_s"}  # noqa: E731
-                       for line in (p / "metrics.jsonl").read_text().splitlines()]
-    assert strip(out) == strip(straight)
+    assert metrics_without_wall(out / "metrics.jsonl") == metrics_without_wall(tmp_path / "straight" / "metrics.jsonl")
 
 
 # --- run.workers = "auto" and bad input -------------------------------------------------------
