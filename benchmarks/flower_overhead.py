@@ -129,7 +129,7 @@ def measure(variant: str, rounds: int, script: str = __file__) -> dict:
             raise RuntimeError(f"{variant} failed:\n{err[-3000:]}")
         stamps = json.loads(out.read_text())["rounds"]
     return {"variant": variant, "end_to_end_s": wall, "first_round_s": stamps[0],
-            "steady_s_per_round": statistics.median(stamps[1:]), "peak_mb": peak[0] / 2**20}
+            "steady_s_per_round": statistics.median(stamps[1:]), "peak_mb": peak[0] / 2**20, "rounds": stamps}
 
 
 def main() -> None:

@@ -1,30 +1,34 @@
-"""Parallel clients inside one run (``run.workers``): where they gain, and LeNet side by side.
+"""Parallel clients inside one run (``run.workers``): LeNet side by side, and where workers gain.
 
-``--break-even``: FedAvg rounds with ``run.workers = 1`` (one thread) and ``2`` (one thread
-each), both runs held open in this process and stepped alternately, on workloads from a few
-milliseconds of local work per round to a LeNet round. Per workload: the round's estimated
-FLOPs (``fedpd.threads.round_flops``, what ``run.workers = "auto"`` decides by), the median
-seconds per round of each, their ratio, and the seconds the pool took to start (its workers
-import torch and build the problem). This sets ``fedpd.workers.PARALLEL_ROUND_FLOPS``.
+The LeNet workload (the default) — CIFAR-10 (3x32x32), 100 clients, 10 per round, 10 SGD steps
+of batch 50 each, FedAvg, float32, one torch thread per process — four ways:
 
-``--lenet`` (the default): the LeNet workload — CIFAR-10 (3x32x32), 100 clients, 10 per round,
-10 SGD steps of batch 50, FedAvg, float32 — four ways, each in a child process of its own whose
-whole process tree (workers, Ray actors) is sampled every 0.1 s for resident memory:
-
-    fedpd-w1   fedpd.run's simulation, run.workers = 1, one torch thread
-    fedpd-w2   the same with run.workers = 2 (one thread each)
-    plain      a plain single-process PyTorch loop: one reused nn.Module (fedpd's LeNet), torch.optim.SGD,
-               the round's clients one after another, the server averaging their weights; one thread
+    fedpd-w1   fedpd's simulation (fedpd.run's), run.workers = 1
+    fedpd-w2   the same with run.workers = 2 (two worker processes, one thread each)
+    plain      a plain single-process PyTorch loop: one reused nn.Module (fedpd's LeNet),
+               torch.optim.SGD, the round's clients one after another, the server averaging
+               their weights
     flower     a plain Flower app (flwr.serverapp.strategy.FedAvg, a ClientApp training the same
-               nn.Module with torch.optim.SGD) on Flower's simulation runtime with 2 actors
-               (local Ray, num_cpus 2, one CPU and one torch thread per actor); only if flwr is installed
+               nn.Module with torch.optim.SGD: benchmarks/flower_lenet_app.py) on Flower's
+               simulation runtime with 2 actors (local Ray, one CPU and one thread per actor);
+               left out when flwr is not installed
 
-Steady seconds per round: median of rounds 2..R of a child (round 1 pays imports, Ray's start,
-the workers' start and the actors' data loading); the table gives the median over --repeats of
-those medians, the variants alternating within each repeat. Needs CIFAR-10 in $FEDPD_DATA.
+Time: the first three are held open in this process and stepped round by round in turn, so a
+change of the machine's load hits them alike; each repeat then runs Flower's simulation in a
+child process for as many rounds (its first round, which pays Ray's start and the actors' data
+loading, is dropped). Reported: the median seconds per round over all repeats, and each
+variant's ratio to the plain loop. Memory (``--memory``): each variant in a child process of its
+own, its whole process tree (workers, Ray) sampled every 0.1 s for resident memory.
 
-    FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py --repeats 3 --rounds 8
-    python benchmarks/parallel_clients.py --break-even
+``--break-even``: FedAvg with ``run.workers = 1`` and ``2`` held open side by side and stepped
+alternately, on workloads from a few milliseconds of local work per round to a LeNet round: the
+round's estimated FLOPs (``fedpd.threads.round_flops``, what ``run.workers = "auto"`` decides
+by), the median seconds per round of each, their ratio, and the seconds the pool took to start.
+This sets ``fedpd.workers.PARALLEL_ROUND_FLOPS``. Needs MNIST (and, for the LeNet workload,
+CIFAR-10) in $FEDPD_DATA.
+
+    FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py --repeats 3 --rounds 6 --memory
+    FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py --break-even
 """
 
 from __future__ import annotations
@@ -59,8 +63,7 @@ def client_data():
     from fedpd.build import build_problem
     from fedpd.config import load_config
 
-    problem = build_problem(load_config(lenet_config(1, 1)))
-    split = problem.train
+    split = build_problem(load_config(lenet_config(1, 1))).train
     return [(split.x[split.offsets[i]:split.offsets[i + 1]], split.y[split.offsets[i]:split.offsets[i + 1]])
             for i in range(CLIENTS)]
 
@@ -85,82 +88,109 @@ def local_steps(net, opt, x, y, generator) -> None:
         opt.step()
 
 
-# --- the children ----------------------------------------------------------------------------
-def child_fedpd(workers: int, rounds: int) -> list[float]:
-    from fedpd.config import load_config
-    from fedpd.simulation import Simulation
+class Fedpd:
+    def __init__(self, workers: int):
+        from fedpd.config import load_config
+        from fedpd.simulation import Simulation
 
-    sim = Simulation(load_config(lenet_config(rounds, workers)))
-    stamps = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        sim.step()
-        stamps.append(time.perf_counter() - t0)
-    sim.close()
-    return stamps
+        self.sim = Simulation(load_config(lenet_config(1000, workers)))
+
+    def round(self) -> None:
+        self.sim.step()
 
 
-def child_plain(rounds: int) -> list[float]:
+class Plain:
+    def __init__(self):
+        import torch
+
+        self.data = client_data()
+        self.net = lenet()
+        self.weights = {k: v.clone() for k, v in self.net.state_dict().items()}
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=LR)
+        self.g = torch.Generator().manual_seed(1)
+
+    def round(self) -> None:
+        import torch
+
+        total = {k: torch.zeros_like(v) for k, v in self.weights.items()}
+        for i in torch.randperm(CLIENTS, generator=self.g)[:PER_ROUND].tolist():
+            self.net.load_state_dict(self.weights)
+            local_steps(self.net, self.opt, *self.data[i], self.g)
+            for k, v in self.net.state_dict().items():
+                total[k] += v
+        self.weights = {k: v / PER_ROUND for k, v in total.items()}
+
+
+RUNNERS = {"fedpd-w1": lambda: Fedpd(1), "fedpd-w2": lambda: Fedpd(2), "plain": Plain}
+
+
+def child(variant: str, rounds: int) -> list[float]:
+    """``rounds`` rounds of one variant in this process (memory measurement, and Flower)."""
+    if variant == "flower":
+        import flower_lenet_app
+
+        return flower_lenet_app.simulate(clients=CLIENTS, per_round=PER_ROUND, rounds=rounds, actors=2)
     import torch
 
     torch.set_num_threads(1)
-    data = client_data()
-    net = lenet()
-    weights = {k: v.clone() for k, v in net.state_dict().items()}
-    opt = torch.optim.SGD(net.parameters(), lr=LR)
-    g = torch.Generator().manual_seed(1)
+    runner = RUNNERS[variant]()
     stamps = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        total = {k: torch.zeros_like(v) for k, v in weights.items()}
-        for i in torch.randperm(CLIENTS, generator=g)[:PER_ROUND].tolist():
-            net.load_state_dict(weights)
-            local_steps(net, opt, *data[i], g)
-            for k, v in net.state_dict().items():
-                total[k] += v
-        weights = {k: v / PER_ROUND for k, v in total.items()}
+        runner.round()
         stamps.append(time.perf_counter() - t0)
     return stamps
 
 
-def child_flower(rounds: int) -> list[float]:
-    import flower_lenet_app
+def side_by_side(repeats: int, rounds: int, variants: list[str]) -> dict[str, list[float]]:
+    import torch
 
-    return flower_lenet_app.simulate(clients=CLIENTS, per_round=PER_ROUND, rounds=rounds, actors=2)
+    torch.set_num_threads(1)
+    runners = {v: RUNNERS[v]() for v in variants if v in RUNNERS}
+    for runner in runners.values():
+        runner.round()  # warm-up: kernels, the workers' start
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(repeats):
+        for _ in range(rounds):
+            for v, runner in runners.items():
+                t0 = time.perf_counter()
+                runner.round()
+                times[v].append(time.perf_counter() - t0)
+        if "flower" in variants:
+            times["flower"] += measure("flower", rounds + 1, __file__)["rounds"][1:]
+        print(f"repeat {r + 1}: " + "  ".join(f"{v} {statistics.median(t):.3f}" for v, t in times.items())
+              + f"  (load {os.getloadavg()[0]:.1f})", flush=True)
+    for runner in runners.values():
+        if isinstance(runner, Fedpd):
+            runner.sim.close()
+    return times
 
 
-def lenet_table(repeats: int, rounds: int, variants: list[str]) -> list[dict]:
-    results = []
-    for r in range(repeats):  # alternating, so that load drifts hit every variant alike
-        for variant in variants:
-            res = measure(variant, rounds, __file__)
-            res["repeat"] = r
-            results.append(res)
-            print(f"{variant:>9}  steady {res['steady_s_per_round']:.3f} s/round  first round "
-                  f"{res['first_round_s']:6.2f} s  end to end {res['end_to_end_s']:6.1f} s  peak {res['peak_mb']:6.0f} MB",
-                  flush=True)
-    med = {v: statistics.median(r["steady_s_per_round"] for r in results if r["variant"] == v) for v in variants}
-    mem = {v: statistics.median(r["peak_mb"] for r in results if r["variant"] == v) for v in variants}
-    print("\nmedian steady s/round and peak MB (process tree):")
+def lenet_table(repeats: int, rounds: int, variants: list[str], memory: bool) -> dict:
+    times = side_by_side(repeats, rounds, variants)
+    med = {v: statistics.median(t) for v, t in times.items()}
+    peak = {v: measure(v, 3, __file__)["peak_mb"] for v in variants} if memory else {}
+    print("\nmedian s/round" + (", peak MB of the process tree" if memory else "") + ":")
     for v in variants:
-        print(f"  {v:>9}  {med[v]:.3f} s/round  ({med[v] / med['plain']:.2f}x plain)  {mem[v]:.0f} MB")
+        print(f"  {v:>9}  {med[v]:.3f} s/round  ({med[v] / med['plain']:.2f}x plain)"
+              + (f"  {peak[v]:.0f} MB" if memory else ""))
     if "fedpd-w2" in med:
         print(f"fedpd 2 workers / plain loop: {med['fedpd-w2'] / med['plain']:.2f} (target <= 0.6)")
         if "flower" in med:
             print(f"fedpd 2 workers / Flower 2 actors: {med['fedpd-w2'] / med['flower']:.2f} (target <= 1.0)")
-    return results
+    return {"seconds": times, "median": med, "peak_mb": peak}
 
 
 # --- break-even ------------------------------------------------------------------------------
 def break_even_cases() -> dict[str, dict]:
-    """Workloads from milliseconds of local work per round up to a LeNet round (dataset ones need $FEDPD_DATA)."""
+    """Workloads from milliseconds of local work per round up to a LeNet round."""
     def synthetic(dim: int, steps: int, batch: int) -> dict:
         return {"problem": {"name": "synthetic", "clients": 100, "dim": dim, "classes": 10, "max_client_samples": 300},
                 "solver": {"name": "sgd", "lr": 0.01, "local_steps": steps, "batch_size": batch}}
 
-    def mnist(model: str, steps: int, batch: int, max_samples: int = 20_000) -> dict:
+    def mnist(model: str, steps: int, batch: int) -> dict:
         return {"problem": {"name": "dataset", "dataset": "mnist", "clients": 100, "partition": "iid",
-                            "max_samples": max_samples, "max_test_samples": 100},
+                            "max_samples": 20_000, "max_test_samples": 100},
                 "model": {"name": model}, "solver": {"name": "sgd", "lr": 0.01, "local_steps": steps,
                                                      "batch_size": batch}}
 
@@ -195,15 +225,15 @@ def break_even(repeats: int, rounds: int, names: list[str] | None) -> None:
         start = time.perf_counter() - t0
         one.step()
         times: dict[str, list[float]] = {"1": [], "2": []}
-        for _ in range(repeats):
+        for _ in range(repeats * rounds):
             for key, sim in (("1", one), ("2", two)):
-                for _ in range(rounds):
-                    t = time.perf_counter()
-                    sim.step()
-                    times[key].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                sim.step()
+                times[key].append(time.perf_counter() - t)
         s1, s2 = statistics.median(times["1"]), statistics.median(times["2"])
         print(f"{name:>36}: round {round_flops(one.cfg, one.problem):8.2e} FLOPs  workers=1 {s1 * 1e3:8.1f} ms  "
-              f"workers=2 {s2 * 1e3:8.1f} ms  ratio {s2 / s1:5.2f}  pool start {start:5.1f} s", flush=True)
+              f"workers=2 {s2 * 1e3:8.1f} ms  ratio {s2 / s1:5.2f}  pool start {start:5.1f} s  "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
         two.close()
 
 
@@ -212,19 +242,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--break-even", action="store_true", help="workers 1 against 2 over workloads of every size")
     ap.add_argument("--cases", help="--break-even: only cases whose name contains one of these (comma-separated)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=8, help="rounds per child (--lenet) or per repeat (--break-even)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="--lenet: which of " + ", ".join(VARIANTS))
-    ap.add_argument("--json", help="--lenet: also write the results here")
+    ap.add_argument("--rounds", type=int, default=6, help="rounds of each variant per repeat")
+    ap.add_argument("--memory", action="store_true", help="also each variant's peak memory (child processes)")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="which of " + ", ".join(VARIANTS))
+    ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        run = {"fedpd-w1": lambda: child_fedpd(1, args.rounds), "fedpd-w2": lambda: child_fedpd(2, args.rounds),
-               "plain": lambda: child_plain(args.rounds), "flower": lambda: child_flower(args.rounds)}[args.child]
-        Path(args.out).write_text(json.dumps({"rounds": run()}))
+        Path(args.out).write_text(json.dumps({"rounds": child(args.child, args.rounds)}))
         return
-    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min) on "
-          f"{os.cpu_count()} cores", flush=True)
+    print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min) on {os.cpu_count()} cores", flush=True)
     if args.break_even:
         break_even(args.repeats, args.rounds, args.cases.split(",") if args.cases else None)
         return
@@ -235,7 +263,8 @@ def main(argv: list[str] | None = None) -> None:
         except ImportError:
             print("flwr is not installed: the Flower variant is left out (pip install 'fedpd[flower]')")
             variants.remove("flower")
-    results = lenet_table(args.repeats, args.rounds, variants)
+    results = lenet_table(args.repeats, args.rounds, variants, args.memory)
+    print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

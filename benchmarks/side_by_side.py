@@ -185,7 +185,8 @@ def main() -> None:
     if args.parallel:
         import parallel_clients  # beside this script
 
-        parallel_clients.main(["--repeats", str(args.repeats), "--rounds", str(args.rounds or 8)])
+        parallel_clients.main(["--repeats", str(args.repeats), "--rounds", str(args.rounds or 6),
+                               *(["--memory"] if args.memory else [])])
         return
     torch.set_num_threads(1)
     global EXECUTION

@@ -13,8 +13,8 @@ A checkpoint is read without executing code (``torch.load(weights_only=True)``),
 it lives on the CPU (a run started on a GPU resumes on a CPU and the other way round), and one
 that is foreign, damaged, of another format or of another config is refused with one line; so is
 a ``metrics.jsonl`` that is missing, not UTF-8 or shorter than the checkpoint. A resume may change
-``run.rounds`` (the target) and how the run is executed (``run.device``, ``run.threads``,
-``run.client_chunk``), nothing else.
+``run.rounds`` (the target) and how the run is executed (:data:`fedpd.config.RESUMABLE`:
+``run.device``, ``run.threads``, ``run.workers``, ``run.client_chunk``, ...), nothing else.
 """
 
 from __future__ import annotations
@@ -172,33 +172,28 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     ``transport``: the nodes of a remote engine, already reachable."""
     sim = Simulation(cfg, workdir=out, transport=transport)  # every check first
     try:
-        return _start_or_continue(sim, out, resume, rewrite_config, progress, overwrite, label, on_checkpoint)
+        cfg = sim.cfg  # run.store = "auto" resolved
+        if out is not None:
+            sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
+        if out is not None and not resume:
+            _prepare_out(out, overwrite)
+        history: list[dict] = []
+        if out is not None:
+            if not resume:
+                atomic_write_text(out / CONFIG, cfg.to_toml())
+            else:
+                _restore(sim, out)  # every check first: a refused resume changes nothing
+                if cfg.run.rounds < sim.round:
+                    raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
+                                      f"(allowed: {sim.round} or more)")
+                history = _kept_history(out, cfg, sim.round)
+                remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG))  # from a kill during a write
+                if rewrite_config:  # a new target: config.toml keeps saying what the run is
+                    atomic_write_text(out / CONFIG, cfg.to_toml())
+                atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
+        return _loop(sim, cfg, out, history, progress, label, on_checkpoint)
     finally:
         sim.close()  # run.workers' processes
-
-
-def _start_or_continue(sim: Simulation, out: Path | None, resume: bool, rewrite_config: bool, progress: bool,
-                       overwrite: bool, label: str, on_checkpoint) -> RunResult:
-    cfg = sim.cfg  # run.store = "auto" resolved
-    if out is not None:
-        sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
-    if out is not None and not resume:
-        _prepare_out(out, overwrite)
-    history: list[dict] = []
-    if out is not None:
-        if not resume:
-            atomic_write_text(out / CONFIG, cfg.to_toml())
-        else:
-            _restore(sim, out)  # every check first: a refused resume changes nothing
-            if cfg.run.rounds < sim.round:
-                raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
-                                  f"(allowed: {sim.round} or more)")
-            history = _kept_history(out, cfg, sim.round)
-            remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG))  # from a kill during a write
-            if rewrite_config:  # a new target: config.toml keeps saying what the run is
-                atomic_write_text(out / CONFIG, cfg.to_toml())
-            atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
-    return _loop(sim, cfg, out, history, progress, label, on_checkpoint)
 
 
 def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str,

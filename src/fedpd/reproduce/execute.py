@@ -1,4 +1,5 @@
-"""Run a reproduction's runs: in parallel processes, one thread each, resumable, with one progress display.
+"""Run a reproduction's runs: in parallel processes, one thread each (or as tasks on a Ray cluster,
+:mod:`fedpd.reproduce.cluster`), resumable, with one progress display.
 
 Each run writes its own run directory ``<runs>/<key>/`` through :func:`fedpd.run`, so a run
 directory here is an ordinary one (``fedpd compare``, ``fedpd plot`` read it). Before anything
@@ -24,9 +25,9 @@ import os
 import sys
 import time
 import traceback
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
