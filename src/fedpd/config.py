@@ -57,9 +57,9 @@ class RunOptions(Options):
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")
     workers: int | Literal["auto"] = Field(
-        "auto", description="inprocess engine: worker processes the round's participants train on (this machine; "
-        "each with its own copy of the data); auto: all usable cores when a round's local work is large "
-        "(fedpd.workers.PARALLEL_ROUND_FLOPS), else 1; changes no result")
+        "auto", description="inprocess engine: how many worker processes of this machine (1 or more) the round's "
+        "participants train on, each holding its own copy of the data; auto: one per usable core when a round's local "
+        "work is large (fedpd.workers.PARALLEL_ROUND_FLOPS), else 1; changes no result")
     tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "
                               "directory (needs fedpd[tensorboard])")
     allow_nonfinite: bool = Field(False, description="run on when a metric becomes NaN or Inf (default: the run "
