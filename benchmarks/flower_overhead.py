@@ -104,11 +104,12 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def measure(variant: str, rounds: int) -> dict:
+def measure(variant: str, rounds: int, script: str = __file__) -> dict:
+    """``script --child variant`` in a process of its own (it writes {"rounds": seconds of each})."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         env = {**os.environ, **ENV, "FLWR_HOME": str(Path(tmp) / "flwr_home")}
-        argv = [sys.executable, __file__, "--child", variant, "--rounds", str(rounds), "--out", str(out)]
+        argv = [sys.executable, script, "--child", variant, "--rounds", str(rounds), "--out", str(out)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -128,7 +129,7 @@ def measure(variant: str, rounds: int) -> dict:
             raise RuntimeError(f"{variant} failed:\n{err[-3000:]}")
         stamps = json.loads(out.read_text())["rounds"]
     return {"variant": variant, "end_to_end_s": wall, "first_round_s": stamps[0],
-            "steady_s_per_round": statistics.median(stamps[1:]), "peak_mb": peak[0] / 2**20}
+            "steady_s_per_round": statistics.median(stamps[1:]), "peak_mb": peak[0] / 2**20, "rounds": stamps}
 
 
 def main() -> None:

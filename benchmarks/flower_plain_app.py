@@ -4,7 +4,8 @@ for the W1 workload, with Flower's own ``FedAvg`` strategy and a torch ``ClientA
 Each virtual node holds ``steps * batch`` synthetic samples (784 features, 10 classes, seeded by
 its partition id) and trains ``torch.nn.Linear(784, 10)`` with ``torch.optim.SGD`` for ``steps``
 minibatches of ``batch``; the server averages by ``num-examples``. ``simulate()`` returns the
-seconds of each round, measured in the ServerApp.
+seconds of each round, measured in the ServerApp (benchmarks/flower_lenet_app.py runs it with its own
+ClientApp).
 """
 
 from __future__ import annotations
@@ -61,20 +62,25 @@ def main(grid: Grid, context: Context) -> None:
 
     strategy = FedAvg(fraction_train=s["per_round"] / s["clients"], fraction_evaluate=0.0,
                       min_train_nodes=s["per_round"], min_evaluate_nodes=0, min_available_nodes=s["clients"])
-    torch.manual_seed(0)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(torch.nn.Linear(IN, OUT).state_dict()),
-                   num_rounds=s["rounds"], train_config=ConfigRecord({"steps": s["steps"], "batch": s["batch"],
-                                                                      "lr": s["lr"]}),
-                   evaluate_fn=evaluate)
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(s["initial"]), num_rounds=s["rounds"],
+                   train_config=ConfigRecord(s["train_config"]), evaluate_fn=evaluate)
     s["stamps"] = [b - a for a, b in zip(stamps, stamps[1:])]
 
 
-def simulate(*, clients: int, per_round: int, steps: int, batch: int, lr: float, rounds: int, cpus: int) -> list[float]:
+def simulate(*, clients: int, per_round: int, steps: int = 0, batch: int = 0, lr: float = 0.0, rounds: int,
+             cpus: int, client: ClientApp = client_app, initial: dict | None = None) -> list[float]:
+    """The seconds of each round of FedAvg on ``clients`` virtual nodes running ``client`` (default
+    the W1 ClientApp above, with ``steps``, ``batch``, ``lr``), ``cpus`` Ray actors, starting from
+    the state dict ``initial`` (default a seeded ``Linear(784, 10)``)."""
     from flwr.simulation import run_simulation
 
-    SETTINGS.update(clients=clients, per_round=per_round, steps=steps, batch=batch, lr=lr, rounds=rounds)
+    if initial is None:
+        torch.manual_seed(0)
+        initial = torch.nn.Linear(IN, OUT).state_dict()
+    SETTINGS.update(clients=clients, per_round=per_round, rounds=rounds, initial=initial,
+                    train_config={"steps": steps, "batch": batch, "lr": lr})
     logging.getLogger("flwr").setLevel(logging.ERROR)
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=clients,
+    run_simulation(server_app=server_app, client_app=client, num_supernodes=clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                    "init_args": {"address": "local", "num_cpus": cpus, "include_dashboard": False,
                                                  "logging_level": logging.ERROR, "log_to_driver": False}})

@@ -23,6 +23,8 @@ functions with the most own time (ms per round; torch's kernels show as their Py
 500), 5 rounds, peak memory of fedpd's rounds alone, of the rounds with an evaluation before and
 after (train loss, its gradient, test metrics: fedpd.evaluation at automatic chunks, and at the
 fixed 8 192-sample chunks it used before issue 21), and of the plain loop's rounds.
+
+    python benchmarks/side_by_side.py --parallel   # run.workers on LeNet: benchmarks/parallel_clients.py
 """
 
 from __future__ import annotations
@@ -233,8 +235,16 @@ def main() -> None:
     ap.add_argument("--eval-memory", action="store_true", help="the evaluation's memory (LeNet, 5 000 samples)")
     ap.add_argument("--profile", help="MODEL: where the round's time goes (cProfile)")
     ap.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
+    ap.add_argument("--parallel", action="store_true", help="instead: the LeNet workload with run.workers 1 and 2 "
+                    "against the plain loop and Flower's 2 actors (benchmarks/parallel_clients.py, needs CIFAR-10)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.parallel:
+        import parallel_clients  # beside this script
+
+        parallel_clients.main(["--repeats", str(args.repeats), "--rounds", str(args.rounds or 6),
+                               *(["--memory"] if args.memory else [])])
+        return
     torch.set_num_threads(1)
     EXECUTION, SAMPLES = args.execution, args.samples
     chunk = None if args.chunk == 0 else (args.chunk if args.chunk > 0 else "auto")

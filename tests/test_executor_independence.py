@@ -1,6 +1,7 @@
 """One result on any executor: for every algorithm, the metrics do not depend on how the engine
 groups the clients (``run.client_chunk`` 1, 3 or all), in which order it runs them, or whether
-they run in process or on nodes reached by messages (the loopback remote engine, 3 nodes).
+they run in process, on 2 worker processes (``run.workers``) or on nodes reached by messages (the
+loopback remote engine, 3 nodes).
 
 Every random draw a client makes comes from its own stream (seed, purpose, round, client id), the
 server aggregates the uploads in ascending client order, and the store's means are taken in
@@ -67,6 +68,9 @@ def test_metrics_do_not_depend_on_chunking_or_order(name, tmp_path, request):
         out = tmp_path / f"chunk{chunk}"
         fedpd.run(cfg, out, overrides=[f"run.client_chunk={chunk}"])
         runs[chunk] = metrics(out)
+    out = tmp_path / "workers"  # on 2 worker processes (issue 21), in chunks of 2 there
+    fedpd.run(cfg, out, overrides=["run.workers=2", "run.client_chunk=2"])
+    runs["workers"] = metrics(out)
     out = tmp_path / "loopback"  # by messages, to three nodes with file stores
     fedpd.run(cfg, out, overrides=["run.engine=loopback", "run.nodes=3"])
     runs["loopback"] = metrics(out)

@@ -23,7 +23,8 @@ from tests.helpers import simulation
 PROBLEM = {"name": "synthetic", "clients": 9, "dim": 5, "classes": 3, "max_client_samples": 20, "seed": 2}
 SGD = {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4, "straggler_fraction": 0.4}
 MEANS_ONLY = ("fedavg", "fedprox", "fedsam", "ditto", "perfedavg", "scaffold", "fedcm", "fedpd", "feddyn", "fedadmm",
-              "afedpd", "afedpdsam", "fedspeed", "fedpd_vr", "primal_dual", "parallel_admm", "stochastic_admm")
+              "afedpd", "afedpdsam", "fedspeed", "fedpd_vr", "primal_dual", "parallel_admm", "stochastic_admm",
+              "fedavgm", "fedadagrad", "fedadam", "fedyogi")
 
 
 def run(name: str, streamed: bool, monkeypatch, chunk: int = 0, rounds: int = 3):
@@ -120,3 +121,34 @@ def test_streamed_round_refuses_groups_out_of_id_order():
     groups = [(torch.tensor([4]), uploads([[1.0, 0.0]])), (torch.tensor([2]), uploads([[0.0, 1.0]]))]
     with pytest.raises(RuntimeError, match="out of id order"):
         round_with(groups, streamed=True)
+
+
+class HalfStep(FedAvg):
+    """A user's FedAvg subclass with its own server step in ``aggregate`` (no ``aggregate_means``)."""
+
+    def aggregate(self, server, uploads, ctx):
+        averaged, reply = super().aggregate(server, uploads, ctx)
+        return {**averaged, "x0": (server["x0"] + averaged["x0"]) / 2}, reply
+
+
+def test_a_subclass_overriding_aggregate_gets_the_stacked_round_and_its_step_is_taken():
+    from fedpd.algorithms.base import streams_means
+    from fedpd.algorithms.fedopt import FedAdam
+
+    assert streams_means(FedAvg()) and streams_means(FedAdam())
+    assert HalfStep().means_only and not streams_means(HalfStep())
+    torch.manual_seed(0)
+    x0, ids = torch.randn(4, dtype=torch.float64), torch.arange(3)
+
+    class Clients:  # uploads x_i = x0 + i, handed over in id order
+        in_id_order = True
+
+        def train(self, message, ids, round):
+            yield ids, {"x": message["x0"] + ids[:, None].to(torch.float64)}
+
+        def commit(self, ids, reply, round):
+            pass
+
+    server = run_round(HalfStep(), {"x0": x0}, ids, 1, clients=Clients(), comm=CommCounter(),
+                       attack=Attack().bind(3), seed=0, num_clients=3)
+    assert torch.allclose(server["x0"], x0 + 0.5)  # (x0 + mean_i (x0 + i)) / 2 = x0 + 1/2

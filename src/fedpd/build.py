@@ -16,7 +16,7 @@ import torch
 from fedpd import registry
 from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import Attack
-from fedpd.config import Config
+from fedpd.config import Config, load_config, tomllib  # tomllib: tomli before Python 3.11
 from fedpd.context import FederationInfo
 from fedpd.disk_store import DiskStore, choose_store, log, state_bytes, store_budget
 from fedpd.errors import ConfigError
@@ -101,6 +101,11 @@ def check_solver(cfg: Config, algorithm: Algorithm, solver, problem: Problem) ->
                               f"(allowed: {fields[key].default})")
 
 
+def client_chunk(cfg: Config, problem: Problem) -> int | None:
+    """Clients computed together (None: all of a group): one at a time for a per-client model."""
+    return 1 if problem.per_client else cfg.run.client_chunk or None
+
+
 def federation_info(problem: Problem) -> FederationInfo:
     return FederationInfo(problem.num_clients, problem.dim, problem.model, problem.x_init.dtype, problem.device,
                           int(problem.train.sizes.max()) if problem.num_clients else 0)
@@ -133,6 +138,18 @@ def build(cfg: Config, problem: Problem):
     algorithm.setup(federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
     return algorithm, solver, sampler
 
+
+def from_toml(config_toml: str):
+    """(cfg, problem, algorithm, solver) of a run's resolved config TOML, built in another
+    process (a worker of ``run.workers``, a remote node) exactly as the run's own process builds
+    them, so a client's ``local`` there is the same computation.
+
+    Plug-ins named by import path must be importable before the config is read: a fresh process
+    makes them so here, first (the one hook for every process that builds a run from its TOML)."""
+    cfg = load_config(tomllib.loads(config_toml))
+    problem = build_problem(cfg, resolve_device(cfg.run.device))
+    algorithm, solver, _ = build(cfg, problem)
+    return cfg, problem, algorithm, solver
 
 
 def hosted_clients(num_clients: int, nodes: int, k: int) -> list[int]:

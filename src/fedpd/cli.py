@@ -144,6 +144,7 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    from fedpd.reproduce.cluster import cluster_from
     from fedpd.results import compare_table, print_table
     from fedpd.sweep import parse_seeds, sweep
 
@@ -153,7 +154,8 @@ def _cmd_sweep(args) -> int:
         import time
 
         out = f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    dirs = sweep(args.configs, out, seeds=seeds, overrides=args.set or [], jobs=args.jobs, progress=not args.quiet)
+    dirs = sweep(args.configs, out, seeds=seeds, overrides=args.set or [], jobs=args.jobs, progress=not args.quiet,
+                 cluster=cluster_from(args))
     if not args.quiet or args.format != "table":
         labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>/s<seed>
         print_table(*compare_table(dirs, labels=labels), fmt=args.format, title=f"{len(dirs)} runs in {out}")
@@ -286,7 +288,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "the fedpd compare table of all of them. Run the same command again to continue a sweep "
                         "that stopped: complete runs are skipped, interrupted ones resume from their checkpoint.",
                         epilog="examples:\n  fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out "
-                        "runs/table\n  fedpd sweep examples/fedpd.toml --seeds 1,2 --set algorithm.p=0.3 --jobs 2\n\n"
+                        "runs/table\n  fedpd sweep examples/fedpd.toml --seeds 1,2 --set algorithm.p=0.3 --jobs 2\n  fedpd sweep "
+                        "examples/fedpd.toml --seeds 1-8 --ray 10.0.0.5:6379 --cpus-per-run 2\n\n"
                         + EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sw.add_argument("configs", nargs="+", metavar="CONFIG", help="TOML config files")
     sw.add_argument("--seeds", metavar="LIST", help="run.seed values, e.g. 1,2,3 or 1-4 (default: each config's own)")
@@ -294,6 +297,9 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a value in every config, TOML syntax (repeatable)")
     sw.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: the CPU cores available)")
+    from fedpd.reproduce.cluster import add_cluster_options
+
+    add_cluster_options(sw)
     sw.add_argument("--quiet", action="store_true", help="no progress output and no table (--format csv, json or "
                     "markdown still prints the table)")
     _format_option(sw)

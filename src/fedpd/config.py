@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from fedpd import plugins, registry
 from fedpd.errors import ConfigError
 from fedpd.models import check_model_options
-from fedpd.options import SEED_MAX, Options, validate
+from fedpd.options import SEED_MAX, Options, refuse, validate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,8 +33,8 @@ else:  # pragma: no cover
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
-RESUMABLE = ("rounds", "device", "threads", "engine", "nodes", "node_timeout", "client_chunk", "allow_nonfinite",
-             "tensorboard", "store_dir")
+RESUMABLE = ("rounds", "device", "threads", "workers", "engine", "nodes", "node_timeout", "client_chunk",
+             "allow_nonfinite", "tensorboard", "store_dir")
 
 
 class RunOptions(Options):
@@ -50,7 +50,8 @@ class RunOptions(Options):
         "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
     nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
     node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
-                                "the nodes to connect) before its clients count as dropped out")
+                                "the nodes to connect) before its clients count as dropped out; run.workers: seconds "
+                                "to wait for a worker's reply before the run stops")
     execution: Literal["auto", "vectorised", "per_client"] = Field(
         "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
         "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.build.PER_CLIENT_ABOVE)")
@@ -58,6 +59,10 @@ class RunOptions(Options):
                               "participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")
+    workers: int | Literal["auto"] = Field(
+        "auto", description="inprocess engine: how many worker processes of this machine (1 or more) the round's "
+        "participants train on, each holding its own copy of the data; auto: one per usable core when a round's local "
+        "work is large (fedpd.workers.PARALLEL_ROUND_FLOPS), else 1; changes no result")
     tensorboard: bool = Field(False, description="also write every metric as TensorBoard scalars into the run "
                               "directory (needs fedpd[tensorboard])")
     allow_nonfinite: bool = Field(False, description="run on when a metric becomes NaN or Inf (default: the run "
@@ -75,6 +80,21 @@ class RunOptions(Options):
                                  "the activations saved for the gradient within 32 MiB (at most 8192)")
     eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
                               "(records then carry eval_clients); 0: every client")
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers_form(cls, value):
+        if value != "auto" and (type(value) is not int or value < 1):
+            raise ValueError(f"expected \"auto\" or a number of processes, 1 or more (got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _workers_in_process(self):
+        if self.workers != "auto" and self.engine != "inprocess":
+            raise refuse("workers", f"worker processes are the inprocess engine's; run.engine = \"{self.engine}\" runs "
+                         f"clients on its nodes (run.nodes; Flower: its own backend options) (allowed: \"auto\", or "
+                         f"no run.workers)")
+        return self
 
     @field_validator("device")
     @classmethod

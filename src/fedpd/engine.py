@@ -15,7 +15,8 @@ SuperNodes, Ray workers — can be tested against the same suite (``tests/engine
 * ``sample_grads`` — per-sample gradients the clients have computed so far.
 * ``state_dict()`` / ``load_state_dict(sd)`` — everything above, for an exact resume;
   ``checkpointed(rounds)`` — told once the run's checkpoint of that many rounds is on disk (a
-  store that keeps versions may then drop older ones).
+  store that keeps versions may then drop older ones); ``close()`` (optional) — the run is over:
+  release processes the engine holds.
 
 :class:`InProcessEngine` processes the participants in chunks of ``chunk`` clients, each chunk
 as one vectorised [chunk, d] computation (``None``: all participants at once; 1: one client at a
@@ -57,13 +58,29 @@ class Engine(Protocol):
     def checkpointed(self, rounds: int) -> None: ...
 
 
+def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, chunk: int | None, message: State,
+                    ids: Tensor, states, round: int) -> Iterator[tuple[Tensor, State, State, ClientContext]]:
+    """``local`` on clients ``ids`` in consecutive chunks of ``chunk`` (None: all at once), each
+    chunk's states read by ``states(start, stop)`` (positions in ``ids``): one (chunk's ids, its
+    uploads, its new states, its context) per chunk, each as it is done (a caller that sums the
+    uploads as they come holds one chunk's). Every engine's client half runs this."""
+    step = ids.numel() if chunk is None else chunk
+    for start in range(0, ids.numel(), max(step, 1)):
+        part = ids[start:start + step]
+        ctx = ClientContext(part, round, ClientData(problem, part), solver, seed)
+        up, new = algorithm.local(message, states(start, start + part.numel()), ctx)
+        yield part, up, new, ctx
+
+
 class InProcessEngine:
-    """Every client in this process, in vectorised chunks of ``chunk`` clients (None: all)."""
+    """Every client in this process, in vectorised chunks of ``chunk`` clients (None: all);
+    with a ``pool`` (:class:`fedpd.workers.WorkerPool`, ``run.workers`` > 1) the round's
+    participants are trained on its worker processes, in groups, and committed here."""
 
     def __init__(self, algorithm: Algorithm, problem: Problem, solver, store: ClientStore, *, seed: int,
-                 chunk: int | None = None, attack: Attack | None = None):
+                 chunk: int | None = None, attack: Attack | None = None, pool=None):
         self.algorithm, self.problem, self.solver, self.store = algorithm, problem, solver, store
-        self.seed, self.chunk = seed, chunk
+        self.seed, self.chunk, self.pool = seed, chunk, pool
         self.attack = attack if attack is not None else Attack().bind(store.num_clients)
         self.comm = CommCounter()
         self._pending: list[tuple[Tensor, State, ClientContext]] = []
@@ -83,13 +100,30 @@ class InProcessEngine:
 
     def train(self, message: State, ids: Tensor, round: int) -> Iterator[tuple[Tensor, State]]:
         ids = ids.sort().values
-        parts = [ids] if self.chunk is None else list(torch.split(ids, self.chunk))
+        if self.pool is not None and ids.numel() > 1:
+            trained = self._train_on_workers(message, ids, round)
+        else:
+            trained = train_in_chunks(self.algorithm, self.problem, self.solver, self.seed, self.chunk, message, ids,
+                                      lambda a, b: self.store.get(ids[a:b]), round)
         self._pending = []
-        for part in parts:
-            ctx = ClientContext(part, round, ClientData(self.problem, part), self.solver, self.seed)
-            up, new = self.algorithm.local(message, self.store.get(part), ctx)
+        for part, up, new, ctx in trained:
             self._pending.append((part, new, ctx))
             yield part, up
+
+    def _train_on_workers(self, message: State, ids: Tensor, round: int):
+        """The participants in groups of ``chunk`` (None: one contiguous group per worker), handed
+        to whichever worker is free next (a slow or busy core does not hold the round up); each
+        trains its group from the states read here, and the new states come back pending here,
+        in the groups' (ascending id) order."""
+        size = self.chunk or -(-ids.numel() // self.pool.size)
+        groups = list(torch.split(ids, size))
+        results = self.pool.train(message, [(g, self.store.get(g)) for g in groups], round)
+        trained = []
+        for group, (up, new, sample_grads) in zip(groups, results):
+            self.problem.sample_grads = self.problem.sample_grads + sample_grads  # counted where computed
+            trained.append((group, up, new, ClientContext(group, round, ClientData(self.problem, group), self.solver,
+                                                          self.seed)))
+        return trained
 
     def commit(self, ids: Tensor, reply: State, round: int) -> None:
         for part, new, ctx in self._pending:
@@ -117,3 +151,8 @@ class InProcessEngine:
         hook = getattr(self.store, "checkpoint_saved", None)  # the disk store's undo log of the last epoch
         if hook is not None:
             hook()
+
+    def close(self) -> None:
+        """Stop the worker processes, if any (a later round starts them again)."""
+        if self.pool is not None:
+            self.pool.close()

@@ -1,7 +1,8 @@
 """The one place the engine of a run is chosen (``run.engine``).
 
 * :func:`make_engine` — the engine that runs a round's client half: in process
-  (:class:`~fedpd.engine.InProcessEngine`, ``inprocess``), or on nodes reached by messages
+  (:class:`~fedpd.engine.InProcessEngine`, ``inprocess``; with ``run.workers`` > 1 it trains the
+  participants on a :class:`~fedpd.workers.WorkerPool` of this machine), or on nodes reached by messages
   (:class:`~fedpd.remote.engine.RemoteEngine`): loopback nodes in this process (``loopback``) or
   the nodes behind a transport a runtime gives (``flower``).
 * :func:`in_process` — whether the clients live in this process (the run then builds their store).
@@ -20,12 +21,13 @@ from typing import Iterator
 
 from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import Attack
-from fedpd.build import hosted_clients
+from fedpd.build import client_chunk, hosted_clients
 from fedpd.config import Config
 from fedpd.engine import Engine, InProcessEngine
 from fedpd.errors import ConfigError
 from fedpd.problems.base import Problem
 from fedpd.store import MemoryStore
+from fedpd.workers import WorkerPool, plan_workers
 
 NODES = "nodes"  # the remote engine's node stores, inside the run directory
 
@@ -42,9 +44,11 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
     a fresh memory store), a remote one on its nodes (``transport``: nodes already connected)."""
     init = algorithm.init_client(problem.x_init)
     if in_process(cfg, transport):
-        chunk = 1 if problem.per_client else cfg.run.client_chunk or None  # per client: one at a time anyway
         store = store if store is not None else MemoryStore(init, problem.num_clients)
-        return InProcessEngine(algorithm, problem, solver, store, seed=cfg.run.seed, chunk=chunk, attack=attack)
+        workers, threads = plan_workers(cfg, problem)  # run.workers
+        pool = WorkerPool(cfg.to_toml(), workers, threads, cfg.run.node_timeout) if workers > 1 else None
+        return InProcessEngine(algorithm, problem, solver, store, seed=cfg.run.seed, chunk=client_chunk(cfg, problem),
+                               attack=attack, pool=pool)
     from fedpd.remote.engine import LoopbackTransport, RemoteEngine
     from fedpd.remote.node import NodeRuntime
 

@@ -30,7 +30,7 @@ from typing import Iterable, Protocol
 import torch
 from torch import Tensor
 
-from fedpd.algorithms.base import Algorithm, State, UploadMean
+from fedpd.algorithms.base import Algorithm, State, UploadMean, streams_means
 from fedpd.attacks import Attack, finite_rows, screen
 from fedpd.comm import CommCounter
 from fedpd.context import ServerContext
@@ -75,7 +75,7 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
         clients.commit(working, {}, round)
         comm.end_round()
         return server
-    streamed = algorithm.means_only and attack.family != "update" and getattr(clients, "in_id_order", False)
+    streamed = streams_means(algorithm) and attack.family != "update" and getattr(clients, "in_id_order", False)
     aggregate = _streamed if streamed else _stacked
     server, reply, accepted = aggregate(algorithm, server, groups, message, round, comm=comm, attack=attack,
                                         seed=seed, num_clients=num_clients)

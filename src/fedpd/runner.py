@@ -18,8 +18,8 @@ A checkpoint is read without executing code (``torch.load(weights_only=True)``),
 it lives on the CPU (a run started on a GPU resumes on a CPU and the other way round), and one
 that is foreign, damaged, of another format or of another config is refused with one line; so is
 a ``metrics.jsonl`` that is missing, not UTF-8 or shorter than the checkpoint. A resume may change
-``run.rounds`` (the target) and how the run is executed (``run.device``, ``run.threads``,
-``run.client_chunk``), nothing else.
+``run.rounds`` (the target) and how the run is executed (:data:`fedpd.config.RESUMABLE`:
+``run.device``, ``run.threads``, ``run.workers``, ``run.client_chunk``, ...), nothing else.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -177,14 +178,16 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
 
 def run(config: str | Path | dict | Config | None = None, out: str | Path | None = None, *,
         overrides: list[str] | tuple[str, ...] = (), resume: str | Path | None = None,
-        progress: bool = False, overwrite: bool = False, label: str = "", transport=None) -> RunResult:
+        progress: bool = False, overwrite: bool = False, label: str = "", transport=None,
+        on_checkpoint: Callable[[Path], None] | None = None) -> RunResult:
     """Run a config (path, dict or :class:`Config`) and return its history and final state.
 
     ``out``: run directory to write (``None``: nothing is written). ``resume``: continue the
     run in that directory from its last checkpoint (its own ``config.toml`` is used).
     ``run.engine = "flower"`` runs the clients on Flower's simulation runtime (``fedpd.flower``);
     ``transport``: the nodes of a remote engine that is already connected (a Flower ServerApp
-    passes its Grid's).
+    passes its Grid's). ``on_checkpoint(out)``: called after every checkpoint is on disk, between
+    rounds (a Ray task sends the run directory back to the head then).
     """
     if resume is not None:
         out = Path(resume)
@@ -208,39 +211,44 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         _check_out(out, overwrite)
     with open_runtime(cfg, transport) as transport:  # run.engine = "flower": Flower's simulation runtime
         return execute(cfg, out, resume=resume is not None, rewrite_config=bool(overrides), progress=progress,
-                       overwrite=overwrite, label=label, transport=transport)
+                       overwrite=overwrite, label=label, transport=transport, on_checkpoint=on_checkpoint)
 
 
 def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_config: bool = False,
-            progress: bool = False, overwrite: bool = False, label: str = "", transport=None) -> RunResult:
+            progress: bool = False, overwrite: bool = False, label: str = "", transport=None,
+            on_checkpoint: Callable[[Path], None] | None = None) -> RunResult:
     """Run a validated config in ``out`` (start it, or continue it from its checkpoint);
     ``transport``: the nodes of a remote engine, already reachable."""
     sim = Simulation(cfg, workdir=out, transport=transport)  # every check first
-    cfg = sim.cfg  # run.store = "auto" resolved
-    if out is not None:
-        sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
-    if out is not None and not resume:
-        _prepare_out(out, overwrite)
-    history: list[dict] = []
-    if out is not None:
-        if not resume:
-            atomic_write_text(out / CONFIG, cfg.to_toml())
-            _write_plugins(out, cfg)
-        else:
-            _restore(sim, out)  # every check first: a refused resume changes nothing
-            if cfg.run.rounds < sim.round:
-                raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
-                                  f"(allowed: {sim.round} or more)")
-            history = _kept_history(out, cfg, sim.round)
-            remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG, PLUGINS))  # from a kill during a write
-            if rewrite_config:  # a new target: config.toml keeps saying what the run is
+    try:
+        cfg = sim.cfg  # run.store = "auto" resolved
+        if out is not None:
+            sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
+        if out is not None and not resume:
+            _prepare_out(out, overwrite)
+        history: list[dict] = []
+        if out is not None:
+            if not resume:
                 atomic_write_text(out / CONFIG, cfg.to_toml())
-            atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
-            _warn_if_changed(out, _read_plugins(out))
-    return _loop(sim, cfg, out, history, progress, label)
+                _write_plugins(out, cfg)
+            else:
+                _restore(sim, out)  # every check first: a refused resume changes nothing
+                if cfg.run.rounds < sim.round:
+                    raise ConfigError(f"run.rounds: {cfg.run.rounds} is below the checkpoint's round {sim.round} "
+                                      f"(allowed: {sim.round} or more)")
+                history = _kept_history(out, cfg, sim.round)
+                remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG, PLUGINS))  # from a kill during a write
+                if rewrite_config:  # a new target: config.toml keeps saying what the run is
+                    atomic_write_text(out / CONFIG, cfg.to_toml())
+                atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
+                _warn_if_changed(out, _read_plugins(out))
+        return _loop(sim, cfg, out, history, progress, label, on_checkpoint)
+    finally:
+        sim.close()  # run.workers' processes
 
 
-def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str) -> RunResult:
+def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str,
+          on_checkpoint=None) -> RunResult:
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
@@ -260,6 +268,8 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
         if out is not None:
             atomic_torch_save(sim.state_dict(), out / CHECKPOINT)
             sim.engine.checkpointed(sim.round)  # a versioned store may now drop what this checkpoint replaces
+            if on_checkpoint is not None:
+                on_checkpoint(out)
 
     try:
         due = sim.round % every == 0 or sim.round == rounds

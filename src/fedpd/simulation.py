@@ -66,6 +66,13 @@ class Simulation:
         self.round = 0
         self.elapsed = 0.0
 
+    def close(self) -> None:
+        """Release what the engine holds besides memory (``run.workers``' processes); a later
+        ``step`` starts them again."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
     def attach_store(self, out: Path, resume: bool) -> None:
         """Give a disk store its directory (``<out>/store`` or ``run.store_dir``), checked before
         anything is written: writable, free space, not another run's."""

@@ -2,7 +2,8 @@
 
 Every run is an ordinary run directory, ``<out>/<config name>/s<seed>/`` (``fedpd compare``,
 ``fedpd plot`` read it), written by :func:`fedpd.run` in a worker process with one CPU thread, so
-``--jobs`` processes use that many cores. Execution is the reproductions' (:mod:`fedpd.reproduce.
+``--jobs`` processes use that many cores — or, with ``--ray``, as a task on a Ray cluster whose
+files come back here (:mod:`fedpd.reproduce.cluster`). Execution is the reproductions' (:mod:`fedpd.reproduce.
 execute`): every config is checked before anything runs, complete runs are skipped, interrupted
 ones resume from their checkpoint, a failed run does not stop the others. So a sweep that was
 stopped continues when the same command is run again.
@@ -71,10 +72,11 @@ def specs(configs: list[str | Path], seeds: list[int] | None = None, overrides: 
 
 
 def sweep(configs: list[str | Path], out: str | Path, seeds: list[int] | None = None, overrides: list[str] = (),
-          jobs: int | None = None, progress: bool = True, keep_checkpoints: bool = True) -> list[Path]:
+          jobs: int | None = None, progress: bool = True, keep_checkpoints: bool = True, cluster=None) -> list[Path]:
     """Run every config × seed into ``out/<config name>/s<seed>``, ``jobs`` at a time (default:
-    the cores this process may use); returns the run directories. Raises one-line errors before
-    anything runs (a bad config names its run; a directory holding another config's run is
+    the cores this process may use) or as tasks on a Ray ``cluster``
+    (:class:`fedpd.reproduce.cluster.Cluster`); returns the run directories. Raises one-line errors
+    before anything runs (a bad config names its run; a directory holding another config's run is
     refused), and after the runs if any failed (the others are complete and kept)."""
     if jobs is not None and jobs < 1:
         raise ConfigError(f"fedpd sweep: --jobs {jobs} (allowed: 1 or more)")
@@ -82,5 +84,6 @@ def sweep(configs: list[str | Path], out: str | Path, seeds: list[int] | None = 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
     work = plan(specs(configs, seeds, overrides), out)  # every config checked before anything runs
-    run_jobs(work, jobs or default_jobs(), progress=progress, keep_checkpoints=keep_checkpoints, title="sweep")
+    run_jobs(work, jobs or default_jobs(), progress=progress, keep_checkpoints=keep_checkpoints, title="sweep",
+             cluster=cluster)
     return [job.path for job in work]

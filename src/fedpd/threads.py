@@ -118,27 +118,41 @@ def forward_flops(problem) -> int:
     return counter.flops
 
 
-def samples_per_step(cfg, problem) -> int:
-    """Samples that go through the model in one local step: participants × batch."""
+def participants(cfg, problem) -> int:
+    """Clients that train in a round (expected, for a Bernoulli sampler)."""
     n = problem.num_clients
     sampler = cfg.options["sampler"]
     if cfg.names["sampler"] == "uniform":
-        k = min(n, sampler.clients_per_round)
-    elif cfg.names["sampler"] == "bernoulli":
-        k = max(1, round(sampler.q * n))
-    else:
-        k = n
-    if cfg.run.client_chunk:
-        k = min(k, cfg.run.client_chunk)
+        return min(n, sampler.clients_per_round)
+    if cfg.names["sampler"] == "bernoulli":
+        return max(1, round(sampler.q * n))
+    return n
+
+
+def batch_samples(cfg, problem) -> int:
+    """Samples one client's local step puts through the model (gd: every sample, padded)."""
     sizes = problem.train.sizes
     largest = int(sizes.max()) if sizes.numel() else 0
-    batch = getattr(cfg.options["solver"], "batch_size", None) or largest  # gd: every sample (padded)
-    return k * min(batch, largest) if largest else 0
+    return min(getattr(cfg.options["solver"], "batch_size", None) or largest, largest)
+
+
+def samples_per_step(cfg, problem) -> int:
+    """Samples that go through the model in one local step: participants (of a chunk) × batch."""
+    k = participants(cfg, problem)
+    if cfg.run.client_chunk:
+        k = min(k, cfg.run.client_chunk)
+    return k * batch_samples(cfg, problem)
 
 
 def step_flops(cfg, problem) -> float:
     """Estimated FLOPs of one local step (forward and backward, ≈ 3 forward passes)."""
     return 3.0 * samples_per_step(cfg, problem) * forward_flops(problem)
+
+
+def round_flops(cfg, problem) -> float:
+    """Estimated FLOPs of a round's local work: every participant's local steps."""
+    steps = getattr(cfg.options["solver"], "local_steps", 1)
+    return 3.0 * participants(cfg, problem) * batch_samples(cfg, problem) * forward_flops(problem) * steps
 
 
 def auto_threads(cfg, problem) -> int:

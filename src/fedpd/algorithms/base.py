@@ -79,6 +79,12 @@ class Algorithm:
     ``receive``          client states, reply, ClientContext     the client states after the reply
     ===================  ======================================  ==========================================
 
+    Optional, for memory: a rule whose server step reads the uploads only through their means sets
+    ``means_only`` and defines ``mean_terms`` (one client's terms) and ``aggregate_means`` (the step
+    from their means); the in-process engine then adds each client in as it finishes instead of
+    holding all K uploads. A subclass that overrides ``aggregate`` below the class that defines
+    ``aggregate_means`` gets the stacked uploads (:func:`streams_means`), so its step is never skipped.
+
     The evaluation path (never counted, not part of a round): ``evaluation_model`` (the point the
     metrics are taken at; default x0), ``personal_models`` (each client's own model, or None) and
     ``diagnostics`` (extra metric keys).
@@ -208,6 +214,24 @@ class UploadMean:
 
     def means(self) -> State:
         return {k: v / self.count for k, v in self.total.items()}
+
+
+def streams_means(algorithm: Algorithm) -> bool:
+    """Whether a round may give ``algorithm`` the means of its uploads (``aggregate_means``) instead
+    of the uploads (``aggregate``): it is ``means_only`` and no subclass overrides ``aggregate``
+    below the class that defines ``aggregate_means`` (such an ``aggregate`` may do more than the
+    means: a user's FedAvg subclass with its own server step)."""
+    if not algorithm.means_only:
+        return False
+    mro = type(algorithm).__mro__
+    defines = [next(i for i, c in enumerate(mro) if name in vars(c)) for name in ("aggregate", "aggregate_means")]
+    return defines[0] >= defines[1]
+
+
+def with_metrics(server: State, uploads: State) -> State:
+    """``server`` plus the round's mean of every ``metric_*`` upload (as 0-d tensors)."""
+    metrics = {k[len(METRIC_PREFIX):]: v.mean() for k, v in uploads.items() if k.startswith(METRIC_PREFIX)}
+    return {**server, **metrics}
 
 
 def metric_terms(uploads: State) -> State:

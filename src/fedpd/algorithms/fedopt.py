@@ -37,12 +37,32 @@ from pydantic import Field
 from fedpd.algorithms import FedAvg
 
 
+class ServerOptimiser(FedAvg):
+    """FedAvg's aggregate x̄_t, then the server's optimiser step (:meth:`step`) from it. Not a config
+    name itself. With the plain mean FedAvg's aggregate is its ``aggregate_means`` (a round may
+    stream the uploads' means), so the step is taken there; with a robust aggregator, after it."""
+
+    def step(self, server, averaged):
+        """The new server state from the state of before and FedAvg's (x0 = x̄_t)."""
+        raise NotImplementedError
+
+    def aggregate(self, server, uploads, ctx):
+        if self.means_only:  # FedAvg's aggregate calls aggregate_means, which steps
+            return super().aggregate(server, uploads, ctx)
+        averaged, reply = super().aggregate(server, uploads, ctx)
+        return self.step(server, averaged), reply
+
+    def aggregate_means(self, server, means, ctx):
+        averaged, reply = super().aggregate_means(server, means, ctx)
+        return self.step(server, averaged), reply
+
+
 class FedAvgMOptions(FedAvg.Options):
     eta: float = Field(1.0, gt=0, description="η, the server learning rate (η = 1, β = 0: FedAvg)")
     beta: float = Field(0.9, ge=0, lt=1, description="β, the server momentum")
 
 
-class FedAvgM(FedAvg):
+class FedAvgM(ServerOptimiser):
     """FedAvgM (Hsu, Qi, Brown 2019): FedAvg with server momentum on Δ_t = x̄_t − x_t,
     m_t = β m_{t−1} + Δ_t, x_{t+1} = x_t + η m_t (module docstring)."""
 
@@ -57,10 +77,9 @@ class FedAvgM(FedAvg):
     def init_server(self, x0):
         return {**super().init_server(x0), "m": torch.zeros_like(x0)}
 
-    def aggregate(self, server, uploads, ctx):
-        averaged, reply = super().aggregate(server, uploads, ctx)
+    def step(self, server, averaged):
         m = self.beta * server["m"] + (averaged["x0"] - server["x0"])
-        return {**averaged, "x0": server["x0"] + self.eta * m, "m": m}, reply
+        return {**averaged, "x0": server["x0"] + self.eta * m, "m": m}
 
 
 class FedAdaptiveOptions(FedAvg.Options):
@@ -74,7 +93,7 @@ class FedAdamOptions(FedAdaptiveOptions):
     beta2: float = Field(0.99, ge=0, lt=1, description="β2, the second-moment decay")
 
 
-class FedAdaptive(FedAvg):
+class FedAdaptive(ServerOptimiser):
     """The adaptive server step of Reddi et al. (ICLR 2021) Algorithm 2; a subclass says how v is
     updated (:meth:`second_moment`). Not a config name itself."""
 
@@ -90,13 +109,12 @@ class FedAdaptive(FedAvg):
         """v_t from v_{t−1} and Δ_t² (per coordinate)."""
         raise NotImplementedError
 
-    def aggregate(self, server, uploads, ctx):
-        averaged, reply = super().aggregate(server, uploads, ctx)
+    def step(self, server, averaged):
         delta = averaged["x0"] - server["x0"]
         m = self.beta1 * server["m"] + (1 - self.beta1) * delta
         v = self.second_moment(server["v"], delta * delta)
         x0 = server["x0"] + self.eta * m / (v.sqrt() + self.tau)
-        return {**averaged, "x0": x0, "m": m, "v": v}, reply
+        return {**averaged, "x0": x0, "m": m, "v": v}
 
 
 class FedAdagradOptions(FedAdaptiveOptions):

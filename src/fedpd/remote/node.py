@@ -16,14 +16,12 @@ one user's simulation).
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from pathlib import Path
 
 import torch
 
 from fedpd import plugins
-from fedpd.build import build, build_problem, resolve_device
-from fedpd.config import load_config
+from fedpd.build import from_toml
 from fedpd.context import ClientContext
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import VersionedStore
@@ -37,11 +35,9 @@ def _pieces(config_toml: str):
     plug-in policy in force, :func:`fedpd.plugins.restricted`)."""
     key = (hashlib.sha256(config_toml.encode()).hexdigest(), plugins.policy())
     if key not in _BUILT:
-        cfg = load_config(tomllib.loads(config_toml))
-        problem = build_problem(cfg, resolve_device(cfg.run.device))
-        algorithm, solver, _ = build(cfg, problem)
+        built = from_toml(config_toml)
         _BUILT.clear()  # one run at a time per process
-        _BUILT[key] = (cfg, problem, algorithm, solver)
+        _BUILT[key] = built
     return _BUILT[key]
 
 

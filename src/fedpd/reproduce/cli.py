@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from fedpd.errors import FedpdError
+from fedpd.reproduce.cluster import add_cluster_options, cluster_from
 from fedpd.reproduce.spec import BUDGETS
 
 
@@ -28,10 +29,11 @@ def cmd_reproduce(args) -> int:
                          "report)")
     if not args.name:
         raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
+    cluster = cluster_from(args)
     try:
         readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
                                 progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
-                                configs_only=args.configs_only)
+                                configs_only=args.configs_only, cluster=cluster)
     except KeyboardInterrupt:
         print("fedpd: interrupted (complete runs are kept, the others resume from their last checkpoint: run the "
               "same command again)", file=sys.stderr)
@@ -53,7 +55,8 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
     p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")
-    p.add_argument("--data-dir", help="datasets folder (default $FEDPD_DATA)")
+    add_cluster_options(p)
+    p.add_argument("--data-dir", help="datasets folder (default $FEDPD_DATA; with --ray, the same path on every node)")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint.pt of complete runs")
     p.add_argument("--configs-only", action="store_true", help="write the resolved configs and stop")
     p.add_argument("--quiet", action="store_true", help="no progress output")

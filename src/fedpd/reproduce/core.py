@@ -94,11 +94,12 @@ def check_data(exp: Experiment, budget, data_dir: str | None) -> None:
 
 def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None, jobs: int | None = None,
               data_dir: str | None = None, progress: bool = True, keep_checkpoints: bool = False,
-              configs_only: bool = False, command: str | None = None) -> Path:
+              configs_only: bool = False, command: str | None = None, cluster=None) -> Path:
     """Run experiment ``name`` at ``budget`` (skipping complete runs, resuming interrupted ones)
     and write its report into ``out`` (default ``reproductions/<name>-<budget>``); returns the
     README's path. ``configs_only``: write the resolved configs and stop (e.g. to run the full
-    budget elsewhere)."""
+    budget elsewhere); ``cluster``: run each run as a task on a Ray cluster
+    (:class:`fedpd.reproduce.cluster.Cluster`; the run directories come back into ``out``)."""
     exp = get(name)
     if budget not in exp.budgets:
         raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
@@ -110,7 +111,7 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
     specs = exp.runs(b)
     work = plan(specs, out / "runs")  # every config validated, every run directory classified
-    if not configs_only:
+    if not configs_only and cluster is None:  # on a cluster the nodes read the data, not this machine
         check_data(exp, b, data_dir)  # before anything is written
     out.mkdir(parents=True, exist_ok=True)
     n_configs = rep.write_configs(specs, out / "configs")
@@ -126,7 +127,7 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     outcome = "interrupted"
     try:
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
-                 seconds=done)
+                 seconds=done, cluster=cluster)
         outcome = "complete"
     except FedpdError as err:
         outcome = f"stopped: {err}"
@@ -134,7 +135,8 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     finally:  # every invocation is recorded, also one that failed or was interrupted
         invocations = rep.append_invocation(out / "invocations.jsonl", {
             "command": command, "started": started, "elapsed_s": round(time.perf_counter() - t0, 1),
-            "runs_done": len(done), "runs_skipped": skipped, "jobs": jobs, "outcome": outcome})
+            "runs_done": len(done), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
+            "outcome": outcome})
     return write_report(exp, b, specs, out, command, invocations)
 
 

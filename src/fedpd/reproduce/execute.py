@@ -1,4 +1,5 @@
-"""Run a reproduction's runs: in parallel processes, one thread each, resumable, with one progress display.
+"""Run a reproduction's runs: in parallel processes, one thread each (or as tasks on a Ray cluster,
+:mod:`fedpd.reproduce.cluster`), resumable, with one progress display.
 
 Each run writes its own run directory ``<runs>/<key>/`` through :func:`fedpd.run`, so a run
 directory here is an ordinary one (``fedpd compare``, ``fedpd plot`` read it). Before anything
@@ -26,6 +27,7 @@ import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,24 +120,29 @@ def trace_models(config: dict, path: Path) -> None:
     from fedpd.simulation import Simulation
 
     sim = Simulation(load_config(config))
-    models = [sim.model().detach().to("cpu", torch.float64).clone()]
-    for _ in range(sim.cfg.run.rounds):
-        sim.step()
-        models.append(sim.model().detach().to("cpu", torch.float64).clone())
+    try:
+        models = [sim.model().detach().to("cpu", torch.float64).clone()]
+        for _ in range(sim.cfg.run.rounds):
+            sim.step()
+            models.append(sim.model().detach().to("cpu", torch.float64).clone())
+    finally:
+        sim.close()  # run.workers' processes
     atomic_torch_save(torch.stack(models), path / TRAJECTORY)
 
 
-def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_checkpoints: bool) -> tuple[str, float, str]:
-    """Run one job (in a worker process or in-process): (key, seconds, error or "")."""
+def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_checkpoints: bool,
+            on_checkpoint=None) -> tuple[str, float, str]:
+    """Run one job (in a worker process, in-process or in a Ray task): (key, seconds, error or "");
+    ``on_checkpoint(path)`` after every checkpoint (:func:`fedpd.run`'s)."""
     from fedpd.runner import run
 
     t0 = time.perf_counter()
     path = Path(path)
     try:
         if status in ("new", "restart"):
-            run(config, path, overwrite=True)
+            run(config, path, overwrite=True, on_checkpoint=on_checkpoint)
         elif status == "resume":  # to this config's target (a run may have been started with fewer rounds)
-            run(resume=path, overrides=[f"run.rounds={load_config(config).run.rounds}"])
+            run(resume=path, overrides=[f"run.rounds={load_config(config).run.rounds}"], on_checkpoint=on_checkpoint)
         if trace and not (path / TRAJECTORY).is_file():
             trace_models(config, path)
         if not keep_checkpoints:
@@ -211,69 +218,84 @@ class _Display:
 
 
 def run_jobs(jobs: list[Job], jobs_at_once: int, progress: bool = True, keep_checkpoints: bool = False,
-             title: str = "reproduce", env: dict | None = None, seconds: dict | None = None) -> dict[str, float]:
-    """Run every job that is not complete; returns {key: seconds} of the runs done now (also filled
-    into ``seconds`` as they finish, so a caller sees them after a failure). Failed runs do not stop
-    the others; afterwards one line names how many failed and the first."""
+             title: str = "reproduce", env: dict | None = None, seconds: dict | None = None,
+             cluster=None) -> dict[str, float]:
+    """Run every job that is not complete — in this process, in ``jobs_at_once`` processes, or as
+    tasks on a Ray ``cluster`` (:class:`fedpd.reproduce.cluster.Cluster`) —; returns {key: seconds}
+    of the runs done now (also filled into ``seconds`` as they finish, so a caller sees them after a
+    failure). Failed runs do not stop the others; afterwards one line names how many failed and the
+    first."""
     todo = [j for j in jobs if j.status != "complete"]
+    if cluster is not None and todo:
+        cluster.connect()  # a cluster that does not answer: one line before anything is written
     for j in todo:
         j.path.mkdir(parents=True, exist_ok=True)
     display = _Display(jobs, progress, title)
     seconds = {} if seconds is None else seconds
     errors: list[tuple[str, str]] = []
+
+    def finished(key: str, sec: float, err: str) -> None:
+        seconds[key] = sec
+        if err:
+            errors.append((key, err))
+        display.finished(key, sec, err)
+
     args = [(j.spec.key, j.spec.config, str(j.path), j.status, j.spec.trace, keep_checkpoints) for j in todo]
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
     try:
-        if jobs_at_once <= 1 or len(todo) <= 1:
-            for a in args:
-                display.poll([a[0]])
-                key, sec, err = execute(*a)
-                seconds[key] = sec
-                if err:
-                    errors.append((key, err))
-                display.finished(key, sec, err)
-        else:
-            ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
-            threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            saved.update({k: os.environ.get(k) for k in threads if k not in saved})
-            os.environ.update(threads)  # inherited by the workers: one thread each
-            pool = ProcessPoolExecutor(max_workers=min(jobs_at_once, len(todo)), mp_context=ctx)
-            try:
-                pending = {pool.submit(execute, *a): a[0] for a in args}
-                running: list[str] = []
-                while pending:
-                    done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        key, sec, err = fut.result()
-                        del pending[fut]
-                        seconds[key] = sec
-                        if err:
-                            errors.append((key, err))
-                        display.finished(key, sec, err)
-                    running = [k for f, k in pending.items() if f.running()]
-                    display.poll(running)
-            except BrokenProcessPool:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise FedpdError("a worker process died (killed by the OS, e.g. out of memory); the complete runs are "
-                                 "kept and the others resume from their checkpoints: run the same command again, "
-                                 "perhaps with fewer --jobs") from None
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown()
+        if cluster is not None:  # each run a Ray task with its own resources; the environment travels with it
+            cluster.run(todo, keep_checkpoints, env or {}, finished, display.poll)
+        elif jobs_at_once <= 1 or len(todo) <= 1:
+            with _environment(env or {}):
+                for a in args:
+                    display.poll([a[0]])
+                    finished(*execute(*a))
+        else:  # one thread each (inherited by the workers): --jobs processes use that many cores
+            with _environment({**(env or {}), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}):
+                _in_processes(args, min(jobs_at_once, len(todo)), finished, display.poll)
     finally:
         display.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     if errors:
         key, err = errors[0]
         raise FedpdError(f"{len(errors)} of {len(todo)} runs failed (the others are complete and kept); "
                          f"first: {key}: {err}")
     return seconds
+
+
+@contextmanager
+def _environment(env: dict):
+    """``os.environ`` with ``env`` set, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _in_processes(args: list[tuple], processes: int, finished, poll) -> None:
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds torch threads
+    pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx)
+    try:
+        pending = {pool.submit(execute, *a): a[0] for a in args}
+        while pending:
+            done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            for fut in done:
+                del pending[fut]
+                finished(*fut.result())
+            poll([k for f, k in pending.items() if f.running()])
+    except BrokenProcessPool:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise FedpdError("a worker process died (killed by the OS, e.g. out of memory); the complete runs are "
+                         "kept and the others resume from their checkpoints: run the same command again, "
+                         "perhaps with fewer --jobs") from None
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def load_records(path: Path) -> list[dict]:
