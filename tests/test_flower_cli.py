@@ -78,3 +78,25 @@ def test_connection_writes_flwrs_config_and_checks_the_certificate(tmp_path, cap
     config = tomllib.loads((tmp_path / "home" / "config.toml").read_text())["superlink"]
     assert config["default"] == "test" and config["test"] == {"address": "127.0.0.1:9092", "insecure": True}
     assert config["prod"]["root-certificates"] == str(tmp_path / "ca.crt")
+
+
+def test_certs_refuse_to_replace_keys_without_overwrite(tmp_path, capsys):
+    certs = tmp_path / "certs"
+    assert main(["flower", "certs", str(certs), "--nodes", "1"]) == 0
+    before = {p.name: p.read_bytes() for p in certs.iterdir()}
+    capsys.readouterr()
+    for nodes in ("1", "3"):  # a second run, even one asking for more nodes, would replace the CA
+        assert main(["flower", "certs", str(certs), "--nodes", nodes]) == 2
+        line = one_line(capsys)
+        assert "already holds ca.crt" in line and "--overwrite" in line
+        assert {p.name: p.read_bytes() for p in certs.iterdir()} == before  # nothing written
+    assert main(["flower", "certs", str(certs), "--nodes", "1", "--overwrite"]) == 0
+    after = {p.name: p.read_bytes() for p in certs.iterdir()}
+    assert after.keys() == before.keys() and after["ca.crt"] != before["ca.crt"] and after["node0"] != before["node0"]
+
+
+@pytest.mark.parametrize("nodes", ["0", "-1"])
+def test_certs_refuse_no_nodes_and_write_nothing(tmp_path, capsys, nodes):
+    assert main(["flower", "certs", str(tmp_path / "certs"), "--nodes", nodes]) == 2
+    assert f"--nodes {nodes}" in one_line(capsys)
+    assert not (tmp_path / "certs").exists()

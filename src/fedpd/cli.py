@@ -329,7 +329,9 @@ def make_parser() -> argparse.ArgumentParser:
     fa.set_defaults(func=_cmd_flower_app)
     fc = flsub.add_parser("certs", help="a CA, the SuperLink's TLS certificate and SuperNode key pairs")
     fc.add_argument("dir", help="folder to write ca.crt, server.crt, server.key, node<k>, node<k>.pub into")
-    fc.add_argument("--nodes", type=int, default=2, help="SuperNode key pairs to make (default 2)")
+    fc.add_argument("--nodes", type=int, default=2, help="SuperNode key pairs to make (default 2; 1 or more)")
+    fc.add_argument("--overwrite", action="store_true", help="replace certificates and keys already in DIR (the "
+                    "SuperLink and SuperNodes must then use the new ones, and node keys be registered again)")
     fc.add_argument("--host", action="append", default=[], metavar="NAME",
                     help="the SuperLink's host name or IP as SuperNodes reach it (repeatable; localhost, "
                     "127.0.0.1 and ::1 are always in the certificate)")
@@ -389,9 +391,7 @@ def _cmd_flower_connection(args) -> int:
 def _cmd_flower_certs(args) -> int:
     from fedpd.flower.deploy import make_certificates
 
-    if args.nodes < 0:
-        raise FedpdError(f"fedpd flower certs: --nodes {args.nodes} (allowed: 0 or more)")
-    paths = make_certificates(args.dir, nodes=args.nodes, hosts=tuple(args.host))
+    paths = make_certificates(args.dir, nodes=args.nodes, hosts=tuple(args.host), overwrite=args.overwrite)
     print(f"wrote {', '.join(sorted(p.name for p in paths.values()))} into {args.dir}\n"
           f"keep ca.key and the node keys private; SuperNodes need ca.crt and their own node<k> key")
     return 0

@@ -55,15 +55,33 @@ def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False)
     return appdir
 
 
-def make_certificates(folder: Path, nodes: int = 2, hosts: tuple[str, ...] = (), days: int = 365) -> dict[str, Path]:
+def certificate_files(nodes: int) -> list[str]:
+    """The names :func:`make_certificates` writes for ``nodes`` SuperNodes."""
+    keys = [f"node{k}{suffix}" for k in range(nodes) for suffix in ("", ".pub")]
+    return ["ca.crt", "ca.key", "server.crt", "server.key", *keys]
+
+
+def make_certificates(folder: Path, nodes: int = 2, hosts: tuple[str, ...] = (), days: int = 365,
+                      overwrite: bool = False) -> dict[str, Path]:
     """A CA, a SuperLink certificate signed by it (for localhost, 127.0.0.1, ::1 and ``hosts``) and
-    ``nodes`` SuperNode key pairs (EC P-384, OpenSSH format, as Flower's node authentication wants)."""
+    ``nodes`` SuperNode key pairs (EC P-384, OpenSSH format, as Flower's node authentication wants).
+    Files already in ``folder`` are replaced only with ``overwrite``: a new CA or node key no longer
+    matches what a running SuperLink trusts or has registered."""
+    folder = Path(folder)
+    if nodes < 1:
+        raise ConfigError(f"--nodes {nodes}: a deployment needs at least one SuperNode key pair (allowed: 1 or more)")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{str(folder)!r}: exists and is not a directory")
+    present = [name for name in certificate_files(nodes) if (folder / name).exists()]
+    if present and not overwrite:
+        held = ", ".join(present[:3]) + (", …" if len(present) > 3 else "")
+        raise ConfigError(f"{str(folder)!r}: already holds {held} (new ones would no longer match what the SuperLink "
+                          f"and SuperNodes use); pass --overwrite to replace them")
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
 
