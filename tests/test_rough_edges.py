@@ -91,3 +91,29 @@ def test_argument_errors_name_the_command_once(capsys):
     assert line.startswith("fedpd run: error: argument --threads")
     line = one_line_error(*run_cli(["compare"], capsys)[::2])
     assert line.startswith("fedpd compare: error:") and "fedpd: error" not in line
+
+
+KRUM = '[problem]\nname = "least_squares"\nclients = 8\n[algorithm]\nname = "fedavg"\naggregator = "krum"\n'
+
+
+@pytest.mark.parametrize("form", ["toml", "dotted", "inline"])
+def test_a_typo_in_aggregator_options_names_the_key_and_the_aggregators_options(tmp_path, capsys, form):
+    config = tmp_path / "krum.toml"
+    config.write_text(KRUM + ("aggregator_options = {f = 100}\n" if form == "toml" else ""))
+    extra = {"toml": [], "dotted": ["--set", "algorithm.aggregator_options.f=100"],
+             "inline": ["--set", "algorithm.aggregator_options={f = 100}"]}[form]
+    line = one_line_error(*run_cli(["run", config, "--out", tmp_path / "r", "--quiet", *extra], capsys)[::2])
+    assert "algorithm.aggregator_options.f: unknown key (allowed for aggregator 'krum': n_byzantine, m)" in line, line
+    assert not (tmp_path / "r").exists()
+
+
+def test_set_reaches_into_a_table_and_keeps_its_other_keys():
+    from fedpd.config import apply_overrides
+    from fedpd.errors import ConfigError
+
+    raw = {"algorithm": {"aggregator": "krum", "aggregator_options": {"n_byzantine": 1}}}
+    out = apply_overrides(raw, ["algorithm.aggregator_options.m=2"])
+    assert out["algorithm"]["aggregator_options"] == {"n_byzantine": 1, "m": 2}
+    assert raw["algorithm"]["aggregator_options"] == {"n_byzantine": 1}  # the caller's dict is left alone
+    with pytest.raises(ConfigError, match=r"--set algorithm.aggregator.x: algorithm.aggregator is 'krum', not a table"):
+        apply_overrides(raw, ["algorithm.aggregator.x=1"])

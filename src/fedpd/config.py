@@ -125,7 +125,15 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
             raise ConfigError(f"--set {item!r}: expected section.key=value (sections: {', '.join(SECTIONS)})")
         if section not in SECTIONS:
             raise ConfigError(f"--set {key}: unknown section '{section}' (allowed: {', '.join(SECTIONS)})")
-        raw.setdefault(section, {})[name] = parse_value(value.strip())
+        # a dotted name reaches into a table, as in TOML: algorithm.aggregator_options.f=1
+        table, (*parents, last) = raw.setdefault(section, {}), name.split(".")
+        for i, part in enumerate(parents):
+            inner = table.get(part, {})
+            if not isinstance(inner, dict):
+                where = ".".join([section, *parents[:i + 1]])
+                raise ConfigError(f"--set {key.strip()}: {where} is {inner!r}, not a table")
+            table[part] = table = dict(inner)  # a copy: the caller's dict stays as it was
+        table[last] = parse_value(value.strip())
     return raw
 
 

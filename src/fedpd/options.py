@@ -59,7 +59,8 @@ def validate(model: type[BaseModel], values: dict, where: str, also: tuple[str, 
 
 
 def _format(where: str, err: ValidationError, model: type[BaseModel], also: tuple[str, ...]) -> str:
-    e = err.errors()[0]
+    # an unknown key first: it is most likely a misspelling of the required key also reported missing
+    e = min(err.errors(), key=lambda e: e["type"] != "extra_forbidden")
     key = ".".join(str(p) for p in (where, *e["loc"]))
     if e["type"] == "extra_forbidden":
         allowed = ", ".join([*also, *model.model_fields]) or "none"

@@ -73,7 +73,10 @@ def check_aggregator_options(name: str, options: dict) -> None:
     try:
         make_aggregator(name, **options)
     except ConfigError as err:
-        raise refuse("aggregator_options", str(err).removeprefix("aggregator_options.").lstrip(": ")) from None
+        text = str(err).replace("(allowed: ", f"(allowed for aggregator '{name}': ", 1)
+        if text.startswith("aggregator_options."):  # names the option: algorithm.aggregator_options.f: …
+            raise ValueError(text) from None
+        raise refuse("aggregator_options", text) from None
 
 
 class ServerAggregator:
