@@ -184,3 +184,12 @@ def test_demo_table_fits_every_width_and_formats_hold_every_column(tmp_path, cap
         assert "comm_to_fedavg" in keys and "grad_norm_sq_best" in keys and "test_acc_final" in keys
         assert ("path" in keys) == (fmt != "markdown")
         assert "figure:" in err and "Theorem 1" in err  # the other lines, on stderr
+
+
+# --- fedpd data list ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_data_list_wraps_where_it_looked_within_the_width(columns, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, _ = cli(["data", "list", "--data-dir", tmp_path], capsys)  # nothing there: every place looked in
+    assert code == 0 and widest(out.split("\n", 1)[1]) <= columns  # the first line names the data dir, a path
+    assert "leaf/data/shakespeare/data" in out  # wrapped between paths, never inside one

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -84,8 +86,11 @@ def cmd_list(args) -> int:
         rows.append((name, st.state, where))
     w = max(len(r[0]) for r in rows)
     print(f"{'dataset':<{w}}  {'state':<8} where")
+    indent = " " * (w + 11)  # the where column, wrapped within the terminal's width
+    width = max(len(indent) + 20, shutil.get_terminal_size((80, 24)).columns)
     for name, state, where in rows:
-        print(f"{name:<{w}}  {state:<8} {where}")
+        print(textwrap.fill(where, width, initial_indent=f"{name:<{w}}  {state:<8} ", subsequent_indent=indent,
+                            break_on_hyphens=False, break_long_words=False))
     return 0
 
 
