@@ -3,9 +3,6 @@ variants act as medians whatever the scale of the model (issue 15, part 3)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -13,10 +10,12 @@ from fedpd import run
 from fedpd.aggregators import coordinate_median, fedplus_aggregate
 from fedpd.algorithms.fedplus_delta import rule_delta, spread
 from fedpd.config import load_config
+from fedpd.data import resolve_data_dir
 from fedpd.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = os.environ.get("FEDPD_DATA") or str(ROOT.parent / "shared" / "data")
+#: where fedpd itself looks: $FEDPD_DATA, else the cache directory the README names (tests needing a
+#: dataset skip, naming it, when it is not there)
+DATA_DIR = str(resolve_data_dir(None))
 
 
 def _rows(scale: float, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
-import os
+import re
 from pathlib import Path
 
 import pytest
 
 from fedpd.cli import main
 from fedpd.config import load_config
+from fedpd.data import resolve_data_dir
 from fedpd.errors import ConfigError
 from fedpd.io import read_jsonl
 from fedpd.reproduce import core, execute
@@ -19,7 +20,9 @@ from fedpd.reproduce.spec import RunSpec, grid
 from fedpd.runner import run
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = os.environ.get("FEDPD_DATA") or str(ROOT.parent / "shared" / "data")
+#: where fedpd itself looks: $FEDPD_DATA, else the cache directory the README names (tests needing a
+#: dataset skip, naming it, when it is not there)
+DATA_DIR = str(resolve_data_dir(None))
 
 #: every experiment of issue 15, parts 2 and 3
 EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "afedpd_table2", "feddyn_fedpd",
@@ -224,3 +227,38 @@ def test_fedpd_logreg_heterogeneity_interpolates_between_one_truth_and_strong():
     d = [delta_sq({"problem": {"name": "fedpd_logreg", "clients": 10, "samples_per_client": 100, "heterogeneity": h},
                    "algorithm": {"name": "fedavg"}})[1] for h in (0.0, 0.5, 1.0)]
     assert d[0] < d[1] < d[2]
+
+
+def test_the_recorded_command_names_no_path_of_the_machine(tmp_path, monkeypatch):
+    data, work = tmp_path / "data", tmp_path / "work"
+    data.mkdir(), work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("FEDPD_DATA", str(data))
+    record = core.recorded_command
+    assert record(["x", "--out", "r", "--data-dir", str(data), "--quiet"]) == \
+        'fedpd reproduce x --out r --data-dir "$FEDPD_DATA" --quiet'
+    assert record(["x", f"--data-dir={data}/", f"--out={work / 'a b'}"]) == \
+        "fedpd reproduce x --data-dir=\"$FEDPD_DATA\" --out='a b'"  # inside the working directory: relative
+    assert record(["x", "--out", str(tmp_path / "elsewhere"), "--data-dir", "/opt/data"]) == \
+        "fedpd reproduce x --out OUT_DIR --data-dir DATA_DIR"
+    assert record(["x", "--out", "../up", "--data-dir", "data"]) == "fedpd reproduce x --out OUT_DIR --data-dir data"
+
+
+def test_a_report_made_with_an_absolute_data_dir_records_none(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("FEDPD_DATA", str(data))
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "feddyn_fedpd", "--budget", "smoke", "--out", str(tmp_path / "r"), "--jobs", "1",
+                 "--data-dir", str(data), "--quiet"]) == 0
+    text = (tmp_path / "r" / "README.md").read_text() + (tmp_path / "r" / "invocations.jsonl").read_text()
+    assert "`fedpd reproduce feddyn_fedpd --budget smoke --out r --jobs 1 --data-dir \"$FEDPD_DATA\" --quiet`" in text
+    assert str(tmp_path) not in text
+
+
+@pytest.mark.parametrize("report", sorted((ROOT / "docs" / "reproductions").glob("*/README.md")),
+                         ids=lambda p: p.parent.name)
+def test_committed_reports_name_no_path_of_the_machine_that_made_them(report):
+    for path in (report, report.parent / "invocations.jsonl"):
+        for line in path.read_text().splitlines():
+            assert not re.search(r"--(data-dir|out)[= ]['\"]?(/|~)", line), f"{path.name}: {line[:160]}"

@@ -425,6 +425,7 @@ def _main(argv, NonFiniteMetrics) -> int:
     try:
         parser = make_parser()
         args = parser.parse_args(argv)
+        args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # as typed: what a report records
         if args.command is None:  # bare `fedpd`: what it can do
             parser.print_help()
             return 0

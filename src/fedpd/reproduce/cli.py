@@ -33,7 +33,8 @@ def cmd_reproduce(args) -> int:
     try:
         readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
                                 progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
-                                configs_only=args.configs_only, cluster=cluster)
+                                configs_only=args.configs_only, cluster=cluster,
+                                command=core.recorded_command(args.argv[1:]))
     except KeyboardInterrupt:
         print("fedpd: interrupted (complete runs are kept, the others resume from their last checkpoint: run the "
               "same command again)", file=sys.stderr)

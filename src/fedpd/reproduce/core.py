@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import shlex
 import sys
 import textwrap
@@ -121,7 +122,7 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     jobs = jobs or default_jobs()
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
     started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()
-    command = command or "fedpd reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command = command or recorded_command(sys.argv[2:])  # the command line, with no path of this machine
     done: dict[str, float] = {}
     skipped = sum(j.status == "complete" for j in work)
     outcome = "interrupted"
@@ -138,6 +139,42 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
             "runs_done": len(done), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
             "outcome": outcome})
     return write_report(exp, b, specs, out, command, invocations)
+
+
+#: the flags of ``fedpd reproduce`` that take a path, and what an absolute one is recorded as
+PATH_FLAGS = {"--data-dir": "DATA_DIR", "--out": "OUT_DIR"}
+
+
+def recorded_command(args: list[str]) -> str:
+    """The command line a report records for ``fedpd reproduce ARGS``, with no path of the machine
+    that ran it (a report is read, and rerun, elsewhere): a --data-dir equal to $FEDPD_DATA is
+    written "$FEDPD_DATA"; an absolute --data-dir or --out inside the working directory is written
+    relative to it; any other absolute path (or one above the working directory) as DATA_DIR or
+    OUT_DIR. Relative paths are kept: they name nothing outside the directory the command ran in."""
+    def portable(flag: str, value: str) -> str:
+        path = Path(value).expanduser()
+        env = os.environ.get("FEDPD_DATA")
+        if flag == "--data-dir" and env and path.resolve() == Path(env).expanduser().resolve():
+            return '"$FEDPD_DATA"'
+        if not path.is_absolute() and ".." not in path.parts:
+            return shlex.quote(value)
+        try:
+            return shlex.quote(str(path.resolve().relative_to(Path.cwd().resolve())))
+        except ValueError:
+            return PATH_FLAGS[flag]
+
+    words, pending = [], None
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if pending:
+            words.append(portable(pending, arg))
+            pending = None
+        elif flag in PATH_FLAGS and eq:
+            words.append(f"{flag}={portable(flag, value)}")
+        else:
+            words.append(shlex.quote(arg))
+            pending = arg if arg in PATH_FLAGS else None
+    return " ".join(["fedpd reproduce", *words])
 
 
 def write_report(exp: Experiment, budget, specs, out: Path, command: str, invocations: list[dict]) -> Path:
