@@ -1,0 +1,140 @@
+"""Docs that work as written: every ```bash block of README.md and docs/*.md (the reproduction
+reports under docs/reproductions/ are written by `fedpd reproduce`, not by hand) is either run
+verbatim by a test, in a clean environment, or listed below with the reason it is not. A new or
+changed block fails here until it is classified, and a command hidden in an untagged block fails
+too (tag it ```bash, or ```text / ```console for a synopsis or a transcript)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from doc_blocks import all_bash_blocks, untagged_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+#: whole pages whose blocks another test accounts for: (page, the test, why)
+PAGES = {
+    "docs/extending.md": ("tests/test_extending_doc.py", "runs every bash block of the page as written, in order, "
+                          "outside the repository"),
+    "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback; "
+                           "the other blocks start Ray clusters or need several machines"),
+}
+
+#: (page, how the block's first line starts) -> ("run", the test that runs it verbatim) or ("exempt", why not)
+BLOCKS = {
+    ("README.md", "python3 -m venv .venv"): (
+        "exempt", "creates a virtual environment and installs from a package index; .ci/run runs its second line, "
+        "the test command, as written on a clean clone"),
+    ("README.md", "fedpd run examples/fedpd.toml --out runs/fedpd"): ("run", "tests/test_readme.py"),
+    ("README.md", "fedpd sweep examples/fedavg.toml examples/scaffold.toml"): (
+        "exempt", "12 runs of 200-600 rounds, minutes on two cores; tests/test_sweep.py runs fedpd sweep with "
+        "fewer rounds"),
+    ("README.md", "fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out runs/cluster --ray"): (
+        "exempt", "needs a Ray cluster at the address shown; tests/test_ray_cluster.py runs sweeps on a local one"),
+    ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn --set run.tensorboard"): (
+        "run", "tests/test_readme.py"),
+    ("README.md", "fedpd run benchmarks/configs/femnist_fedavg_cnn.toml"): (
+        "exempt", "needs FEMNIST and minutes of a CNN; tests/test_workers.py runs run.workers=2 on small problems"),
+    ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn-flower"): (
+        "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/test_flower.py runs "
+        "FedDyn on the Flower engine against in-process and tests/test_readme.py parses the command"),
+    ("README.md", "fedpd reproduce --list"): (
+        "exempt", "its second line runs a reduced reproduction, about an hour; tests/test_readme.py runs the first "
+        "and the third line as written, tests/test_reproduce.py every experiment at the smoke budget"),
+    ("docs/algorithms.md", "cd tests && OMP_NUM_THREADS=1 python -c"): ("run", "tests/test_doc_commands.py"),
+    ("docs/benchmarks.md", "fedpd run benchmarks/configs/mnist_fedavg_logistic.toml"): (
+        "exempt", "a benchmark on MNIST, run by hand; tests/test_dataset_problem.py runs the config to the accuracy "
+        "the page shows"),
+    ("docs/benchmarks.md", "OMP_NUM_THREADS=1 python benchmarks/run_cifar10_reduced.py"): (
+        "exempt", "the record of a superseded benchmark (CPU-hours on CIFAR-10, RUN_DIRS stands for its runs)"),
+    ("docs/data.md", 'python "$FEDPD_DATA"/cifar-10/cifar10_jpeg_to_py.py'): (
+        "exempt", "needs CIFAR-10's JPEG copy with its conversion script and MNIST; a full A-FedPD round takes "
+        "minutes; tests/test_benchmark_configs.py validates the configs"),
+    ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
+        "exempt", "a timing on FEMNIST, run by hand"),
+    ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
+        "exempt", "a benchmark on MNIST, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "OMP_NUM_THREADS=1 python benchmarks/side_by_side.py"): (
+        "exempt", "a benchmark on every model, run by hand (about an hour)"),
+    ("docs/performance.md", "python benchmarks/scale_store.py"): (
+        "exempt", "a benchmark of 10^6 clients, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/big_state.py"): (
+        "exempt", "a benchmark that writes 40 GB, run by hand"),
+}
+
+#: how a command begins: a line of an untagged block that starts so is a command the inventory would miss
+COMMAND = re.compile(r"(\$ |fedpd |python|OMP_|FEDPD_|/usr/bin/time |flwr |flower-|ray |pip |cd |export )")
+
+
+def page(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def blocks() -> list[tuple[str, str, str, int]]:
+    """(page, first line, heading, line) of every bash block the pages show, not counting PAGES."""
+    return [(page(doc), text.lstrip().splitlines()[0] if text.strip() else "", heading, line)
+            for doc in DOCS if page(doc) not in PAGES for text, heading, line in all_bash_blocks(doc)]
+
+
+def entry(doc: str, first: str) -> list[tuple[str, str]]:
+    return [key for key in BLOCKS if key[0] == doc and first.startswith(key[1])]
+
+
+def test_every_block_is_run_by_a_test_or_exempt_with_a_reason():
+    unclassified = [f"{doc}:{line} ({heading}): {first}" for doc, first, heading, line in blocks()
+                    if len(entry(doc, first)) != 1]
+    assert not unclassified, "blocks neither run by a test nor exempt (add them to BLOCKS):\n" + "\n".join(unclassified)
+
+
+def test_every_entry_names_a_block_the_docs_show():
+    shown = {(doc, first) for doc, first, _, _ in blocks()}
+    stale = [key for key in BLOCKS if not any(doc == key[0] and first.startswith(key[1]) for doc, first in shown)]
+    assert not stale, f"entries for blocks no page shows any more: {stale}"
+    for doc in PAGES:
+        assert (ROOT / doc).is_file() and all_bash_blocks(ROOT / doc), doc
+
+
+@pytest.mark.parametrize("doc", sorted(PAGES))
+def test_a_page_run_by_a_test_is_read_by_that_test(doc):
+    test, _ = PAGES[doc]
+    if not (ROOT / test).is_file():
+        pytest.skip(f"{test} is not in this checkout (issue 24, part 2)")
+    text = (ROOT / test).read_text()
+    assert Path(doc).name in text and "bash" in text, f"{test} does not read {doc}'s blocks"
+
+
+@pytest.mark.parametrize("key", sorted(BLOCKS), ids=lambda key: f"{key[0]}:{key[1][:40]}")
+def test_a_block_run_by_a_test_is_read_from_its_page_by_that_test(key):
+    how, what = BLOCKS[key]
+    assert how in ("run", "exempt") and what.strip()
+    if how == "run":  # the test reads the block from the page (never a copy of it)
+        text = (ROOT / what).read_text()
+        assert Path(key[0]).name in text and "bash_blocks(" in text, f"{what} does not read {key[0]}'s blocks"
+
+
+@pytest.mark.parametrize("doc", [page(d) for d in DOCS])
+def test_no_command_hides_in_an_untagged_block(doc):
+    hidden = [f"{doc}:{line}: {text.splitlines()[0]}" for text, line in untagged_blocks(ROOT / doc)
+              if any(COMMAND.match(row.strip()) for row in text.splitlines()[:1])]
+    assert not hidden, "tag these ```bash (or ```text, ```console):\n" + "\n".join(hidden)
+
+
+# --- blocks of docs/ run here, as written ----------------------------------------------------------
+def test_the_dual_drift_script_runs_as_written_and_gives_the_tables_seed_0(tmp_path):
+    from doc_blocks import bash_blocks, clean_env, run_script
+
+    doc = ROOT / "docs" / "algorithms.md"
+    [block] = bash_blocks(doc, "Dual drift: what we measured")
+    done = run_script(block, ROOT, clean_env(tmp_path / "home"))  # from the checkout's root: it says cd tests
+    assert done.returncode == 0, done.stdout[-3000:]
+    printed = {name: [float(v) for v in rest] for name, *rest in (line.split() for line in done.stdout.splitlines())}
+    row = re.search(r"^\| 0 \| (.*?) \| (.*?) \| (.*?) \|", doc.read_text(), re.M)
+    for name, cell in zip(("fedadmm", "feddyn", "afedpd"), row.groups()):
+        shown = [float(v) for v in cell.split(" / ")]  # spike / drift / loss, to 3 decimals
+        assert printed[name] == pytest.approx(shown, abs=6e-4), (name, printed[name], shown)
