@@ -209,8 +209,9 @@ def make_parser() -> argparse.ArgumentParser:
     r.add_argument("config", nargs="?", help="TOML config file (fedpd list shows what it can name)")
     r.add_argument("--out", metavar="DIR", help="run directory to write (default runs/<config>-<time>)")
     r.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                   help="override a config value, TOML syntax (repeatable); on --resume only run.rounds, "
-                   "run.threads, run.allow_nonfinite and run.tensorboard")
+                   help="override a config value, TOML syntax (repeatable; a dotted KEY reaches into a table: "
+                   "algorithm.aggregator_options.m=2); on --resume only the target run.rounds and how the run is "
+                   "executed (the README's RESUMABLE list: run.threads, run.device, run.engine, ...)")
     r.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     r.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     r.add_argument("--threads", type=int, metavar="N",
