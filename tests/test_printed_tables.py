@@ -143,7 +143,7 @@ def test_sweep_table_fits_every_width_and_formats_hold_every_column(sweep_args, 
 
 
 # --- fedpd reproduce --list ---------------------------------------------------------------------------
-@pytest.mark.parametrize("columns", WIDTHS)
+@pytest.mark.parametrize("columns", (40, *WIDTHS))  # 40: the narrowest width fedpd assumes
 def test_reproduce_list_fits_every_width_in_a_users_words(columns, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", str(columns))
     code, out, _ = cli(["reproduce", "--list"], capsys)

@@ -69,8 +69,11 @@ def listing(width: int) -> str:
                               f"--data-dir)", "    needs: ", 8))
         for row in rows:
             runs, seeds = row["runs"], row["seeds"]
-            head = (f"    --budget {row['budget']:<8} {runs:>4} run{'s' * (runs != 1)}, "
-                    f"{seeds} seed{'s' * (seeds != 1)}: ")
+            counts = f"{runs:>4} run{'s' * (runs != 1)}, {seeds} seed{'s' * (seeds != 1)}: "
+            head = f"    --budget {row['budget']:<8} {counts}"
+            if len(head) + 20 > width:  # a narrow terminal: the budget on a line of its own
+                lines.append(f"    --budget {row['budget']}")
+                head = " " * 8 + counts.lstrip()
             lines.append(fill(row["note"].split(". ")[0], head, 8))
     return "\n".join(lines)
 
