@@ -21,7 +21,8 @@ PAGES = {
     "docs/extending.md": ("tests/test_extending_doc.py", "runs every bash block of the page as written, in order, "
                           "outside the repository"),
     "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback; "
-                           "the other blocks start Ray clusters or need several machines"),
+                           "the others install from a package index, run a Flower simulation on Ray (as the "
+                           "README's, exempt below) or need a Ray cluster of several machines"),
 }
 
 #: (page, how the block's first line starts) -> ("run", the test that runs it verbatim) or ("exempt", why not)
