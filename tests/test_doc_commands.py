@@ -52,9 +52,9 @@ BLOCKS = {
         "the page shows"),
     ("docs/benchmarks.md", "OMP_NUM_THREADS=1 python benchmarks/run_cifar10_reduced.py"): (
         "exempt", "the record of a superseded benchmark (CPU-hours on CIFAR-10, RUN_DIRS stands for its runs)"),
-    ("docs/data.md", 'python "$FEDPD_DATA"/cifar-10/cifar10_jpeg_to_py.py'): (
-        "exempt", "needs CIFAR-10's JPEG copy with its conversion script and MNIST; a full A-FedPD round takes "
-        "minutes; tests/test_benchmark_configs.py validates the configs"),
+    ("docs/data.md", "fedpd run benchmarks/configs/afedpd_cifar10/afedpd_dir0.1.toml"): (
+        "exempt", "needs CIFAR-10 and MNIST; a full A-FedPD round takes minutes; tests/test_benchmark_configs.py "
+        "validates the configs"),
     ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
         "exempt", "a timing on FEMNIST, run by hand"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
