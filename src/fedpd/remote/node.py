@@ -5,8 +5,9 @@ its own disk, one per run: every request carries the run's key (``run-key``), an
 reads and writes only that run's folder (:func:`~fedpd.remote.filestore.open_run`). From the
 run's config (sent with every message) it builds the problem, the algorithm and the local solver
 exactly as the simulator does, so a client's ``local`` here is the very computation the
-in-process engine would run — same code, same per-client streams, same numbers. It holds nothing else between messages: a node process may be killed and restarted (or,
-in a Flower deployment, be a fresh process per message) and continue from its files.
+in-process engine would run — same code, same per-client streams, same numbers. It holds
+nothing else between messages: a node process may be killed and restarted (or, in a Flower
+deployment, be a fresh process per message) and continue from its files.
 
 A config may name plug-ins (import paths, :mod:`fedpd.plugins`); a node built with ``allowed``
 imports only plug-in modules under those prefixes and answers anything else with an error (the
