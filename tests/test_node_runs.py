@@ -152,3 +152,23 @@ def test_a_resume_whose_node_states_were_cleaned_up_is_one_line(tmp_path, nodes,
     with pytest.raises(ConfigError, match="restore failed.*keep-runs rule") as err:
         fedpd.run(resume=tmp_path / "a", overrides=["run.rounds=4"], transport=transport)
     assert "\n" not in str(err.value)
+
+
+def test_a_checkpoint_without_a_run_token_is_refused_in_one_line(tmp_path, nodes):
+    transport = nodes()
+    fedpd.run(config(), tmp_path / "a", transport=transport)
+    sd = torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)
+    del sd["engine"]["run"]  # as written before node state was kept per run
+    torch.save(sd, tmp_path / "a" / "checkpoint.pt")
+    with pytest.raises(ConfigError, match="no run token.*--overwrite") as err:
+        fedpd.run(resume=tmp_path / "a", overrides=["run.rounds=4"], transport=transport)
+    assert "\n" not in str(err.value)
+
+
+def test_stateless_clients_need_no_run_folder_and_resume_exactly(tmp_path, nodes):
+    transport = nodes()
+    fedavg = {**config(), "algorithm": {"name": "fedavg"}}
+    fedpd.run(fedavg, tmp_path / "a", transport=transport)
+    assert not (tmp_path / "store0" / RUNS).exists()  # nothing kept, no message to start the run
+    got = fedpd.run(resume=tmp_path / "a", overrides=["run.rounds=4"], transport=transport).history
+    assert records(got) == expected({**fedavg, "run": {**fedavg["run"], "rounds": 4}})

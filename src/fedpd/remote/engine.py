@@ -150,7 +150,7 @@ class RemoteEngine:
         self.config_hash = config_hash or hashlib.sha256(config_toml.encode()).hexdigest()[:16]
         self.token = secrets.token_hex(8)
         self.context["run-key"] = run_key(self.token, self.config_hash)
-        self._opened = False
+        self._opened = not init_client  # stateless clients (FedAvg) keep nothing: no run to start on the nodes
         self.num_clients, self.seed, self.max_reply_bytes = num_clients, seed, max_reply_bytes
         self.timeout, self.hello_timeout, self.poll = timeout, hello_timeout, poll
         self.hosted: dict[int, list[int]] = {}
@@ -384,15 +384,17 @@ class RemoteEngine:
     def load_state_dict(self, sd: dict) -> None:
         """Continue from a checkpoint: the nodes roll their clients back to its round, in the folder
         of its run."""
-        if not sd.get("run"):
+        if not sd.get("run") and self.store.init:
             raise ConfigError("the checkpoint has no run token (written before node state was kept per run): start "
                               "the run again with --overwrite")
         self.comm.load_state_dict(sd["comm"])
         self._sample_grads, self.rounds = sd["sample_grads"], sd["rounds"]
-        try:
-            self.context["run-key"] = run_key(str(sd["run"]), self.config_hash)
-        except ValueError as err:
-            raise ConfigError(f"the checkpoint's run token: {err}") from None
-        self.token = str(sd["run"])
-        self._opened = True
-        self.ask({n: Envelope("restore", {"rounds": self.rounds}) for n in self.hosted})
+        if sd.get("run"):
+            try:
+                self.context["run-key"] = run_key(str(sd["run"]), self.config_hash)
+            except ValueError as err:
+                raise ConfigError(f"the checkpoint's run token: {err}") from None
+            self.token = str(sd["run"])
+        if self.store.init:  # stateless clients have nothing to roll back
+            self._opened = True
+            self.ask({n: Envelope("restore", {"rounds": self.rounds}) for n in self.hosted})

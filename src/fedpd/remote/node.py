@@ -60,9 +60,11 @@ class NodeRuntime:
         return open_run(self.root, str(request.config["run-key"]), create=create,
                         run_dir=str(request.config.get("run-dir", "")), keep_runs=self.keep_runs)
 
-    def store(self, request: Envelope) -> VersionedStore:
+    def store(self, request: Envelope) -> VersionedStore | None:
+        """The request's run's store; None for stateless clients (FedAvg: nothing kept, no folder)."""
         _, problem, algorithm, _ = _pieces(request.config["config"])
-        return VersionedStore(self.folder(request), algorithm.init_client(problem.x_init), self.hosted, self.durable)
+        init = algorithm.init_client(problem.x_init)
+        return VersionedStore(self.folder(request), init, self.hosted, self.durable) if init else None
 
     def handle(self, request: Envelope) -> Envelope:
         """The reply to one request; a problem on this side is a reply with ``error`` set."""
@@ -78,7 +80,7 @@ class NodeRuntime:
     def _train(self, request: Envelope) -> Envelope:
         cfg, problem, algorithm, solver = _pieces(request.config["config"])
         store = self.store(request)
-        if request.config.get("prune") is not None:
+        if request.config.get("prune") is not None and store is not None:
             store.prune(int(request.config["prune"]))
         ids = [int(i) for i in request.config["ids"]]
         foreign = sorted(set(ids) - set(self.hosted))
@@ -92,13 +94,13 @@ class NodeRuntime:
         uploads, states = [], []
         for part in torch.split(ids_t, chunk):
             ctx = ClientContext(part, round, ClientData(problem, part), solver, cfg.run.seed)
-            current = {k: v.to(device) for k, v in store.get(part.tolist()).items()}
+            current = {k: v.to(device) for k, v in store.get(part.tolist()).items()} if store is not None else {}
             up, new = algorithm.local(message, current, ctx)
             uploads.append(up)
             states.append(new)
         upload = {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]} if uploads else {}
         state = {k: torch.cat([s[k] for s in states]) for k in states[0]} if states and states[0] else {}
-        if state:  # stateless clients (FedAvg) have nothing to keep, and the server sends no commit
+        if state and store is not None:  # stateless clients (FedAvg) keep nothing; the server sends no commit
             store.stage(round, ids, state)
         return Envelope("train", {"ids": ids, "sample_grads": int(problem.sample_grads) - before}, pack("u", upload))
 
@@ -106,7 +108,7 @@ class NodeRuntime:
         cfg, problem, algorithm, _ = _pieces(request.config["config"])
         store = self.store(request)
         round = int(request.config["round"])
-        staged = store.staged(round)
+        staged = store.staged(round) if store is not None else None
         if staged is None:  # committed before (a retried message), or nothing was trained here
             return Envelope("commit", {})
         ids, state = staged
@@ -132,7 +134,7 @@ class NodeRuntime:
 
     def _states(self, request: Envelope) -> Envelope:
         store = self.store(request)
-        ids = store.touched()
+        ids = store.touched() if store is not None else []
         state = store.get(ids) if ids else {}
         key = request.config["key"]
         return Envelope("states", {"ids": ids}, pack("s", {key: state[key]} if ids else {}))
