@@ -172,3 +172,22 @@ def test_stateless_clients_need_no_run_folder_and_resume_exactly(tmp_path, nodes
     assert not (tmp_path / "store0" / RUNS).exists()  # nothing kept, no message to start the run
     got = fedpd.run(resume=tmp_path / "a", overrides=["run.rounds=4"], transport=transport).history
     assert records(got) == expected({**fedavg, "run": {**fedavg["run"], "rounds": 4}})
+
+
+def test_a_supernodes_keep_runs_comes_from_its_node_config(tmp_path):
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    from types import SimpleNamespace
+
+    from fedpd.flower.clientapp import node_runtime
+    from fedpd.remote.filestore import KEEP_RUNS
+    from fedpd.remote.messages import Envelope
+
+    def runtime(**more):
+        context = SimpleNamespace(node_config={"hosted-clients": "0-2", "store-dir": str(tmp_path), **more})
+        return node_runtime(context, Envelope("hello"))
+
+    assert runtime().keep_runs == KEEP_RUNS == 3
+    assert runtime(**{"keep-runs": 5}).keep_runs == 5
+    for bad in ("0", "-1", "all"):
+        with pytest.raises(ValueError, match="keep-runs .*at least 1"):
+            runtime(**{"keep-runs": bad})
