@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from fedpd.io import atomic_torch_save, remove_leftover_temps
+from fedpd.io import atomic_torch_save, atomic_write_text, remove_leftover_temps
 
 State = dict[str, Tensor]
 _VERSION = re.compile(r"v(\d+)\.pt")
@@ -76,9 +76,7 @@ def open_run(root: str | Path, key: str, *, create: bool, run_dir: str = "", kee
                          f"keep-runs rule, or the node's store-dir changed): start the run again with overwrite")
     folder.mkdir(parents=True, exist_ok=True)
     about = {"key": key, "run_dir": run_dir, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = folder / f".{MARK}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(about) + "\n")
-    os.replace(tmp, mark)
+    atomic_write_text(mark, json.dumps(about) + "\n")
     cleanup(runs, keep_runs, current=key)
     return folder
 
