@@ -191,3 +191,15 @@ def test_a_supernodes_keep_runs_comes_from_its_node_config(tmp_path):
     for bad in ("0", "-1", "all"):
         with pytest.raises(ValueError, match="keep-runs .*at least 1"):
             runtime(**{"keep-runs": bad})
+
+
+def test_a_node_without_work_in_the_first_round_still_starts_the_run_and_a_resume_finds_it(tmp_path, nodes):
+    """One client per round: in round 0 one node trains and the other gets the start message in
+    the same exchange; both hold the run's folder, so the resume's roll-back finds it on both."""
+    transport = nodes()
+    one = {**config(), "sampler": {"name": "uniform", "clients_per_round": 1}}
+    fedpd.run({**one, "run": {**one["run"], "rounds": 1}}, tmp_path / "a", transport=transport)
+    assert [len(list((tmp_path / s / RUNS).iterdir())) for s in ("store0", "store1")] == [1, 1]
+    assert sum(any((tmp_path / s / RUNS).glob("*/c*/v1.pt")) for s in ("store0", "store1")) == 1
+    got = fedpd.run(resume=tmp_path / "a", overrides=["run.rounds=4"], transport=transport).history
+    assert records(got) == expected({**one, "run": {**one["run"], "rounds": 4}})

@@ -16,9 +16,10 @@ no client, a client hosted twice, a client hosted by nobody.
 
 Node state is run-scoped: every request carries the run's key (a token drawn when the run
 starts, kept in its checkpoints, and the config's hash; :func:`~fedpd.remote.filestore.run_key`).
-Before its first exchange about clients a new run tells every node to start it (``restore`` of
-0 rounds: a fresh folder, initial states); a resumed run tells them to roll back to its
-checkpoint's round, in its own folder.
+A new run's folder on a node is made by the first message about its clients (a fresh key:
+initial states); in the first round the nodes that do not train get ``restore`` of 0 rounds
+instead, so every node holds the run's folder. A resumed run tells every node to roll back to
+its checkpoint's round, in its own folder.
 """
 
 from __future__ import annotations
@@ -122,7 +123,6 @@ class RemoteStates:
 
     def full(self, key: str) -> Tensor:
         out = self.init[key].expand(self.num_clients, *self.init[key].shape).clone()
-        self.engine.open()
         replies = self.engine.ask({n: Envelope("states", {"key": key}) for n in self.engine.hosted})
         for node, reply in replies.items():
             ids = reply.config.get("ids", [])
@@ -292,19 +292,6 @@ class RemoteEngine:
                     self.node_of[int(i)] = node
         self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
 
-    def open(self) -> None:
-        """Tell every node, once, that this run starts at ``self.rounds`` (0: a new run, fresh
-        states; a resume has done so in :meth:`load_state_dict`). A node that fails to answer is
-        told on stderr; it makes its folder when its clients' work arrives."""
-        if self._opened:
-            return
-        self._opened = True
-        replies = self.exchange({n: Envelope("restore", {"rounds": self.rounds}) for n in self.hosted})
-        for node, reply in sorted(replies.items()):
-            if reply is None or "error" in reply.config:
-                why = "no reply" if reply is None else reply.config["error"]
-                notice(f"node {node}: could not start the run ({why})")
-
     # --- the engine contract ----------------------------------------------------------------
     @property
     def sample_grads(self) -> int:
@@ -317,15 +304,24 @@ class RemoteEngine:
         return server
 
     def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State]]:
-        self.open()
         by_node: dict[int, list[int]] = {}
         for i in ids.tolist():
             by_node.setdefault(self.node_of[i], []).append(i)
         arrays = pack("m", message)
         config = {"round": round} if self.prune is None else {"round": round, "prune": self.prune}
         requests = {n: Envelope("train", {**config, "ids": c}, arrays) for n, c in by_node.items()}
+        # a new run's first round: the nodes that do not train now start it too (its folder, so
+        # that a resume finds one on every node), in the same exchange
+        starting = [] if self._opened else [n for n in self.hosted if n not in requests]
+        self._opened = True
+        requests.update({n: Envelope("restore", {"rounds": self.rounds}) for n in starting})
         self._asked = dict(by_node)
         replies = self.exchange(requests)
+        for node in starting:
+            reply = replies.get(node)
+            if reply is None or "error" in reply.config:
+                why = "no reply" if reply is None else reply.config["error"]
+                notice(f"node {node}: could not start the run ({why}); it will when its clients' work arrives")
         self._trained, groups = {}, []
         for node, asked in by_node.items():
             reply = replies.get(node)
