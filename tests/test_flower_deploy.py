@@ -74,7 +74,7 @@ def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
         done = dep.flwr_run(appdir, timeout=600)
         assert (run_dir / "metrics.jsonl").exists(), done.stdout[-3000:] + dep.log("superlink")
         assert metrics(run_dir) == expected, done.stdout[-3000:]
-        assert any((tmp_path / "store0").glob("c*/v*.pt"))  # client state on the node's own disk
+        assert any((tmp_path / "store0").glob("runs/*/c*/v*.pt"))  # client state on the node's own disk, per run
         # an unregistered SuperNode is refused: it exits with an error, and the run was not affected
         refused = dep.supernode(2, "0-5", tmp_path / "store2", key=2, name="unregistered")
         assert refused.wait(60) != 0

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import tempfile
 import weakref
@@ -67,10 +69,19 @@ def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, att
                                        for k in range(cfg.run.nodes)})
     engine = RemoteEngine(algorithm, cfg.to_toml(), transport, num_clients=problem.num_clients, seed=cfg.run.seed,
                           init_client=init, attack=attack, timeout=cfg.run.node_timeout,
-                          context={"store-root": str(Path(workdir) / NODES), "plugin-path": list(cfg.plugin_path)})
+                          context={"store-root": str(Path(workdir) / NODES), "plugin-path": list(cfg.plugin_path),
+                                   "run-dir": str(Path(workdir).absolute())},
+                          config_hash=config_hash(cfg))
     if scratch is not None:  # a run without a directory: its nodes' files go with the engine
         weakref.finalize(engine, shutil.rmtree, str(scratch), True)
     return engine
+
+
+def config_hash(cfg: Config) -> str:
+    """The hash of what a run is (its config without the options a resume may change): half of
+    its key on the nodes, so a resume finds its clients' states and another config never does."""
+    text = json.dumps(cfg.fingerprint(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @contextmanager

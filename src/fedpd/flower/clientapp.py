@@ -8,7 +8,9 @@ Every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.Nod
   (``hosted-clients``: ids and ranges, comma-separated); its data is read from ``FEDPD_DATA`` or
   the config's ``problem.data_dir`` on that machine; it imports only the plug-in modules its
   ``allowed-plugins`` lists (module prefixes, comma-separated; none by default), from its own
-  Python path;
+  Python path; it keeps each run's client states in a folder of their own under ``store-dir`` and,
+  when a run starts, removes older runs' folders beyond the ``keep-runs`` (default 3) most recently
+  used (:mod:`fedpd.remote.filestore`);
 * in Flower's simulation runtime, virtual node k of n hosts the k-th contiguous block of the
   client ids and keeps their states under the run directory (``<run>/nodes/node<k>``); it imports
   the config's plug-ins from the run's plug-in path (one user, one machine).
@@ -27,6 +29,7 @@ from flwr.clientapp import ClientApp
 from fedpd import plugins
 from fedpd.build import hosted_clients
 from fedpd.flower.transport import to_content, to_envelope
+from fedpd.remote.filestore import KEEP_RUNS
 from fedpd.remote.messages import Envelope
 from fedpd.remote.node import NodeRuntime, _pieces
 
@@ -52,7 +55,11 @@ def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
         if "store-dir" not in node_config:
             raise ValueError("node config: store-dir missing (where this node keeps its clients' states)")
         allowed = plugins.parse_allowed(node_config.get("allowed-plugins", ""))
-        return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True, allowed=allowed)
+        keep = str(node_config.get("keep-runs", KEEP_RUNS))
+        if not keep.isdigit() or int(keep) < 1:
+            raise ValueError(f"node config: keep-runs {keep!r}: expected a whole number of runs, at least 1")
+        return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True, allowed=allowed,
+                           keep_runs=int(keep))
     if "partition-id" in node_config:  # a virtual node of Flower's simulation runtime
         plugins.search(request.config.get("plugin-path") or ())  # the run's own plug-ins, as in process
         cfg, problem, _, _ = _pieces(request.config["config"])

@@ -13,14 +13,22 @@ clients' uploads rejected (counted in ``rejected_uploads``); one that does not a
 its clients counted as ``dropouts``; either way their states are kept, one line says so on
 stderr and the run goes on. Bad federations are refused before the first round with one line: a node hosting
 no client, a client hosted twice, a client hosted by nobody.
+
+Node state is run-scoped: every request carries the run's key (a token drawn when the run
+starts, kept in its checkpoints, and the config's hash; :func:`~fedpd.remote.filestore.run_key`).
+A new run's folder on a node is made by the first message about its clients (a fresh key:
+initial states); in the first round the nodes that do not train get ``restore`` of 0 rounds
+instead, so every node holds the run's folder. A resumed run tells every node to roll back to
+its checkpoint's round, in its own folder.
 """
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+import sys
 import time
 from typing import Hashable, Protocol
-
-import sys
 
 import numpy as np
 import torch
@@ -31,6 +39,7 @@ from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
 from fedpd.errors import ConfigError
 from fedpd.protocol import run_round
+from fedpd.remote.filestore import run_key
 from fedpd.remote.messages import Envelope, pack, unpack
 from fedpd.remote.node import NodeRuntime
 
@@ -133,9 +142,15 @@ class RemoteEngine:
 
     def __init__(self, algorithm: Algorithm, config_toml: str, transport: Transport, *, num_clients: int, seed: int,
                  init_client: State, attack: Attack | None = None, max_reply_bytes: int = 1 << 30,
-                 timeout: float = 600.0, hello_timeout: float = 30.0, poll: float = 0.01, context: dict | None = None):
+                 timeout: float = 600.0, hello_timeout: float = 30.0, poll: float = 0.01, context: dict | None = None,
+                 config_hash: str | None = None):
         self.algorithm, self.config_toml, self.transport = algorithm, config_toml, transport
         self.context = dict(context or {})  # sent with every request (e.g. where simulated nodes keep state)
+        # the run's key on the nodes: a new token per run (a checkpoint gives back its own)
+        self.config_hash = config_hash or hashlib.sha256(config_toml.encode()).hexdigest()[:16]
+        self.token = secrets.token_hex(8)
+        self.context["run-key"] = run_key(self.token, self.config_hash)
+        self._opened = not init_client  # stateless clients (FedAvg) keep nothing: no run to start on the nodes
         self.num_clients, self.seed, self.max_reply_bytes = num_clients, seed, max_reply_bytes
         self.timeout, self.hello_timeout, self.poll = timeout, hello_timeout, poll
         self.hosted: dict[int, list[int]] = {}
@@ -295,8 +310,18 @@ class RemoteEngine:
         arrays = pack("m", message)
         config = {"round": round} if self.prune is None else {"round": round, "prune": self.prune}
         requests = {n: Envelope("train", {**config, "ids": c}, arrays) for n, c in by_node.items()}
+        # a new run's first round: the nodes that do not train now start it too (its folder, so
+        # that a resume finds one on every node), in the same exchange
+        starting = [] if self._opened else [n for n in self.hosted if n not in requests]
+        self._opened = True
+        requests.update({n: Envelope("restore", {"rounds": self.rounds}) for n in starting})
         self._asked = dict(by_node)
         replies = self.exchange(requests)
+        for node in starting:
+            reply = replies.get(node)
+            if reply is None or "error" in reply.config:
+                why = "no reply" if reply is None else reply.config["error"]
+                notice(f"node {node}: could not start the run ({why}); it will when its clients' work arrives")
         self._trained, groups = {}, []
         for node, asked in by_node.items():
             reply = replies.get(node)
@@ -344,7 +369,8 @@ class RemoteEngine:
 
     # --- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"comm": self.comm.state_dict(), "sample_grads": self._sample_grads, "rounds": self.rounds}
+        return {"comm": self.comm.state_dict(), "sample_grads": self._sample_grads, "rounds": self.rounds,
+                "run": self.token}
 
     def checkpointed(self, rounds: int) -> None:
         """The run's checkpoint of ``rounds`` rounds is on disk: nodes may prune older versions
@@ -352,7 +378,19 @@ class RemoteEngine:
         self.prune = rounds
 
     def load_state_dict(self, sd: dict) -> None:
-        """Continue from a checkpoint: the nodes roll their clients back to its round."""
+        """Continue from a checkpoint: the nodes roll their clients back to its round, in the folder
+        of its run."""
+        if not sd.get("run") and self.store.init:
+            raise ConfigError("the checkpoint has no run token (written before node state was kept per run): start "
+                              "the run again with --overwrite")
         self.comm.load_state_dict(sd["comm"])
         self._sample_grads, self.rounds = sd["sample_grads"], sd["rounds"]
-        self.ask({n: Envelope("restore", {"rounds": self.rounds}) for n in self.hosted})
+        if sd.get("run"):
+            try:
+                self.context["run-key"] = run_key(str(sd["run"]), self.config_hash)
+            except ValueError as err:
+                raise ConfigError(f"the checkpoint's run token: {err}") from None
+            self.token = str(sd["run"])
+        if self.store.init:  # stateless clients have nothing to roll back
+            self._opened = True
+            self.ask({n: Envelope("restore", {"rounds": self.rounds}) for n in self.hosted})

@@ -1,11 +1,17 @@
-"""A node's durable client store: every hosted client's state in files, versioned by round.
+"""A node's durable client store: every hosted client's state in files, versioned by round,
+one folder per run.
 
 A SuperNode keeps the states of the clients it hosts on its own disk, so a node that is killed
 and restarted continues with them, and a server that resumes from a checkpoint can bring every
-node back to the checkpoint's round. Layout (one directory per node)::
+node back to the checkpoint's round. Long-lived nodes serve run after run, so the states are
+kept per run, under the run's key (:func:`run_key`: the run's random token and its config's
+hash, both from the server) — a new run starts from the initial client states, never from
+another run's. Layout (one ``store-dir`` per node)::
 
-    <root>/c<id>/v<rounds>.pt     the client's state after <rounds> rounds of the run
-    <root>/staged/r<round>.pt     states computed in round <round>, not yet committed
+    <root>/runs/<key>/run.json           which run (key, the server's run directory), when it
+                                         started; its time stamp says when the run last used it
+    <root>/runs/<key>/c<id>/v<rounds>.pt the client's state after <rounds> rounds of that run
+    <root>/runs/<key>/staged/r<round>.pt states computed in round <round>, not yet committed
 
 Version v of a client is its state after v rounds (a client untouched so far has none and reads
 its initial state). A round stages its new states; ``commit`` turns the accepted ones into
@@ -14,21 +20,83 @@ versions a resume to round R (the last checkpoint) no longer needs. Files are wr
 (a kill never leaves half a file) and read with ``weights_only`` (nothing in them runs).
 ``durable`` also fsyncs each file (deployment; a simulation skips it: a killed process's writes
 survive in the page cache).
+
+Cleanup (:func:`open_run`): when a run's folder is created, the folders of older runs go, except
+the ``keep_runs`` most recently used ones (the new run's included) and any used within the last
+:data:`IN_PROGRESS_S` seconds (a run in progress on the same node is never removed).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from fedpd.io import atomic_torch_save, remove_leftover_temps
+from fedpd.io import atomic_torch_save, atomic_write_text, remove_leftover_temps
 
 State = dict[str, Tensor]
 _VERSION = re.compile(r"v(\d+)\.pt")
+RUNS, MARK = "runs", "run.json"
+_KEY = re.compile(r"[0-9a-f]{8,64}-[0-9a-f]{8,64}")
+#: a run folder used this recently belongs to a run in progress: the cleanup never removes it
+IN_PROGRESS_S = 3600
+KEEP_RUNS = 3  # the default of a node's keep-runs
+
+
+def run_key(token: str, config_hash: str) -> str:
+    """The key of a run's node state: its token (random, drawn when the run starts, kept in its
+    checkpoints, so a resume has the same and a new or overwritten run another) and the hash of
+    its config (without the options a resume may change)."""
+    key = f"{token}-{config_hash}"
+    if not _KEY.fullmatch(key):
+        raise ValueError(f"run key {key[:80]!r}: expected hex token-hash")
+    return key
+
+
+def open_run(root: str | Path, key: str, *, create: bool, run_dir: str = "", keep_runs: int = KEEP_RUNS) -> Path:
+    """The folder of run ``key`` under ``root``, marked as used now. A missing one is created
+    (``create``; then older runs' folders are cleaned up, see the module docstring) or is a
+    ValueError (a resume whose states are gone)."""
+    if not _KEY.fullmatch(str(key)):  # it becomes a path: nothing but the shape run_key makes
+        raise ValueError(f"run-key {str(key)[:80]!r}: expected hex token-hash (fedpd versions differ?)")
+    runs = Path(root) / RUNS
+    folder = runs / key
+    mark = folder / MARK
+    if mark.exists():
+        os.utime(mark)
+        return folder
+    if not create:
+        raise ValueError(f"the client states of run {key} are not in {folder.parent.parent} (removed by the "
+                         f"keep-runs rule, or the node's store-dir changed): start the run again with overwrite")
+    folder.mkdir(parents=True, exist_ok=True)
+    about = {"key": key, "run_dir": run_dir, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write_text(mark, json.dumps(about) + "\n")
+    cleanup(runs, keep_runs, current=key)
+    return folder
+
+
+def cleanup(runs: Path, keep_runs: int, current: str = "") -> list[str]:
+    """Remove the run folders under ``runs`` beyond the ``keep_runs`` most recently used, never
+    ``current`` nor one used within :data:`IN_PROGRESS_S`; the keys removed."""
+    def used(p: Path) -> float:
+        try:
+            return (p / MARK).stat().st_mtime
+        except OSError:  # a folder being created by another run right now, or not a run's
+            return time.time()
+
+    folders = sorted((p for p in runs.iterdir() if p.is_dir() and _KEY.fullmatch(p.name)), key=used, reverse=True)
+    now, removed = time.time(), []
+    for p in folders[max(keep_runs, 1):]:
+        if p.name != current and now - used(p) > IN_PROGRESS_S:
+            shutil.rmtree(p, ignore_errors=True)  # another node process may be removing it too
+            removed.append(p.name)
+    return removed
 
 
 def _save(obj, path: Path, durable: bool) -> None:

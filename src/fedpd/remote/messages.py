@@ -10,11 +10,13 @@ Kinds, server → node (the node answers each with an envelope of the same kind)
     hello    → config {"hosted": [client ids]}
     train    {"round", "ids", "prune"} + m/…  → {"ids", "sample_grads"} + u/…
     commit   {"round", "accepted"} + r/…      → {}
-    restore  {"rounds"}                       → {}  (roll back to the checkpoint's round)
+    restore  {"rounds"}                       → {}  (0: the run starts, fresh states; else roll
+                                                    back to the checkpoint's round)
     states   {"key"}                          → {"ids"} + s/<key> (evaluation path, not counted)
 
-Every request also carries ``config`` (the run's resolved TOML), so a node needs nothing but its
-own node config (the clients it hosts, where it keeps their state).
+Every request also carries ``config`` (the run's resolved TOML) and ``run-key`` (which run's
+states, :mod:`fedpd.remote.filestore`), so a node needs nothing but its own node config (the
+clients it hosts, where it keeps their state).
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The node side of a remote engine: what a SuperNode (or any worker) does with each message.
 
 A node hosts a fixed set of client ids and keeps their states in a :class:`VersionedStore` on
-its own disk. From the run's config (sent with every message) it builds the problem, the
-algorithm and the local solver exactly as the simulator does, so a client's ``local`` here is
-the very computation the in-process engine would run — same code, same per-client streams, same
-numbers. It holds nothing else between messages: a node process may be killed and restarted (or,
-in a Flower deployment, be a fresh process per message) and continue from its files.
+its own disk, one per run: every request carries the run's key (``run-key``), and the node
+reads and writes only that run's folder (:func:`~fedpd.remote.filestore.open_run`). From the
+run's config (sent with every message) it builds the problem, the algorithm and the local solver
+exactly as the simulator does, so a client's ``local`` here is the very computation the
+in-process engine would run — same code, same per-client streams, same numbers. It holds
+nothing else between messages: a node process may be killed and restarted (or, in a Flower
+deployment, be a fresh process per message) and continue from its files.
 
 A config may name plug-ins (import paths, :mod:`fedpd.plugins`); a node built with ``allowed``
 imports only plug-in modules under those prefixes and answers anything else with an error (the
@@ -24,7 +26,7 @@ from fedpd import plugins
 from fedpd.build import from_toml
 from fedpd.context import ClientContext
 from fedpd.problems.base import ClientData
-from fedpd.remote.filestore import VersionedStore
+from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
 from fedpd.remote.messages import Envelope, pack, unpack
 
 _BUILT: dict[tuple, tuple] = {}  # (config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
@@ -42,17 +44,27 @@ def _pieces(config_toml: str):
 
 
 class NodeRuntime:
-    """One node: the clients ``hosted`` (ids of the run's partition), their states under ``root``;
-    ``allowed``: the plug-in module prefixes it may import (None: any)."""
+    """One node: the clients ``hosted`` (ids of the run's partition), their states under ``root``
+    (one folder per run; ``keep_runs``: how many runs' folders the cleanup keeps); ``allowed``:
+    the plug-in module prefixes it may import (None: any)."""
 
     def __init__(self, hosted: list[int], root: str | Path, durable: bool = True,
-                 allowed: tuple[str, ...] | None = None):
+                 allowed: tuple[str, ...] | None = None, keep_runs: int = KEEP_RUNS):
         self.hosted, self.root, self.durable = sorted(int(i) for i in hosted), Path(root), durable
-        self.allowed = allowed
+        self.allowed, self.keep_runs = allowed, keep_runs
 
-    def store(self, config_toml: str) -> VersionedStore:
-        _, problem, algorithm, _ = _pieces(config_toml)
-        return VersionedStore(self.root, algorithm.init_client(problem.x_init), self.hosted, self.durable)
+    def folder(self, request: Envelope, create: bool = True):
+        """The folder of the request's run (see :func:`~fedpd.remote.filestore.open_run`)."""
+        if not request.config.get("run-key"):
+            raise ValueError("the server sent no run-key (fedpd versions differ between server and node?)")
+        return open_run(self.root, str(request.config["run-key"]), create=create,
+                        run_dir=str(request.config.get("run-dir", "")), keep_runs=self.keep_runs)
+
+    def store(self, request: Envelope) -> VersionedStore | None:
+        """The request's run's store; None for stateless clients (FedAvg: nothing kept, no folder)."""
+        _, problem, algorithm, _ = _pieces(request.config["config"])
+        init = algorithm.init_client(problem.x_init)
+        return VersionedStore(self.folder(request), init, self.hosted, self.durable) if init else None
 
     def handle(self, request: Envelope) -> Envelope:
         """The reply to one request; a problem on this side is a reply with ``error`` set."""
@@ -67,8 +79,8 @@ class NodeRuntime:
 
     def _train(self, request: Envelope) -> Envelope:
         cfg, problem, algorithm, solver = _pieces(request.config["config"])
-        store = self.store(request.config["config"])
-        if request.config.get("prune") is not None:
+        store = self.store(request)
+        if request.config.get("prune") is not None and store is not None:
             store.prune(int(request.config["prune"]))
         ids = [int(i) for i in request.config["ids"]]
         foreign = sorted(set(ids) - set(self.hosted))
@@ -82,21 +94,21 @@ class NodeRuntime:
         uploads, states = [], []
         for part in torch.split(ids_t, chunk):
             ctx = ClientContext(part, round, ClientData(problem, part), solver, cfg.run.seed)
-            current = {k: v.to(device) for k, v in store.get(part.tolist()).items()}
+            current = {k: v.to(device) for k, v in store.get(part.tolist()).items()} if store is not None else {}
             up, new = algorithm.local(message, current, ctx)
             uploads.append(up)
             states.append(new)
         upload = {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]} if uploads else {}
         state = {k: torch.cat([s[k] for s in states]) for k in states[0]} if states and states[0] else {}
-        if state:  # stateless clients (FedAvg) have nothing to keep, and the server sends no commit
+        if state and store is not None:  # stateless clients (FedAvg) keep nothing; the server sends no commit
             store.stage(round, ids, state)
         return Envelope("train", {"ids": ids, "sample_grads": int(problem.sample_grads) - before}, pack("u", upload))
 
     def _commit(self, request: Envelope) -> Envelope:
         cfg, problem, algorithm, _ = _pieces(request.config["config"])
-        store = self.store(request.config["config"])
+        store = self.store(request)
         round = int(request.config["round"])
-        staged = store.staged(round)
+        staged = store.staged(round) if store is not None else None
         if staged is None:  # committed before (a retried message), or nothing was trained here
             return Envelope("commit", {})
         ids, state = staged
@@ -113,12 +125,16 @@ class NodeRuntime:
         return Envelope("commit", {})
 
     def _restore(self, request: Envelope) -> Envelope:
-        self.store(request.config["config"]).rollback(int(request.config["rounds"]))
+        """The run starts here (0 rounds: its folder is made, older runs' cleaned up) or continues
+        from its checkpoint of ``rounds`` rounds (its folder must be here). Builds nothing: a node
+        that refuses the config's plug-ins says so on ``train``, where it counts."""
+        rounds = int(request.config["rounds"])
+        VersionedStore(self.folder(request, create=rounds == 0), {}, self.hosted, self.durable).rollback(rounds)
         return Envelope("restore", {})
 
     def _states(self, request: Envelope) -> Envelope:
-        store = self.store(request.config["config"])
-        ids = store.touched()
+        store = self.store(request)
+        ids = store.touched() if store is not None else []
         state = store.get(ids) if ids else {}
         key = request.config["key"]
         return Envelope("states", {"ids": ids}, pack("s", {key: state[key]} if ids else {}))
