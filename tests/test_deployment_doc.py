@@ -121,7 +121,7 @@ def test_the_tls_deployment_runs_as_written(tmp_path):
         while proc.poll() is None and time.time() < deadline:  # every process the script starts, and theirs
             seen.update(descendants({proc.pid, *seen}, processes()))
             time.sleep(0.5)
-        for _ in range(10):  # a TERM'd SuperLink or SuperNode takes a moment to stop its helpers
+        for _ in range(45):  # a stopped node's helper notices between reconnection tries (at most 20 s apart)
             if not alive(seen):
                 break
             time.sleep(1)
