@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 
 import pytest
@@ -31,6 +32,26 @@ def test_app_holds_fedpds_components_and_the_resolved_config(tmp_path):
     run_cfg = tomllib.loads(app["config"]["fedpd-config"])
     assert run_cfg["algorithm"]["name"] == "feddyn" and run_cfg["run"]["rounds"] == 7
     assert app["config"]["out"] == str((tmp_path / "run").absolute())
+
+
+def test_app_declares_no_dependencies_so_a_superlink_installs_nothing(tmp_path):
+    """Issue 24: a SuperLink installs an app's declared dependencies for every run (``uv sync``,
+    Flower's default); ``fedpd[flower]`` could not be found for a fedpd installed from a clone (exit
+    code 608). fedpd is preinstalled on every machine: the app declares nothing, and Flower's own
+    installer, run on it as the SuperLink runs it, succeeds without an index."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG)
+    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app")]) == 0
+    assert tomllib.loads((tmp_path / "app" / "pyproject.toml").read_text())["project"]["dependencies"] == []
+    code = ("import sys; from flwr.supercore.superexec.dependency_installer import install_app_dependencies as f; "
+            "f(sys.argv[1], run_id=1); import fedpd.flower.serverapp")
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "home"), "UV_OFFLINE": "1"}  # no index may be needed
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "app")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_app_refuses_an_existing_app_and_a_bad_config(tmp_path, capsys):

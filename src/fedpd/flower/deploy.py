@@ -6,6 +6,14 @@ The app is a directory ``flwr run`` packs: a ``pyproject.toml`` whose components
 ServerApp and ClientApp (:mod:`fedpd.flower.serverapp`, :mod:`fedpd.flower.clientapp`; so fedpd
 must be installed on the SuperLink's machine and on every SuperNode) and whose run config holds
 the resolved fedpd config and the run directory on the server machine.
+
+The app declares no dependencies. A SuperLink installs an app's declared dependencies into a
+fresh environment for every run (``uv sync``, Flower's default; SuperNodes never do by default),
+and ``fedpd[flower]`` cannot be installed there when fedpd came from a clone rather than an index
+(the run fails with exit code 608 while ``flwr run`` still returns 0). Even when it could, the
+ServerApp would run an index's fedpd while the SuperNodes run the one installed on them: the
+messages and the metrics are only exact when every machine runs the same fedpd, installed
+beforehand. With nothing declared the SuperLink's install step has nothing to do.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False)
         "build-system": {"requires": ["hatchling"], "build-backend": "hatchling.build"},
         "project": {"name": name, "version": "1.0.0", "license": "Apache-2.0",
                     "description": f"fedpd: {cfg.names['algorithm']} on {cfg.names['problem']}",
-                    "dependencies": ["fedpd[flower]"]},
+                    "dependencies": []},  # fedpd is preinstalled everywhere (see above)
         "tool": {"flwr": {"app": {
             "publisher": "fedpd",
             "components": {"serverapp": "fedpd.flower.serverapp:server_app",

@@ -1,0 +1,147 @@
+"""docs/deployment.md's TLS deployment, run as written (issue 24): the bash blocks of the section,
+in order, as one script on 127.0.0.1 — certificates, a SuperLink with TLS and node
+authentication, two registered SuperNodes, the app, ``flwr run``, ``fedpd compare``, a SuperNode
+killed with ``kill -9`` and restarted after the doc's wait, and the doc's stop by PID. The one
+change is the rounds, fewer through the doc's own ``--set run.rounds=…``; between the restart and
+the stop the test waits until the SuperLink lists the restarted node online. The environment is
+clean: a fresh HOME; on PATH this Python's scripts and the system's; PYTHONPATH only this
+checkout's ``src`` (so that ``fedpd`` is the code under test); none of Flower's switches (notably
+not FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION): what the doc does not set, the test does not
+either. Every process the script starts, and those they start (Flower's SuperExec helpers put
+themselves in sessions of their own), is followed through /proc; after the doc's stop none may be
+left, and the test kills by PID whatever is, failing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from doc_blocks import bash_blocks
+
+pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "deployment.md"
+SECTION = "3. A deployment with TLS"
+DOC_ROUNDS, ROUNDS = "--set run.rounds=5", "--set run.rounds=2"
+PORTS = (9092, 9094, 9095)  # the doc's own
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": str(home), "PYTHONPATH": str(ROOT / "src"), "LANG": "C.UTF-8"}
+
+
+def processes() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, start time, state) of every process."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            out[int(entry.name)] = (int(fields[1]), fields[19], fields[0])  # ppid, starttime, state
+    return out
+
+
+def descendants(roots: set[int], table: dict[int, tuple[int, str, str]]) -> dict[int, str]:
+    """The processes below ``roots`` (roots included): pid -> start time, to tell a reused pid."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = {}, [r for r in roots if r in table]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = table[pid][1]
+            todo += children.get(pid, [])
+    return found
+
+
+def alive(seen: dict[int, str]) -> list[int]:
+    """Those of ``seen`` still running (the same process: same start time; zombies are done)."""
+    table = processes()
+    return sorted(pid for pid in descendants(set(seen), table)
+                  if table[pid][2] != "Z" and (pid not in seen or seen[pid] == table[pid][1]))
+
+
+WAIT_ONLINE = """
+for i in $(seq 60); do  # (the test's) until the SuperLink lists both SuperNodes online again
+  [ "$(flwr supernode list local-tls --format json | grep -c '"status": "online"')" = 2 ] && break
+  sleep 2
+done
+"""
+
+
+def test_the_section_starts_processes_it_stops_and_has_the_rounds_to_change():
+    blocks = bash_blocks(DOC, SECTION)
+    text = "\n".join(blocks)
+    assert text.count(DOC_ROUNDS) == 1
+    started = re.findall(r"^(\w+)=\$!$", text, re.M)
+    assert set(started) == {"NODE0", "NODE1", "SUPERLINK"}, started
+    assert text.count(" &\n") == len(started)  # every background process has its PID kept
+    assert blocks[-1].strip() == "kill -TERM $NODE0 $NODE1 $SUPERLINK"
+    restart = [b for b in blocks if "kill -9 $NODE1" in b]
+    assert len(restart) == 1 and "sleep 70" in restart[0] and restart[0].rstrip().endswith("NODE1=$!")
+    assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION" not in text
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="follows the processes it starts through /proc")
+def test_the_tls_deployment_runs_as_written(tmp_path):
+    busy = []
+    for port in PORTS:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                busy.append(port)
+    if busy:
+        pytest.skip(f"the doc's ports {busy} are in use on this machine")
+    work = tmp_path / "work"
+    shutil.copytree(ROOT / "examples", work / "examples")  # the doc runs from a checkout's root
+    script = "\n".join(block.replace(DOC_ROUNDS, ROUNDS) + (WAIT_ONLINE if "kill -9 $NODE1" in block else "")
+                       for block in bash_blocks(DOC, SECTION))  # the doc's order; the last one stops
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=work, env=clean_env(tmp_path / "home"), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    seen: dict[int, str] = {}
+    deadline = time.time() + 1200
+    try:
+        while proc.poll() is None and time.time() < deadline:  # every process the script starts, and theirs
+            seen.update(descendants({proc.pid, *seen}, processes()))
+            time.sleep(0.5)
+        for _ in range(45):  # a stopped node's helper notices between reconnection tries (at most 20 s apart)
+            if not alive(seen):
+                break
+            time.sleep(1)
+        left = alive(seen)
+    finally:
+        for pid in alive(seen):  # by PID: what this script started and did not stop
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+    said = log.read_text(errors="replace")
+    assert proc.returncode == 0, said[-6000:]
+    assert not left, f"still running after the doc's stop: {left}\n{said[-3000:]}"
+    assert "Exit Code" not in said, said[-6000:]  # a Flower failure (608: runtime install; 305: node refused)
+    records = [json.loads(line) for line in (work / "deploy" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in records] == [0, 1, 2]
+    # fedpd compare deploy/run: the run's row, its final train loss as the table rounds it
+    row = re.search(r"^\s*run\s+feddyn\s+2\s+(\S+)", said, re.M)
+    assert row and float(row.group(1)) == pytest.approx(records[-1]["train_loss"], abs=1e-3), said[-3000:]
+    # the SuperNode restarted after kill -9 and the wait was admitted again (not "Failed to activate")
+    assert "Failed to activate SuperNode" not in said and said.count("Activated node_id=") == 3, said[-6000:]
