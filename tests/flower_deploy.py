@@ -24,6 +24,54 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+
+#: a small deployment run: ALGORITHM, ETA and ROUNDS to fill in
+CONFIG = """
+[problem]
+name = "least_squares"
+clients = 6
+dim = 3
+samples_per_client = 8
+[algorithm]
+name = "ALGORITHM"
+eta = ETA
+[solver]
+name = "sgd"
+lr = 0.05
+local_steps = 3
+batch_size = 4
+[sampler]
+name = "uniform"
+clients_per_round = 4
+[run]
+rounds = ROUNDS
+eval_every = 1
+seed = 4
+"""
+
+
+def metrics(path: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
+            for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
+def app(tmp_path: Path, rounds: int, algorithm: str = "afedpd", eta: float = 2.0,
+        name: str = "") -> tuple[Path, Path, list[dict]]:
+    """(the Flower app of :data:`CONFIG`, its run directory, the in-process metrics of the same
+    config); ``name`` tells apart several apps in one folder."""
+    from fedpd import run
+    from fedpd.cli import main
+
+    suffix = f"-{name}" if name else ""
+    cfg = tmp_path / f"run{suffix}.toml"
+    cfg.write_text(CONFIG.replace("ALGORITHM", algorithm).replace("ETA", str(eta)).replace("ROUNDS", str(rounds)))
+    expected = [{k: v for k, v in r.items() if k != "wall_s"} for r in run(cfg).history]
+    run_dir = tmp_path / f"run{suffix}"
+    appdir = tmp_path / f"app{suffix}"
+    if main(["flower", "app", str(cfg), "--out", str(appdir), "--run-dir", str(run_dir)]) != 0:
+        raise RuntimeError("fedpd flower app failed")
+    return appdir, run_dir, expected
+
 class Deployment:
     """``tls``: the SuperLink speaks TLS with certificates from ``fedpd flower certs``; ``auth``:
     it only admits SuperNodes whose public key was registered (needs TLS)."""

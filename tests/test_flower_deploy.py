@@ -7,7 +7,6 @@ finish with the same metrics. These are the slowest tests: a deployment round ta
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -20,49 +19,10 @@ pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[
 import fedpd  # noqa: E402
 from fedpd.cli import main  # noqa: E402
 
-from flower_deploy import Deployment  # noqa: E402
+from flower_deploy import CONFIG, Deployment, app, metrics  # noqa: E402
 from user_plugins import user_algorithms  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.slow
-
-CONFIG = """
-[problem]
-name = "least_squares"
-clients = 6
-dim = 3
-samples_per_client = 8
-[algorithm]
-name = "afedpd"
-eta = 2.0
-[solver]
-name = "sgd"
-lr = 0.05
-local_steps = 3
-batch_size = 4
-[sampler]
-name = "uniform"
-clients_per_round = 4
-[run]
-rounds = ROUNDS
-eval_every = 1
-seed = 4
-"""
-
-
-def metrics(path: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
-            for line in (path / "metrics.jsonl").read_text().splitlines()]
-
-
-def app(tmp_path: Path, rounds: int) -> tuple[Path, Path, list[dict]]:
-    """(the Flower app, its run directory, the in-process metrics of the same config)."""
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG.replace("ROUNDS", str(rounds)))
-    expected = [{k: v for k, v in r.items() if k != "wall_s"} for r in fedpd.run(cfg).history]
-    run_dir = tmp_path / "run"
-    assert main(["flower", "app", str(cfg), "--out", str(tmp_path / "app"), "--run-dir", str(run_dir)]) == 0
-    return tmp_path / "app", run_dir, expected
-
 
 def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
     appdir, run_dir, expected = app(tmp_path, rounds=3)
@@ -117,7 +77,7 @@ def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_
     rejected, round after round, while the run goes on."""
     directory, module = user_algorithms
     cfg = directory / f"{module}_deploy.toml"  # beside the module: found there in process
-    cfg.write_text(CONFIG.replace("ROUNDS", "2").replace('name = "afedpd"', f'name = "{module}:DualAverage"'))
+    cfg.write_text(CONFIG.replace("ROUNDS", "2").replace("ETA", "2.0").replace("ALGORITHM", f"{module}:DualAverage"))
     expected = [{k: v for k, v in r.items() if k != "wall_s"} for r in fedpd.run(cfg).history]
     runs = []
     for name in ("allowed", "refused"):
