@@ -22,6 +22,7 @@ import re
 import statistics
 
 from fedpd.reproduce import report as rep
+from fedpd.reproduce.costs import MEDIUM_COST
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 AFEDPD = "Sun, Shen, Tao, *A-FedPD: aligning dual-drift is all federated primal-dual learning needs* (2024)"
@@ -97,6 +98,14 @@ class AFedPDTable2(Experiment):
                           "is noisy.",
                         {"blocks": (("cifar10", "lenet"),), "splits": tuple(SPLITS), "rounds": 20, "local_steps": 10,
                          "max_samples": 10000, "max_test_samples": 2000, "eval_every": 10}),
+        "medium": Budget("medium", (0, 1, 2), "CIFAR-10 with LeNet, IID and Dir-0.1, the six methods FedAvg, SCAFFOLD, "
+                         "FedDyn, A-FedPD, FedSAM, A-FedPDSAM; the paper's local work per round (100 clients of 500 "
+                         "training images, 10 per round, 50 local steps of batch 50), all 10 000 test images, 100 "
+                         "rounds (the paper: 800, assumed) and 3 seeds (the paper: 4). " + MEDIUM_COST["afedpd_table2"],
+                         {"blocks": (("cifar10", "lenet"),), "splits": ("iid", "dir0.1"), "rounds": 100,
+                          "local_steps": 50, "max_samples": None, "max_test_samples": None, "eval_every": 10,
+                          "checkpoint_every": 10,
+                          "methods": ("fedavg", "scaffold", "feddyn", "afedpd", "fedsam", "afedpdsam")}),
         "full": Budget("full", (0, 1, 2, 3), "the paper's setup: every block of Table 2 (CIFAR-10 and CIFAR-100, LeNet "
                        "and ResNet-18 with group norm), all training images, 50 local steps, 800 rounds (assumed), "
                        "4 seeds. For a GPU: about 30 h per LeNet run on one CPU core here.",
@@ -129,7 +138,7 @@ class AFedPDTable2(Experiment):
                            "sampler": {"name": "uniform", "clients_per_round": 10},
                            # one client at a time: faster than vectorising LeNet over 10 clients on a CPU
                            "run": {"rounds": budget["rounds"], "eval_every": budget["eval_every"], "threads": 1,
-                                   "client_chunk": 1, "checkpoint_every": max(budget["eval_every"], 100)}}
+                                   "client_chunk": 1, "checkpoint_every": budget.get("checkpoint_every", max(budget["eval_every"], 100))}}
                     specs += grid(f"{dataset}-{model}/{split}/{method}", cfg, budget.seeds,
                                   {"dataset": dataset, "model": model, "split": split, "method": method})
         return specs

@@ -51,7 +51,8 @@ def add_reproduce_parser(sub) -> None:
                    help="with --list: table (default: fitted to the terminal, long text wrapped), or csv, json, "
                    "markdown: every column (the budgets' whole notes), nothing else on stdout")
     p.add_argument("--budget", choices=BUDGETS, default="reduced",
-                   help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; full: the paper's (GPU)")
+                   help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; medium: >= 3 seeds and enough "
+                   "work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's (a cluster)")
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
     p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from fedpd.errors import ConfigError, FedpdError
 from fedpd.io import atomic_write_text
 from fedpd.reproduce import report as rep
-from fedpd.reproduce.execute import default_jobs, plan, run_jobs
+from fedpd.reproduce.execute import METRICS, TRAJECTORY, default_jobs, last_round, plan, run_jobs
 from fedpd.reproduce.spec import BUDGETS, Experiment
 
 
@@ -123,6 +123,7 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()
     command = command or "fedpd reproduce " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     done: dict[str, float] = {}
+    by_key = {j.spec.key: j for j in work}
     skipped = sum(j.status == "complete" for j in work)
     outcome = "interrupted"
     try:
@@ -132,11 +133,12 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     except FedpdError as err:
         outcome = f"stopped: {err}"
         raise
-    finally:  # every invocation is recorded, also one that failed or was interrupted
+    finally:  # every invocation is recorded, also one that failed or was interrupted, with the runs it completed
+        finished = sorted(k for k in done if _complete(by_key[k]))
         invocations = rep.append_invocation(out / "invocations.jsonl", {
             "command": command, "started": started, "elapsed_s": round(time.perf_counter() - t0, 1),
-            "runs_done": len(done), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
-            "outcome": outcome})
+            "runs_done": len(finished), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
+            "outcome": outcome, "runs": finished})
     return write_report(exp, b, specs, out, command, invocations)
 
 
@@ -189,6 +191,11 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
     path = out / "README.md"
     atomic_write_text(path, "\n".join(head) + "\n" + body + "\n" + "\n".join(tail) + "\n")
     return path
+
+
+def _complete(job) -> bool:
+    """The run reached its rounds (a failed run also reports back, with fewer)."""
+    return last_round(job.path / METRICS) >= job.rounds and (not job.spec.trace or (job.path / TRAJECTORY).is_file())
 
 
 def _problem_seeded(specs) -> bool:

@@ -20,6 +20,7 @@ import math
 import statistics
 
 from fedpd.reproduce import report as rep
+from fedpd.reproduce.costs import MEDIUM_COST
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 FEDPD = "Zhang, Hong, Dhople, Yin, Liu, *FedPD: a federated learning framework with optimal rates and adaptivity to non-IID data* (IEEE TSP, 2021)"
@@ -76,6 +77,10 @@ class FedPDFig2(Experiment):
                                 "d = 20, T = 600 rounds) with 2 seeds (the paper shows one run per curve); the SGD "
                                 "curves (Q = 600 steps of batch 1 per round) take most of the hour.",
                                 rounds=600, clients=100, samples=400, sgd_steps=600, eval_every=5),
+        "medium": _fig2_budget("medium", [0, 1, 2, 3, 4], "the paper's setting and length (100 agents × 400 samples, "
+                               "T = 600) with 5 seeds: the full budget, which fits a 2-core machine. "
+                               + MEDIUM_COST["fedpd_fig2"], rounds=600, clients=100, samples=400, sgd_steps=600,
+                               eval_every=5),
         "full": _fig2_budget("full", [0, 1, 2, 3, 4], "the paper's budget (100 agents × 400 samples, T = 600) with "
                              "5 seeds.", rounds=600, clients=100, samples=400, sgd_steps=600, eval_every=5),
     }
@@ -253,6 +258,9 @@ class FedPDPHeterogeneity(Experiment):
                           "FedPD-GD Q = 8, η = 1) on a grid of 5 values of p × 4 heterogeneities, 3 seeds. The paper "
                           "states the relation as a theorem (Table 2) and shows no experiment for it.",
                           {"rounds": 600, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
+        "medium": Budget("medium", (0, 1, 2, 3, 4), "as reduced, 5 seeds and T = 2000 rounds: the full budget, "
+                         "which fits a 2-core machine. " + MEDIUM_COST["fedpd_p_heterogeneity"],
+                         {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
         "full": Budget("full", (0, 1, 2, 3, 4), "as reduced, 5 seeds and T = 2000 rounds.",
                        {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
     }
@@ -411,6 +419,11 @@ class FedPDFemnist(Experiment):
                           "agents from 100 writers), 25 rounds of 20 local SGD steps (batch 20, lr 0.05) "
                           "and 2 seeds; the paper's number of rounds and step sizes are not in the text we have.",
                           {"rounds": 25, "local_steps": 20, "max_samples": None, "eval_every": 5}),
+        "medium": Budget("medium", (0, 1, 2), "every LEAF writer of the FEMNIST data in the data directory (see "
+                         "reduced), 200 rounds of 20 local SGD steps (batch 20, lr 0.05), 3 seeds. "
+                         + MEDIUM_COST["fedpd_femnist"],
+                         {"rounds": 200, "local_steps": 20, "max_samples": None, "eval_every": 10,
+                          "checkpoint_every": 20}),
         "full": Budget("full", (0, 1, 2), "300 rounds of 20 local steps, 3 seeds, on every LEAF writer in the data "
                        "directory (the paper: 90 agents from 100 writers).",
                        {"rounds": 300, "local_steps": 20, "max_samples": None, "eval_every": 10}),
@@ -429,7 +442,7 @@ class FedPDFemnist(Experiment):
                    "sampler": {"name": "all"},
                    # one client at a time: the CNN's FC 2048 layer vectorised over 16 clients is 6x slower here
                    "run": {"rounds": budget["rounds"], "eval_every": budget["eval_every"], "threads": 1,
-                           "client_chunk": 1, "checkpoint_every": budget["rounds"]}}
+                           "client_chunk": 1, "checkpoint_every": budget.get("checkpoint_every", budget["rounds"])}}
             specs += grid(f"femnist/{method}", cfg, budget.seeds, {"method": method})
         return specs
 

@@ -2,7 +2,9 @@
 
 An :class:`Experiment` names the paper's table or figure it reproduces, offers budgets
 (``smoke``: a few rounds, for the test suite; ``reduced``: fits this project's 2-core CPU in under
-an hour; ``full``: the paper's budget, for a GPU) and turns a budget into :class:`RunSpec` s —
+an hour; ``medium``: enough rounds, local work and seeds (>= 3) to confirm or refute the paper's
+claims, about 6 core-hours where that suffices; ``full``: the paper's budget, for a GPU or a Ray
+cluster) and turns a budget into :class:`RunSpec` s —
 plain config dicts, one per (setting, seed). After the runs it writes its report sections from
 their metrics (:mod:`fedpd.reproduce.report`). Nothing here runs anything.
 """
@@ -14,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-BUDGETS = ("smoke", "reduced", "full")
+BUDGETS = ("smoke", "reduced", "medium", "full")
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*(/[A-Za-z0-9][A-Za-z0-9_.=+-]*)*")
 
 
