@@ -178,8 +178,9 @@ class Paired:
         """"+1.2 ± 0.3 (SE, n = 3)": the mean difference and its standard error."""
         if not self.n:
             return "no pairs"
-        m = fmt_num(self.mean, style)
-        m = m if m.startswith(("-", "—", "i")) else "+" + m
+        mean = self.mean
+        m = f"{mean:+}" if math.isinf(mean) else fmt_num(mean, style)  # ±inf: a diverged run
+        m = m if m.startswith(("-", "+", "—")) else "+" + m
         se = "—" if math.isnan(self.se) else fmt_num(self.se, style)
         return f"{m} ± {se} (SE, n = {self.n})"
 
