@@ -214,3 +214,25 @@ def test_estimate_times_each_setting_and_extrapolates(capsys):
     expected = 2 * (row["setup_s"] + 3 * row["round_s"] + 4 * row["eval_s"]) / 3600
     assert row["core_hours"] == pytest.approx(expected, abs=2e-3)
     assert main(["reproduce", "fedpd_p_heterogeneity", "--budget", "smoke", "--estimate", "0"]) == 2
+
+
+def test_the_medium_budget_section_runs_as_written(tmp_path):
+    """docs/reproductions/README.md, "The medium budget": its bash block, verbatim, in an empty directory
+    with a clean environment (a fresh HOME; PYTHONPATH only this checkout's src)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from doc_blocks import bash_blocks
+
+    root = Path(__file__).resolve().parents[1]
+    blocks = bash_blocks(root / "docs" / "reproductions" / "README.md", "The medium budget")
+    assert len(blocks) == 1 and "--estimate 1" in blocks[0]
+    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+           "HOME": str(tmp_path / "home"), "PYTHONPATH": str(root / "src"), "LANG": "C.UTF-8", "COLUMNS": "120"}
+    done = subprocess.run(["bash", "-e", "-c", blocks[0]], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "fedpd_p_heterogeneity --budget medium: 100 runs, about" in done.stdout
+    assert "wrote 12 configs (36 runs with the seeds)" in done.stdout
+    assert (tmp_path / "afedpd_medium" / "configs" / "cifar10-lenet" / "dir0.1" / "afedpd.toml").is_file()

@@ -40,16 +40,20 @@ def listing_table() -> tuple[list, list[dict]]:
     """``fedpd reproduce --list`` as a table: one row per experiment and budget."""
     from fedpd.results.tables import Column
 
-    columns = [Column(key, key, key in ("runs", "seeds"))
-               for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "note")]
+    from fedpd.reproduce.costs import MEASURED
+
+    columns = [Column(key, key, key in ("runs", "seeds", "core_hours"))
+               for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "core_hours", "note")]
     rows = []
     for exp in experiments().values():
         for b in BUDGETS:
             if b in exp.budgets:
                 budget = exp.budgets[b]
+                hours = MEASURED[exp.name][0] if b == "medium" and exp.name in MEASURED else None
                 rows.append({"experiment": exp.name, "title": exp.title, "source": exp.source,
                              "datasets": " ".join(exp.datasets_for(budget)), "budget": b,
-                             "runs": len(exp.runs(budget)), "seeds": len(budget.seeds), "note": budget.note})
+                             "runs": len(exp.runs(budget)), "seeds": len(budget.seeds),
+                             "core_hours": "" if hours is None else f"{hours:.1f}", "note": budget.note})
     return columns, rows
 
 
@@ -69,9 +73,10 @@ def listing(width: int) -> str:
                               f"--data-dir)", "    needs: ", 8))
         for row in rows:
             runs, seeds = row["runs"], row["seeds"]
+            cost = f" (about {row['core_hours']} core-hours)" if row["core_hours"] else ""
             head = (f"    --budget {row['budget']:<8} {runs:>4} run{'s' * (runs != 1)}, "
                     f"{seeds} seed{'s' * (seeds != 1)}: ")
-            lines.append(fill(row["note"].split(". ")[0], head, 8))
+            lines.append(fill(row["note"].split(". ")[0] + cost, head, 8))
     return "\n".join(lines)
 
 
