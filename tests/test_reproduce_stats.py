@@ -137,7 +137,7 @@ def test_medium_report_from_fake_metrics(tmp_path):
     assert claims["with SGD locally, the best primal-dual method (FedDyn, A-FedPD) beats the best primal one "
                   "(FedAvg, FedCM, SCAFFOLD)"].endswith("| holds |")
     # provenance: the run with no recorded invocation is named, in the report and results.csv
-    assert f"1 of the 36 runs with results have no recorded invocation" in text and f"`{unrecorded}`" in text
+    assert "1 of the 36 runs with results have no recorded invocation" in text and f"`{unrecorded}`" in text
     rows = {r["run"]: r["invocation"] for r in csv.DictReader((tmp_path / "results.csv").open())}
     assert rows[unrecorded] == "none" and rows[legacy] == "1" and rows[specs[5].key] == "2"
     assert "band their range (min–max)" in text

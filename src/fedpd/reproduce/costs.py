@@ -12,9 +12,8 @@ from __future__ import annotations
 
 #: name -> (estimated core-hours of the medium budget, how it was measured)
 MEASURED: dict[str, tuple[float, str]] = {
-    "afedpd_table2": (50.0, "`fedpd reproduce afedpd_table2 --budget medium --estimate 2` (2026-11-25): a FedAvg run "
-                      "is 13.6 s of set-up, 32.1 s per round and 68.1 s per evaluation of CPU time, 1.1 core-hours; "
-                      "the SAM methods twice its rounds"),
+    "afedpd_table2": (50.6, "`fedpd reproduce afedpd_table2 --budget medium --estimate 2` (2026-11-25): per run "
+                      "12 s of set-up, 32–34 s per round (FedSAM 62 s) and 66–72 s per evaluation of CPU time"),
     "fedpd_p_heterogeneity": (2.3, "the reduced run's 1 475 s for 60 runs × 600 rounds, scaled to 100 runs × 2 000 "
                               "rounds"),
     "fedpd_fig2": (3.3, "the reduced run's 4 808 s for 28 runs, scaled to 70 runs of the same 600 rounds"),
