@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import itertools
 import shlex
 import sys
@@ -159,8 +160,8 @@ def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str |
     only in :data:`COST_FREE` share one measurement), the first seed is built and run ``rounds``
     rounds in this process, one thread, timing CPU seconds of the set-up, of a round and of an
     evaluation; the run's cost is set-up + its rounds × round + its evaluations × evaluation, and
-    the budget's the sum over its runs. CPU time, not wall time: a loaded machine measures close
-    to an idle one. Returns {"core_hours", "runs", "measured", "rows": per measured setting}."""
+    the budget's the sum over its runs. CPU time, not wall time, so other processes' turns do not
+    count; a loaded machine still measures high (shared caches, memory bandwidth). Returns {"core_hours", "runs", "measured", "rows": per measured setting}."""
     import json
 
     import torch
@@ -209,6 +210,8 @@ def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str |
                     c3 = time.process_time()
                 finally:
                     sim.close()
+                    del sim
+                    gc.collect()  # a finished Simulation's reference cycles hold its data set (execute.py)
                 setup, evaluation, per_round = c1 - c0, c2 - c1, (c3 - c2) / rounds
                 cost = 0.0
                 for m in members:

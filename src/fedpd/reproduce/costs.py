@@ -10,19 +10,22 @@ report) scaled by the medium budget's runs and rounds (set-up not included). Bot
 
 from __future__ import annotations
 
-#: name -> (estimated core-hours of the medium budget, how it was measured)
+#: name -> (estimated core-hours of the medium budget, how it was measured); ESTIMATE: measured with
+#: ``fedpd reproduce NAME --budget medium --estimate ROUNDS`` on 2026-11-25 at a load average of 5–14
+#: (a loaded machine measures high: fedpd_femnist's 14–22 s per round against 10.6 s on 2026-11-23)
+ESTIMATE = "`fedpd reproduce {name} --budget medium --estimate {rounds}` (CPU time, 2026-11-25, load average {load})"
 MEASURED: dict[str, tuple[float, str]] = {
-    "afedpd_table2": (50.6, "`fedpd reproduce afedpd_table2 --budget medium --estimate 2` (2026-11-25): per run "
-                      "12 s of set-up, 32–34 s per round (FedSAM 62 s) and 66–72 s per evaluation of CPU time"),
-    "fedpd_p_heterogeneity": (2.3, "the reduced run's 1 475 s for 60 runs × 600 rounds, scaled to 100 runs × 2 000 "
-                              "rounds"),
-    "fedpd_fig2": (3.3, "the reduced run's 4 808 s for 28 runs, scaled to 70 runs of the same 600 rounds"),
-    "feddyn_fedpd": (0.1, "the reduced run's 21 s for 45 runs × 100 rounds, scaled to 90 runs × 500 rounds and "
-                     "doubled for the trajectory pass"),
-    "robustness": (1.5, "the reduced run's 944 s for 240 runs × 30 rounds, scaled to 400 runs × 100 rounds"),
-    "fedplus_table2": (4.0, "the reduced run's seconds per round of each data set and setting (0.08–0.18 s on "
-                       "MNIST, 0.02–0.04 s on the regression), times the medium budget's 270 runs' rounds"),
-    "fedpd_femnist": (5.3, "the reduced run's 10.6 s per round (6 runs × 25 rounds), times 9 runs × 200 rounds"),
+    "afedpd_table2": (50.6, ESTIMATE.format(name="afedpd_table2", rounds=2, load="5–14")
+                      + ": per run 12 s of set-up, 32–34 s per round (FedSAM, A-FedPDSAM 62–65 s) and 66–72 s per "
+                      "evaluation"),
+    "fedpd_femnist": (9.5, ESTIMATE.format(name="fedpd_femnist", rounds=2, load="5–7")
+                      + ": 14–22 s per round; the reduced runs' 10.6 s per round (2026-11-23) give 5.3"),
+    "fedplus_table2": (1.6, ESTIMATE.format(name="fedplus_table2", rounds=3, load="7")),
+    "fedpd_fig2": (1.8, ESTIMATE.format(name="fedpd_fig2", rounds=3, load="6")),
+    "fedpd_p_heterogeneity": (2.0, ESTIMATE.format(name="fedpd_p_heterogeneity", rounds=5, load="6")),
+    "feddyn_fedpd": (0.1, ESTIMATE.format(name="feddyn_fedpd", rounds=5, load="6")),
+    "robustness": (1.5, "the reduced run's 944 s (2026-11-23) for 240 runs × 30 rounds, scaled to 400 runs × 100 "
+                   "rounds"),
 }
 
 
