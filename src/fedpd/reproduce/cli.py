@@ -29,6 +29,13 @@ def cmd_reproduce(args) -> int:
                          "report)")
     if not args.name:
         raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
+    if args.estimate is not None:
+        found = core.estimate(args.name, budget=args.budget, rounds=args.estimate, data_dir=args.data_dir,
+                              progress=not args.quiet)
+        print(f"{args.name} --budget {args.budget}: {found['runs']} runs, about {found['core_hours']:.2f} core-hours "
+              f"(CPU time of {found['measured']} setting{'s' * (found['measured'] != 1)} measured over {args.estimate} "
+              f"round{'s' * (args.estimate != 1)} each, extrapolated to every run's rounds and evaluations)")
+        return 0
     cluster = cluster_from(args)
     try:
         readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
@@ -52,7 +59,8 @@ def add_reproduce_parser(sub) -> None:
                    help="with --list: table (default: fitted to the terminal, long text wrapped), or csv, json, "
                    "markdown: every column (the budgets' whole notes), nothing else on stdout")
     p.add_argument("--budget", choices=BUDGETS, default="reduced",
-                   help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; full: the paper's (GPU)")
+                   help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; medium: >= 3 seeds and enough "
+                   "work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's (a cluster)")
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
     p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")
@@ -60,5 +68,7 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--data-dir", help="datasets folder (default $FEDPD_DATA; with --ray, the same path on every node)")
     p.add_argument("--keep-checkpoints", action="store_true", help="keep checkpoint.pt of complete runs")
     p.add_argument("--configs-only", action="store_true", help="write the resolved configs and stop")
+    p.add_argument("--estimate", type=int, metavar="ROUNDS", help="run nothing to completion: time ROUNDS rounds of "
+                   "each setting (one thread, CPU time) and print the budget's estimated core-hours")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_reproduce)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import gc
 import itertools
 import os
 import shlex
@@ -14,7 +16,7 @@ from pathlib import Path
 from fedpd.errors import ConfigError, FedpdError
 from fedpd.io import atomic_write_text
 from fedpd.reproduce import report as rep
-from fedpd.reproduce.execute import default_jobs, plan, run_jobs
+from fedpd.reproduce.execute import METRICS, TRAJECTORY, _environment, default_jobs, last_round, plan, run_jobs
 from fedpd.reproduce.spec import BUDGETS, Experiment
 
 
@@ -40,16 +42,20 @@ def listing_table() -> tuple[list, list[dict]]:
     """``fedpd reproduce --list`` as a table: one row per experiment and budget."""
     from fedpd.results.tables import Column
 
-    columns = [Column(key, key, key in ("runs", "seeds"))
-               for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "note")]
+    from fedpd.reproduce.costs import MEASURED
+
+    columns = [Column(key, key, key in ("runs", "seeds", "core_hours"))
+               for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "core_hours", "note")]
     rows = []
     for exp in experiments().values():
         for b in BUDGETS:
             if b in exp.budgets:
                 budget = exp.budgets[b]
+                hours = MEASURED[exp.name][0] if b == "medium" and exp.name in MEASURED else None
                 rows.append({"experiment": exp.name, "title": exp.title, "source": exp.source,
                              "datasets": " ".join(exp.datasets_for(budget)), "budget": b,
-                             "runs": len(exp.runs(budget)), "seeds": len(budget.seeds), "note": budget.note})
+                             "runs": len(exp.runs(budget)), "seeds": len(budget.seeds),
+                             "core_hours": "" if hours is None else f"{hours:.1f}", "note": budget.note})
     return columns, rows
 
 
@@ -69,12 +75,13 @@ def listing(width: int) -> str:
                               f"--data-dir)", "    needs: ", 8))
         for row in rows:
             runs, seeds = row["runs"], row["seeds"]
+            cost = f" (about {row['core_hours']} core-hours)" if row["core_hours"] else ""
             counts = f"{runs:>4} run{'s' * (runs != 1)}, {seeds} seed{'s' * (seeds != 1)}: "
             head = f"    --budget {row['budget']:<8} {counts}"
             if len(head) + 20 > width:  # a narrow terminal: the budget on a line of its own
                 lines.append(f"    --budget {row['budget']}")
                 head = " " * 8 + counts.lstrip()
-            lines.append(fill(row["note"].split(". ")[0], head, 8))
+            lines.append(fill(row["note"].split(". ")[0] + cost, head, 8))
     return "\n".join(lines)
 
 
@@ -127,6 +134,7 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()
     command = command or recorded_command(sys.argv[2:])  # the command line, with no path of this machine
     done: dict[str, float] = {}
+    by_key = {j.spec.key: j for j in work}
     skipped = sum(j.status == "complete" for j in work)
     outcome = "interrupted"
     try:
@@ -136,11 +144,12 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
     except FedpdError as err:
         outcome = f"stopped: {err}"
         raise
-    finally:  # every invocation is recorded, also one that failed or was interrupted
+    finally:  # every invocation is recorded, also one that failed or was interrupted, with the runs it completed
+        finished = sorted(k for k in done if _complete(by_key[k]))
         invocations = rep.append_invocation(out / "invocations.jsonl", {
             "command": command, "started": started, "elapsed_s": round(time.perf_counter() - t0, 1),
-            "runs_done": len(done), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
-            "outcome": outcome})
+            "runs_done": len(finished), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
+            "outcome": outcome, "runs": finished})
     return write_report(exp, b, specs, out, command, invocations)
 
 
@@ -180,9 +189,91 @@ def recorded_command(args: list[str]) -> str:
     return " ".join(["fedpd reproduce", *words])
 
 
+#: problem options that change what the data are, not how much work a round is: settings that differ
+#: only in these (and the seeds) are measured once by :func:`estimate`
+COST_FREE = ("seed", "partition", "alpha", "heterogeneity", "non_iid", "variant")
+
+
+def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str | None = None,
+             progress: bool = True) -> dict:
+    """The cost of ``name`` at ``budget`` from short runs: for each setting (settings that differ
+    only in :data:`COST_FREE` share one measurement), the first seed is built and run ``rounds``
+    rounds in this process, one thread, timing CPU seconds of the set-up, of a round and of an
+    evaluation; the run's cost is set-up + its rounds × round + its evaluations × evaluation, and
+    the budget's the sum over its runs. CPU time, not wall time, so other processes' turns do not
+    count; a loaded machine still measures high (shared caches, memory bandwidth). Returns {"core_hours", "runs", "measured", "rows": per measured setting}."""
+    import json
+
+    import torch
+
+    from fedpd.build import build_problem  # noqa: F401  (imported before timing: not a cost of the runs)
+    from fedpd.config import load_config
+    from fedpd.reproduce.spec import merge
+    from fedpd.simulation import Simulation
+
+    exp = get(name)
+    if budget not in exp.budgets:
+        raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
+    if rounds < 1:
+        raise ConfigError(f"reproduce --estimate {rounds} (allowed: 1 or more rounds)")
+    b = exp.budgets[budget]
+    specs = exp.runs(b)
+    check_data(exp, b, data_dir)
+    env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else {}
+
+    def cost_key(spec) -> str:
+        cfg = copy.deepcopy(spec.config)
+        for k in COST_FREE:
+            cfg.get("problem", {}).pop(k, None)
+        cfg.get("run", {}).pop("seed", None)
+        return json.dumps(cfg, sort_keys=True, default=str)
+
+    keyed: dict[str, list] = {}
+    for spec in specs:
+        keyed.setdefault(cost_key(spec), []).append(spec)
+    rows, total = [], 0.0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with _environment(env):
+            for i, members in enumerate(keyed.values(), 1):
+                spec = members[0]
+                cfg = load_config(merge(spec.config, {"run": {"rounds": rounds, "workers": 1, "threads": 1}}))
+                c0 = time.process_time()
+                sim = Simulation(cfg)
+                try:
+                    c1 = time.process_time()
+                    sim.metrics()
+                    c2 = time.process_time()
+                    for _ in range(rounds):
+                        sim.step()
+                    c3 = time.process_time()
+                finally:
+                    sim.close()
+                    del sim
+                    gc.collect()  # a finished Simulation's reference cycles hold its data set (execute.py)
+                setup, evaluation, per_round = c1 - c0, c2 - c1, (c3 - c2) / rounds
+                cost = 0.0
+                for m in members:
+                    run_cfg = load_config(m.config).run
+                    evals = run_cfg.rounds // run_cfg.eval_every + 1 + (run_cfg.rounds % run_cfg.eval_every != 0)
+                    cost += setup + run_cfg.rounds * per_round + evals * evaluation
+                total += cost
+                rows.append({"setting": spec.group, "runs": len(members), "setup_s": round(setup, 2),
+                             "round_s": round(per_round, 3), "eval_s": round(evaluation, 3),
+                             "core_hours": round(cost / 3600, 3)})
+                if progress:
+                    print(f"[{i}/{len(keyed)}] {spec.group} (+{len(members) - 1} like it): set-up {setup:.1f} s, "
+                          f"round {per_round:.3f} s, evaluation {evaluation:.3f} s CPU", file=sys.stderr, flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    return {"core_hours": total / 3600, "runs": len(specs), "measured": len(keyed), "rows": rows}
+
+
 def write_report(exp: Experiment, budget, specs, out: Path, command: str, invocations: list[dict]) -> Path:
     results = rep.Results(specs, out / "runs")
-    rep.write_results_csv(results, out / "results.csv")
+    origin = rep.provenance(results, invocations)
+    rep.write_results_csv(results, out / "results.csv", origin)
     sections = exp.report(results, budget, out)
     compute = rep.compute_seconds(results)
     rounds = sorted({int(r.last.get("round", 0)) for r in results.runs})
@@ -206,11 +297,13 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
         f"{', '.join(map(str, rounds))}; mean ± std is over the seeds (sample std, n − 1).",
         f"- Compute: {compute:.0f} s summed over the runs' own `wall_s` (one CPU thread each), "
         f"{compute / 3600:.2f} core-hours.",
+        rep.provenance_line(origin),
         "- Invocations of the command on this directory (runs already complete are skipped, interrupted ones resumed):",
         "",
-        rep.md_table(["started", "runs done / already complete", "parallel jobs", "elapsed", "outcome"],
-                     [[i["started"], f"{i['runs_done']} / {i['runs_skipped']}", i["jobs"], f"{i['elapsed_s']:.0f} s",
-                       i.get("outcome", "complete").split(";")[0]] for i in invocations]),
+        rep.md_table(["#", "command", "started", "runs done / already complete", "parallel jobs", "elapsed", "outcome"],
+                     [[n, f"`{i['command']}`", i["started"], f"{i['runs_done']} / {i['runs_skipped']}", i["jobs"],
+                       f"{i['elapsed_s']:.0f} s", i.get("outcome", "complete").split(";")[0]]
+                      for n, i in enumerate(invocations, 1)]),
         "",
     ]
     body = "\n\n".join(sections)
@@ -224,11 +317,16 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
              "- `configs/`: the resolved config of every setting (first seed; the header says what the other seeds "
              "change). Run one with `fedpd run configs/<setting>.toml`.",
              "- `results.csv`: every run's labels, seed and final metrics.",
-             "- `invocations.jsonl`: the invocations above.",
+             "- `invocations.jsonl`: the invocations above (with the runs each completed).",
              "- `runs/` (not committed): the run directories with every evaluation (`metrics.jsonl`)."]
     path = out / "README.md"
     atomic_write_text(path, "\n".join(head) + "\n" + body + "\n" + "\n".join(tail) + "\n")
     return path
+
+
+def _complete(job) -> bool:
+    """The run reached its rounds (a failed run also reports back, with fewer)."""
+    return last_round(job.path / METRICS) >= job.rounds and (not job.spec.trace or (job.path / TRAJECTORY).is_file())
 
 
 def _problem_seeded(specs) -> bool:

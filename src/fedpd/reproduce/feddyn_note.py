@@ -16,6 +16,7 @@ import math
 import statistics
 
 from fedpd.reproduce import report as rep
+from fedpd.reproduce.costs import MEDIUM_COST
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 NOTE = "Zhang & Hong, *On the connection between FedDyn and FedPD* (2021)"
@@ -52,6 +53,8 @@ class FedDynFedPD(Experiment):
         "smoke": Budget("smoke", (0,), "5 rounds (tests only).", {"rounds": 5}),
         "reduced": Budget("reduced", (0, 1, 2, 3, 4), "100 rounds, 5 seeds; the note is a proof and has no experiment "
                           "or budget of its own.", {"rounds": 100}),
+        "medium": Budget("medium", tuple(range(10)), "500 rounds, 10 seeds: the full budget, which fits a 2-core "
+                         "machine. " + MEDIUM_COST["feddyn_fedpd"], {"rounds": 500}),
         "full": Budget("full", tuple(range(10)), "500 rounds, 10 seeds.", {"rounds": 500}),
     }
 

@@ -20,6 +20,7 @@ import math
 import statistics
 
 from fedpd.reproduce import report as rep
+from fedpd.reproduce.costs import MEDIUM_COST
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 FEDPD = "Zhang, Hong, Dhople, Yin, Liu, *FedPD: a federated learning framework with optimal rates and adaptivity to non-IID data* (IEEE TSP, 2021)"
@@ -76,6 +77,10 @@ class FedPDFig2(Experiment):
                                 "d = 20, T = 600 rounds) with 2 seeds (the paper shows one run per curve); the SGD "
                                 "curves (Q = 600 steps of batch 1 per round) take most of the hour.",
                                 rounds=600, clients=100, samples=400, sgd_steps=600, eval_every=5),
+        "medium": _fig2_budget("medium", [0, 1, 2, 3, 4], "the paper's setting and length (100 agents × 400 samples, "
+                               "T = 600) with 5 seeds: the full budget, which fits a 2-core machine. "
+                               + MEDIUM_COST["fedpd_fig2"], rounds=600, clients=100, samples=400, sgd_steps=600,
+                               eval_every=5),
         "full": _fig2_budget("full", [0, 1, 2, 3, 4], "the paper's budget (100 agents × 400 samples, T = 600) with "
                              "5 seeds.", rounds=600, clients=100, samples=400, sgd_steps=600, eval_every=5),
     }
@@ -253,6 +258,9 @@ class FedPDPHeterogeneity(Experiment):
                           "FedPD-GD Q = 8, η = 1) on a grid of 5 values of p × 4 heterogeneities, 3 seeds. The paper "
                           "states the relation as a theorem (Table 2) and shows no experiment for it.",
                           {"rounds": 600, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
+        "medium": Budget("medium", (0, 1, 2, 3, 4), "as reduced, 5 seeds and T = 2000 rounds: the full budget, "
+                         "which fits a 2-core machine. " + MEDIUM_COST["fedpd_p_heterogeneity"],
+                         {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
         "full": Budget("full", (0, 1, 2, 3, 4), "as reduced, 5 seeds and T = 2000 rounds.",
                        {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
     }
@@ -281,39 +289,46 @@ class FedPDPHeterogeneity(Experiment):
                 for h in hs]
         sections = ["## Heterogeneity\n\n`problem.heterogeneity = h` gives agent i the ground truth (1 − h)·x* + h·x_i* "
                     "(h = 1 is the paper's strongly non-i.i.d. data). Even at h = 0 the agents' 400 samples differ, so "
-                    "δ > 0. Measured at the initial model x⁰ = 0 (seeds' mean ± std):\n\n" + rep.md_table(
+                    "δ > 0. Measured at the initial model x⁰ = 0 (seeds' mean ± std, "
+                    f"{rep.seeds_of(results.select(p=ps[0]))}):\n\n" + rep.md_table(
                         ["h", "δ² = max_i ‖∇f_i(x⁰) − ∇f(x⁰)‖²", "mean_i ‖∇f_i(x⁰) − ∇f(x⁰)‖²", f"{GRAD} at x⁰"], rows)]
         fig, axes = rep.figure(1, len(REL_TARGETS) + 1, size=(5 * (len(REL_TARGETS) + 1), 3.8))
         for col, rel in enumerate(REL_TARGETS):
             rows = []
             ax = axes[0][col]
             for h in hs:
-                row, means = [f"{h:g}"], []
+                row, means, lo, hi = [f"{h:g}"], [], [], []
                 for p in ps:
                     runs = results.select(h=h, p=p)
                     hits = [r.first_reach("grad_norm_sq", rel * r.records[0]["grad_norm_sq"]) for r in runs]
                     got = [x for x in hits if x is not None]
                     row.append(rep.fmt_ms(got, "int", expected=len(runs)) if got else "never")
-                    means.append(statistics.fmean(got) if len(got) == len(runs) and got else math.nan)
+                    every = len(got) == len(runs) and got
+                    means.append(statistics.fmean(got) if every else math.nan)
+                    lo.append(min(got) if every else math.nan)
+                    hi.append(max(got) if every else math.nan)
                 rows.append(row)
-                ax.plot(ps, means, marker="o", label=f"h = {h:g}")
+                _range_plot(ax, ps, means, lo, hi, f"h = {h:g}")
             ax.set_xlabel("p (probability of skipping communication)")
             ax.set_ylabel("communication rounds to reach ε")
             ax.set_title(f"ε = {rel:g} · ‖∇f(x⁰)‖²")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-            sections.append(f"## Communication rounds to reach ε = {rel:g} · {GRAD} at x⁰\n\n" + rep.md_table(
+            sections.append(f"## Communication rounds to reach ε = {rel:g} · {GRAD} at x⁰\n\nMean ± std over the "
+                            f"seeds ({rep.seeds_of(results.runs)}; (k/n): only k of n seeds reached ε).\n\n"
+                            + rep.md_table(
                 ["h \\ p", *(f"p = {p:g}" for p in ps)], rows))
         ax, rows = axes[0][-1], []
         for h in hs:
-            row, means = [f"{h:g}"], []
+            row, shown = [f"{h:g}"], []
             for p in ps:
                 floors = [_floor(r) for r in results.select(h=h, p=p)]
                 row.append(rep.fmt_ms(floors, "e"))
-                means.append(_gmean(floors))
+                finite = [f for f in floors if f > 0]
+                if p > 0 and finite:  # p = 0 goes to rounding (table)
+                    shown.append((p, _gmean(finite), min(finite), max(finite)))
             rows.append(row)
-            shown = [(p, m) for p, m in zip(ps, means) if p > 0]  # p = 0 goes to rounding (table)
-            ax.plot([p for p, _ in shown], [m for _, m in shown], marker="o", label=f"h = {h:g}")
+            _range_plot(ax, *([x[i] for x in shown] for i in range(4)), f"h = {h:g}")
         ax.set_yscale("log")
         ax.set_xlabel("p")
         ax.set_ylabel(f"error floor ({GRAD}, last {FLOOR_WINDOW} rounds)")
@@ -322,12 +337,21 @@ class FedPDPHeterogeneity(Experiment):
         ax.legend(fontsize=7)
         sections.append(f"## Error floor: geometric mean of {GRAD} over the last {FLOOR_WINDOW} rounds\n\n"
                         "Table 2 of the paper (linear regime) ties the reachable accuracy at a fixed η to p and δ: "
-                        "p ≈ (1/(36η))·ε/δ², i.e. ε ≈ 36·η·p·δ²: at a fixed η the floor should grow with p and with δ².\n\n"
+                        "p ≈ (1/(36η))·ε/δ², i.e. ε ≈ 36·η·p·δ²: at a fixed η the floor should grow with p and with "
+                        "δ². "
+                        f"Mean ± std over the seeds ({rep.seeds_of(results.runs)}).\n\n"
                         + rep.md_table(["h \\ p", *(f"p = {p:g}" for p in ps)], rows))
         name = rep.save_figure(fig, out / "p_heterogeneity.png")
-        sections.append(f"## Figure\n\n![p versus heterogeneity]({name})")
+        sections.append("## Figure\n\nPoints: the mean over the seeds (floors: the geometric mean); bars: the seeds' "
+                        f"range (min–max).\n\n![p versus heterogeneity]({name})")
         sections.append(rep.claims_section(P_CLAIMS, results))
         return sections
+
+
+def _range_plot(ax, xs, mid, lo, hi, label) -> None:
+    """A line through the seeds' means with their min–max as error bars."""
+    err = [[m - a for m, a in zip(mid, lo)], [b - m for m, b in zip(mid, hi)]]
+    ax.errorbar(xs, mid, yerr=err, marker="o", capsize=3, label=label)
 
 
 def _floor(run) -> float:
@@ -336,54 +360,69 @@ def _floor(run) -> float:
     return _gmean(tail)
 
 
+def _log_floor(run):
+    f = _floor(run)
+    return math.log10(f) if f > 0 else None
+
+
 def _floor_grows_with_p(results):
+    """Per h: log10 floor at the largest p against the smallest p > 0, paired over the seeds."""
     hs = sorted({r.labels["h"] for r in results.runs})
     ps = sorted({r.labels["p"] for r in results.runs if r.labels["p"] > 0})
-    ok, parts = True, []
-    for h in hs:
-        f = [_gmean([_floor(r) for r in results.select(h=h, p=p)]) for p in ps]
-        ok &= all(b >= a for a, b in zip(f, f[1:]))
-        parts.append(f"h = {h:g}: " + ", ".join(f"{v:.1e}" for v in f))
-    return ok, f"floors for p = {', '.join(f'{p:g}' for p in ps)}: " + "; ".join(parts)
+    if len(ps) < 2:
+        return None, "fewer than two p > 0 at this budget"
+    lo, hi = ps[0], ps[-1]
+    return rep.all_of([
+        (lambda v, t: (v, f"h = {h:g}: {t}"))(*rep.compare(
+            f"log10 floor(p = {hi:g})", rep.by_seed(results.select(h=h, p=hi), _log_floor),
+            f"(p = {lo:g})", rep.by_seed(results.select(h=h, p=lo), _log_floor), style=".2f"))
+        for h in hs])
 
 
 def _floor_grows_with_delta(results):
+    """Per p > 0: log10 floor at the largest h against h = smallest, paired over the seeds."""
     hs = sorted({r.labels["h"] for r in results.runs})
     ps = sorted({r.labels["p"] for r in results.runs if r.labels["p"] > 0})
-    ok, parts = True, []
-    for p in ps:
-        f = [_gmean([_floor(r) for r in results.select(h=h, p=p)]) for h in hs]
-        ok &= f[-1] > f[0]
-        parts.append(f"p = {p:g}: h = {hs[0]:g} {f[0]:.1e} → h = {hs[-1]:g} {f[-1]:.1e}")
-    return ok, "; ".join(parts)
+    lo, hi = hs[0], hs[-1]
+    return rep.all_of([
+        (lambda v, t: (v, f"p = {p:g}: {t}"))(*rep.compare(
+            f"log10 floor(h = {hi:g})", rep.by_seed(results.select(h=hi, p=p), _log_floor),
+            f"(h = {lo:g})", rep.by_seed(results.select(h=lo, p=p), _log_floor), style=".2f"))
+        for p in ps])
+
+
+def _best_p(results, h, seed):
+    """The p with the fewest communication rounds to ε (the larger p on a tie) for one seed; None
+    when no p reaches ε."""
+    rel, cost = REL_TARGETS[-1], {}
+    for r in results.select(h=h):
+        if r.seed == seed and r.records:
+            hit = r.first_reach("grad_norm_sq", rel * r.records[0]["grad_norm_sq"])
+            if hit is not None:
+                cost[r.labels["p"]] = hit
+    return max(p for p in cost if cost[p] == min(cost.values())) if cost else None
 
 
 def _best_p_falls_with_delta(results):
+    """The best p at the smallest h minus the best p at the largest h, paired over the seeds."""
     hs = sorted({r.labels["h"] for r in results.runs})
-    ps = sorted({r.labels["p"] for r in results.runs})
-    rel = REL_TARGETS[-1]
-    best = []
-    for h in hs:
-        cost = {}
-        for p in ps:
-            runs = results.select(h=h, p=p)
-            hits = [r.first_reach("grad_norm_sq", rel * r.records[0]["grad_norm_sq"]) for r in runs]
-            if hits and all(x is not None for x in hits):
-                cost[p] = statistics.fmean(hits)
-        best.append(max((p for p in cost if cost[p] == min(cost.values())), default=None) if cost else None)
-    known = [b for b in best if b is not None]
-    ok = len(known) == len(best) and all(b >= a for a, b in zip(known[1:], known)) and known[0] > known[-1]
-    return ok, f"p with the fewest communication rounds to ε = {rel:g}·{GRAD}(x⁰): " + ", ".join(
-        f"h = {h:g}: {'—' if b is None else f'{b:g}'}" for h, b in zip(hs, best))
+    seeds = sorted({r.seed for r in results.runs})
+    best = {h: {s: b for s in seeds if (b := _best_p(results, h, s)) is not None} for h in hs}
+    verdict, text = rep.compare(f"best p(h = {hs[0]:g})", best[hs[0]], f"best p(h = {hs[-1]:g})", best[hs[-1]],
+                                style=".2f")
+    means = ", ".join(f"h = {h:g}: {statistics.fmean(b.values()):.2f}" if b else f"h = {h:g}: —"
+                      for h, b in best.items())
+    return verdict, (f"p with the fewest comm. rounds to ε = {REL_TARGETS[-1]:g}·{GRAD}(x⁰), mean over seeds: "
+                     f"{means}; {text}")
 
 
 P_CLAIMS = [
     Claim("at a fixed η, skipping more often (larger p) costs accuracy: the reachable ε grows with p",
-          "§3.2, Table 2 (ε/δ² as a function of p)", _floor_grows_with_p),
+          "§3.2, Table 2 (ε/δ² as a function of p)", _floor_grows_with_p, paired=True),
     Claim("the more heterogeneous the data (larger δ), the larger the error left at a given p",
-          "§3.2, Table 2, Fig. 1", _floor_grows_with_delta),
+          "§3.2, Table 2, Fig. 1", _floor_grows_with_delta, paired=True),
     Claim("the saving p that still reaches a given ε shrinks as δ grows (p ∝ ε/δ² in the linear regime)",
-          "§3.2, Remark 3, Table 2, Fig. 1", _best_p_falls_with_delta),
+          "§3.2, Remark 3, Table 2, Fig. 1", _best_p_falls_with_delta, paired=True),
 ]
 
 
@@ -411,6 +450,11 @@ class FedPDFemnist(Experiment):
                           "agents from 100 writers), 25 rounds of 20 local SGD steps (batch 20, lr 0.05) "
                           "and 2 seeds; the paper's number of rounds and step sizes are not in the text we have.",
                           {"rounds": 25, "local_steps": 20, "max_samples": None, "eval_every": 5}),
+        "medium": Budget("medium", (0, 1, 2), "every LEAF writer of the FEMNIST data in the data directory (see "
+                         "reduced), 200 rounds of 20 local SGD steps (batch 20, lr 0.05), 3 seeds. "
+                         + MEDIUM_COST["fedpd_femnist"],
+                         {"rounds": 200, "local_steps": 20, "max_samples": None, "eval_every": 10,
+                          "checkpoint_every": 20}),
         "full": Budget("full", (0, 1, 2), "300 rounds of 20 local steps, 3 seeds, on every LEAF writer in the data "
                        "directory (the paper: 90 agents from 100 writers).",
                        {"rounds": 300, "local_steps": 20, "max_samples": None, "eval_every": 10}),
@@ -429,7 +473,7 @@ class FedPDFemnist(Experiment):
                    "sampler": {"name": "all"},
                    # one client at a time: the CNN's FC 2048 layer vectorised over 16 clients is 6x slower here
                    "run": {"rounds": budget["rounds"], "eval_every": budget["eval_every"], "threads": 1,
-                           "client_chunk": 1, "checkpoint_every": budget["rounds"]}}
+                           "client_chunk": 1, "checkpoint_every": budget.get("checkpoint_every", budget["rounds"])}}
             specs += grid(f"femnist/{method}", cfg, budget.seeds, {"method": method})
         return specs
 
@@ -451,20 +495,31 @@ class FedPDFemnist(Experiment):
         name = rep.save_figure(fig, out / "femnist.png")
         return [f"## Results after {budget['rounds']} rounds\n\nTest accuracy on the writers' own LEAF test samples "
                 "(pooled), %; the paper's train / test accuracy at the end of its training. We report the train "
-                "*loss* (f, the mean of the writers' losses) rather than a train accuracy.\n\n" + rep.md_table(
+                "*loss* (f, the mean of the writers' losses) rather than a train accuracy. Ours: mean ± std over the "
+                f"seeds ({rep.seeds_of(results.runs)}).\n\n" + rep.md_table(
                     ["method", "test acc. (ours)", "test acc. (paper)", "train loss f (ours)", "train acc. (paper)",
                      "communication rounds"], rows),
-                f"## Figure\n\n![FEMNIST]({name})",
+                "## Figure\n\nThe line is the mean over the seeds, the band their range (min–max)."
+                f"\n\n![FEMNIST]({name})",
                 rep.claims_section(FEMNIST_CLAIMS, results)]
 
 
+def _femnist_acc(results, method) -> dict[int, float]:
+    return rep.by_seed(results.select(method=method),
+                       lambda r: None if r.final("test_acc") is None else 100 * r.final("test_acc"))
+
+
 def _order(results):
-    acc = {m: statistics.fmean(results.values("test_acc", method=m) or [math.nan]) for m in FEMNIST_METHODS}
-    ok = acc["fedpd"] >= acc["fedprox"] >= acc["fedavg"]
-    return ok, ", ".join(f"{FEMNIST_METHODS[m][0]} {100 * v:.1f} %" for m, v in acc.items())
+    """FedPD > FedProx and FedProx > FedAvg, each on the paired seeds (test accuracy, points)."""
+    label = {m: FEMNIST_METHODS[m][0].split(" (")[0] for m in FEMNIST_METHODS}
+    pairs = [(a, b) for a, b in (("fedpd", "fedprox"), ("fedprox", "fedavg")) if results.select(method=a)
+             and results.select(method=b)]
+    return rep.all_of([rep.compare(label[a], _femnist_acc(results, a), label[b], _femnist_acc(results, b), style=".2f")
+                       for a, b in pairs])
 
 
 FEMNIST_CLAIMS = [Claim("test accuracy FedPD (89 %) > FedProx (87 %) > FedAvg (86 %)",
-                        "journal version, appendix", _order)]
+                        "journal version, appendix", _order, paired=True)]
+
 
 EXPERIMENTS = [FedPDFig2(), FedPDPHeterogeneity(), FedPDFemnist()]

@@ -111,6 +111,113 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     return statistics.fmean(vs), (statistics.stdev(vs) if len(vs) > 1 else 0.0), len(vs)
 
 
+def seeds_of(runs: Iterable[Run]) -> str:
+    """How many seeds the runs of each group have, for a table's caption: "3 seeds" (or "2–3 seeds
+    per cell" when some runs are missing)."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        if r.records:
+            counts[r.spec.group] = counts.get(r.spec.group, 0) + 1
+    if not counts:
+        return "no runs"
+    lo, hi = min(counts.values()), max(counts.values())
+    return f"n = {hi} seed{'s' * (hi != 1)}" if lo == hi else f"n = {lo}–{hi} seeds per cell"
+
+
+# --- paired comparisons ----------------------------------------------------------------------------
+
+#: a claim "A is better than B" holds / fails only when the mean paired difference exceeds this many
+#: standard errors (in the claimed / the opposite direction); otherwise it is inconclusive
+SE_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The per-seed differences A − B of one quantity between two settings run on the same seeds (a
+    seed fixes the data, the split and the initial model, so the pairs share them)."""
+
+    diffs: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.diffs) if self.diffs else math.nan
+
+    @property
+    def se(self) -> float:
+        """Standard error of the mean difference, sd (n − 1) / √n; nan below 2 pairs or when a
+        difference is infinite (a diverged run)."""
+        if self.n < 2 or not all(math.isfinite(d) for d in self.diffs):
+            return math.nan
+        return statistics.stdev(self.diffs) / math.sqrt(self.n)
+
+    def verdict(self, higher: bool = True) -> bool | None:
+        """Whether "A > B" (``higher``; else "A < B") holds (True), fails (False) or is inconclusive
+        (None): decided only when |mean| > 2 SE with at least 2 pairs; with an infinite
+        difference (a diverged run) only when every pair points the same way."""
+        if self.n < 2 or any(math.isnan(d) for d in self.diffs):
+            return None
+        sign = 1.0 if higher else -1.0
+        if not all(math.isfinite(d) for d in self.diffs):
+            if all(sign * d > 0 for d in self.diffs):
+                return True
+            if all(sign * d < 0 for d in self.diffs):
+                return False
+            return None
+        m, se = sign * self.mean, self.se
+        if m > SE_FACTOR * se:
+            return True
+        if -m > SE_FACTOR * se:
+            return False
+        return None
+
+    def text(self, style: str = "g") -> str:
+        """"+1.2 ± 0.3 (SE, n = 3)": the mean difference and its standard error."""
+        if not self.n:
+            return "no pairs"
+        mean = self.mean
+        m = f"{mean:+}" if math.isinf(mean) else fmt_num(mean, style)  # ±inf: a diverged run
+        m = m if m.startswith(("-", "+", "—")) else "+" + m
+        se = "—" if math.isnan(self.se) else fmt_num(self.se, style)
+        return f"{m} ± {se} (SE, n = {self.n})"
+
+
+def by_seed(runs: Iterable[Run], value) -> dict[int, float]:
+    """{seed: value(run)} of the runs whose value is not None."""
+    out = {}
+    for r in runs:
+        v = value(r)
+        if v is not None:
+            out[r.seed] = float(v)
+    return out
+
+
+def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
+    """The differences a[s] − b[s] over the seeds both have."""
+    return Paired(tuple(a[s] - b[s] for s in sorted(set(a) & set(b))))
+
+
+def compare(name_a: str, a: dict[int, float], name_b: str, b: dict[int, float], higher: bool = True,
+            style: str = "g") -> tuple[bool | None, str]:
+    """The check of "A is better than B" (``higher``: larger is better) on the paired seeds:
+    (verdict, "A − B = +1.2 ± 0.3 (SE, n = 3)")."""
+    d = paired(a, b)
+    return d.verdict(higher), f"{name_a} − {name_b} = {d.text(style)}"
+
+
+def all_of(parts: Sequence[tuple[bool | None, str]], sep: str = "; ") -> tuple[bool | None, str]:
+    """A conjunction of checks: holds when every part holds, fails when any part fails, otherwise
+    inconclusive; the parts' texts joined."""
+    if not parts:
+        return None, "nothing to compare at this budget"
+    verdicts = [v for v, _ in parts]
+    holds = False if False in verdicts else (True if all(v is True for v in verdicts) else None)
+    return holds, sep.join(t for _, t in parts)
+
+
 def fmt_num(v, style: str = "g") -> str:
     """A number as the tables print it: style "pct" (0.912 → 91.2), "e" (1.2e-05), "g", "int"."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -229,18 +336,23 @@ RESULT_KEYS = ("round", "comm_rounds", "uplink_floats", "train_loss", "grad_norm
                "personal_acc", "personal_acc_worst10", "personal_mse", "personal_mse_worst10", "sample_grads", "wall_s")
 
 
-def write_results_csv(results: Results, path: Path) -> None:
+def write_results_csv(results: Results, path: Path, origin: dict[str, int | None] | None = None) -> None:
+    """One row per run; ``origin`` (:func:`provenance`): the column ``invocation``, the number of
+    the invocation that completed the run, ``none`` when none is recorded, empty without results."""
     label_keys: list[str] = []
     for r in results.runs:
         label_keys += [k for k in r.labels if k not in label_keys]
-    if set(label_keys) & {"run", "group", "seed", *RESULT_KEYS}:
+    if set(label_keys) & {"run", "group", "seed", "invocation", *RESULT_KEYS}:
         raise ValueError(f"run labels {label_keys} reuse a results.csv column name")
+    origin = origin or {}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["run", "group", "seed", *label_keys, *RESULT_KEYS])
+    w.writerow(["run", "group", "seed", *label_keys, *RESULT_KEYS, "invocation"])
     for r in results.runs:
+        inv = origin.get(r.spec.key, "") if r.spec.key in origin else ""
         w.writerow([r.spec.key, r.spec.group, r.spec.seed, *(r.labels.get(k, "") for k in label_keys),
-                    *(_csv(r.last.get(k)) for k in RESULT_KEYS)])
+                    *(_csv(r.last.get(k)) for k in RESULT_KEYS), "none" if r.spec.key in origin and inv is None
+                    else inv])
     atomic_write_text(path, buf.getvalue())
 
 
@@ -257,23 +369,94 @@ def append_invocation(path: Path, record: dict) -> list[dict]:
     return lines
 
 
+def _epoch(started: str) -> float | None:
+    """An invocation's "started" (``%Y-%m-%d %H:%M:%S %Z``) as seconds since the epoch."""
+    import calendar
+    import time
+
+    try:
+        parsed = time.strptime(started[:19], "%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError):
+        return None
+    return float(calendar.timegm(parsed)) if started.endswith(("UTC", "GMT")) else time.mktime(parsed)
+
+
+def provenance(results: Results, invocations: Sequence[dict], slack_s: float = 120.0) -> dict[str, int | None]:
+    """{run key: the number (1-based) of the invocation that completed it, None: none recorded} for
+    every run with metrics. An invocation lists the runs it completed (``runs``); one written before
+    that list existed is credited with the runs whose ``metrics.jsonl`` was last written while it
+    ran (from ``started`` to ``started + elapsed_s``, give or take ``slack_s``)."""
+    listed: dict[str, int] = {}
+    windows = []
+    for i, inv in enumerate(invocations, 1):
+        if "runs" in inv:
+            for key in inv["runs"]:
+                listed[key] = i
+        elif (t0 := _epoch(inv.get("started", ""))) is not None:
+            windows.append((i, t0 - slack_s, t0 + float(inv.get("elapsed_s") or 0.0) + slack_s))
+    out: dict[str, int | None] = {}
+    for r in results.runs:
+        if not r.records:
+            continue
+        key = r.spec.key
+        if key in listed:
+            out[key] = listed[key]
+            continue
+        try:
+            mtime = (r.path / "metrics.jsonl").stat().st_mtime
+        except OSError:
+            mtime = None
+        out[key] = next((i for i, a, b in windows if mtime is not None and a <= mtime <= b), None)
+    return out
+
+
+def provenance_line(origin: dict[str, int | None], shown: int = 12) -> str:
+    """The report's line on provenance: every run's invocation recorded, or which runs have none."""
+    missing = [k for k, v in origin.items() if v is None]
+    if not missing:
+        return f"- Provenance: each of the {len(origin)} runs with results was completed by an invocation listed below."
+    names = ", ".join(f"`{k}`" for k in missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown
+                                                               else "")
+    return (f"- **Provenance: {len(missing)} of the {len(origin)} runs with results have no recorded invocation** "
+            f"(their results were written outside every invocation listed below; `results.csv`, column "
+            f"`invocation`, marks them `none`): {names}. Delete their run directories and run the command again to "
+            "re-run them on the record.")
+
+
 def compute_seconds(results: Results) -> float:
     """Seconds the runs computed, from their own ``wall_s`` (rounds and evaluations, one thread)."""
     return sum(float(r.last.get("wall_s") or 0.0) for r in results.runs)
 
 
+VERDICTS = {True: "holds", False: "**fails**", None: "inconclusive at this budget"}
+
+
 def claims_section(claims, results: Results) -> str:
-    """The paper's statements and whether they hold on these runs (checked by code, not by hand)."""
-    rows = []
+    """The paper's statements and whether they hold on these runs (checked by code, not by hand).
+    A paired claim (``Claim.paired``) is decided on the per-seed differences (:class:`Paired`):
+    "holds" / "fails" only beyond 2 standard errors; any other claim is a threshold check on the
+    seeds' means, marked as such."""
+    rows, unpaired = [], False
     for c in claims:
         try:
             holds, measured = c.check(results)
         except Exception as err:  # a check that cannot be evaluated at this budget says so
             holds, measured = None, f"not evaluated ({type(err).__name__}: {err})"
-        verdict = {True: "holds", False: "**does not hold**", None: "cannot tell"}[holds]
+        verdict = VERDICTS[holds]
+        if not c.paired:
+            unpaired = True
+            verdict = {True: "holds †", False: "**fails** †", None: "cannot tell †"}[holds]
         rows.append([c.text, c.where, measured, verdict])
-    return "## The paper's claims, checked on these runs\n\n" + md_table(
-        ["claim (the paper)", "where", "measured here (mean over seeds)", "verdict"], rows)
+    text = ("## The paper's claims, checked on these runs\n\nEach claim that compares settings is checked on the "
+            "paired per-seed differences (a seed fixes the data, the split and the initial model, shared by every "
+            "setting): the mean difference ± its standard error (sd / √n over the n seeds). It holds or fails "
+            f"only when the mean difference exceeds {SE_FACTOR:g} standard errors, in the claimed or the opposite "
+            "direction; otherwise it is inconclusive at this budget (always so with one seed).\n\n")
+    text += md_table(["claim (the paper)", "where", "measured here", "verdict"], rows)
+    if unpaired:
+        text += ("\n\n†: a threshold check on the seeds' means (as described in its row), not a paired test over "
+                 "seeds.")
+    return text
 
 
 def git_commit(start: Path) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 
 from fedpd.reproduce import report as rep
+from fedpd.reproduce.costs import MEDIUM_COST
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 N, BYZANTINE = 20, 4
@@ -68,6 +69,10 @@ class Robustness(Experiment):
                           "attack papers use other models and data; this is our own setup, no paper's table.",
                           {"rounds": 30, "max_samples": None, "splits": tuple(SPLITS), "methods": tuple(METHODS),
                            "eval_every": 10}),
+        "medium": Budget("medium", (0, 1, 2, 3, 4), "100 rounds, 5 seeds: the full budget, which fits a 2-core "
+                         "machine. " + MEDIUM_COST["robustness"],
+                         {"rounds": 100, "max_samples": None, "splits": tuple(SPLITS), "methods": tuple(METHODS),
+                          "eval_every": 10}),
         "full": Budget("full", (0, 1, 2, 3, 4), "100 rounds, 5 seeds.",
                        {"rounds": 100, "max_samples": None, "splits": tuple(SPLITS), "methods": tuple(METHODS),
                         "eval_every": 10}),

@@ -2,7 +2,9 @@
 
 An :class:`Experiment` names the paper's table or figure it reproduces, offers budgets
 (``smoke``: a few rounds, for the test suite; ``reduced``: fits this project's 2-core CPU in under
-an hour; ``full``: the paper's budget, for a GPU) and turns a budget into :class:`RunSpec` s —
+an hour; ``medium``: enough rounds, local work and seeds (>= 3) to confirm or refute the paper's
+claims, about 6 core-hours where that suffices; ``full``: the paper's budget, for a GPU or a Ray
+cluster) and turns a budget into :class:`RunSpec` s —
 plain config dicts, one per (setting, seed). After the runs it writes its report sections from
 their metrics (:mod:`fedpd.reproduce.report`). Nothing here runs anything.
 """
@@ -14,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-BUDGETS = ("smoke", "reduced", "full")
+BUDGETS = ("smoke", "reduced", "medium", "full")
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*(/[A-Za-z0-9][A-Za-z0-9_.=+-]*)*")
 
 
@@ -91,11 +93,14 @@ class Claim:
     """A statement of the paper, with where it is made and a check on our results.
 
     ``check(results) -> (holds, what we measured)``; ``holds`` is True, False or None (cannot tell
-    at this budget)."""
+    at this budget). ``paired``: the check decides on paired per-seed differences and their
+    standard error (:func:`fedpd.reproduce.report.compare`); otherwise it is a threshold check on
+    the seeds' means, and the report says so."""
 
     text: str
     where: str
     check: Callable
+    paired: bool = False
 
 
 class Experiment:

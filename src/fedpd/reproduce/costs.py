@@ -1,0 +1,42 @@
+"""The measured cost of each experiment's ``medium`` budget, quoted in its budget note and the report.
+
+Two kinds of measurement, each named in its note: ``--estimate`` (``fedpd reproduce NAME --budget
+medium --estimate ROUNDS``, :func:`fedpd.reproduce.core.estimate`: CPU seconds of the set-up, a
+round and an evaluation of every setting, extrapolated to every run's rounds and evaluations), or
+the compute the reduced budget's runs recorded (their ``wall_s``, one thread each, in the committed
+report) scaled by the medium budget's runs and rounds (set-up not included). Both on this project's
+2-core development machine. A report gives the actual compute after its runs.
+"""
+
+from __future__ import annotations
+
+#: name -> (estimated core-hours of the medium budget, how it was measured); ESTIMATE: measured with
+#: ``fedpd reproduce NAME --budget medium --estimate ROUNDS`` on 2026-11-25 at a load average of 5–14
+#: (a loaded machine measures high: fedpd_femnist's 14–22 s per round against 10.6 s on 2026-11-23)
+ESTIMATE = "`fedpd reproduce {name} --budget medium --estimate {rounds}` (CPU time, 2026-11-25, load average {load})"
+MEASURED: dict[str, tuple[float, str]] = {
+    "afedpd_table2": (50.6, ESTIMATE.format(name="afedpd_table2", rounds=2, load="5–14")
+                      + ": per run 12 s of set-up, 32–34 s per round (FedSAM, A-FedPDSAM 62–65 s) and 66–72 s per "
+                      "evaluation"),
+    "fedpd_femnist": (9.5, ESTIMATE.format(name="fedpd_femnist", rounds=2, load="5–7")
+                      + ": 14–22 s per round; the reduced runs' 10.6 s per round (2026-11-23) give 5.3"),
+    "fedplus_table2": (1.6, ESTIMATE.format(name="fedplus_table2", rounds=3, load="7")),
+    "fedpd_fig2": (1.8, ESTIMATE.format(name="fedpd_fig2", rounds=3, load="6")),
+    "fedpd_p_heterogeneity": (2.0, ESTIMATE.format(name="fedpd_p_heterogeneity", rounds=5, load="6")),
+    "feddyn_fedpd": (0.1, ESTIMATE.format(name="feddyn_fedpd", rounds=5, load="6")),
+    "robustness": (1.5, "the reduced run's 944 s (2026-11-23) for 240 runs × 30 rounds, scaled to 400 runs × 100 "
+                   "rounds"),
+}
+
+
+def cost_note(name: str) -> str:
+    if name not in MEASURED:
+        return "Cost not measured yet."
+    hours, how = MEASURED[name]
+    return (f"Estimated cost: {hours:.1f} core-hours (about {hours / 2:.1f} h on 2 cores with --jobs 2), from {how} "
+            "(docs/reproductions/README.md).")
+
+
+EXPERIMENTS = ("afedpd_table2", "fedplus_table2", "fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "robustness",
+               "feddyn_fedpd")
+MEDIUM_COST = {name: cost_note(name) for name in EXPERIMENTS}
