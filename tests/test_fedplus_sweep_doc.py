@@ -34,7 +34,7 @@ def test_the_sweep_commands_run_as_written(tmp_path):
         proc.wait()
     assert proc.returncode == 0, out[-3000:]
     tables = sorted((tmp_path / "fedplus_sweep").glob("*.csv"))
-    assert len(tables) == 11, tables
+    assert len(tables) == 13, tables
     for table in tables:
         rows = list(csv.DictReader(table.open()))
         assert sorted(r["algorithm"] for r in rows) == ["fedavg_plus", "fedgeomed_plus"], table
