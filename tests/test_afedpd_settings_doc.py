@@ -1,7 +1,7 @@
 """docs/reproductions/afedpd_table2/settings.md, run as written: its bash block runs verbatim in an
 empty directory in a clean environment (fresh HOME; on PATH only this Python's scripts and the
 system's; PYTHONPATH only this checkout's src; FEDPD_DATA passed on) with ROUNDS=1, the knob the doc
-offers for a quick check; both runs must reach round 1 with A-FedPD's changed setting."""
+offers for a quick check; every run must reach round 1 with its changed setting."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_the_settings_commands_run_as_written(tmp_path):
             pass
         proc.wait()
     assert proc.returncode == 0, out[-3000:]
-    for run, (key, value) in {"eta2": ("eta", 2.0), "x0": ("output", "server")}.items():
+    for run, (key, value) in {"eta2": ("eta", 2.0), "x0": ("output", "server"), "feddyn-eta2": ("eta", 2.0)}.items():
         d = tmp_path / "afedpd_check" / run
         rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
         assert rows[-1]["round"] == 1 and 0 <= rows[-1]["test_acc"] <= 1, rows[-1]
