@@ -17,7 +17,7 @@ from dataclasses import replace
 from pydantic import Field
 
 from fedpd.algorithms.fedavg import FedAvg
-from fedpd.algorithms.primal_dual import AFedPD, FedDyn, PenaltyOptions
+from fedpd.algorithms.primal_dual import AFedPD, DualMeanOptions, FedDyn
 from fedpd.algorithms.robust import AggregatorOptions
 from fedpd.context import ClientContext
 
@@ -26,7 +26,8 @@ class FedSAMOptions(AggregatorOptions):
     sam_radius: float = Field(0.05, ge=0, description="SAM radius r (replaces solver.sam_radius)")
 
 
-class PenaltySAMOptions(PenaltyOptions):
+class PenaltySAMOptions(DualMeanOptions):
+    # output as A-FedPD / FedDyn: A-FedPDSAM shares A-FedPD's Alg. 1, so the table evaluates both alike
     sam_radius: float = Field(0.1, ge=0, description="SAM radius r (replaces solver.sam_radius)")
 
 
@@ -68,8 +69,8 @@ class AFedPDSAM(_SAM, AFedPD):
     description = "A-FedPDSAM: A-FedPD with SAM local steps"
     Options = PenaltySAMOptions
 
-    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1):
-        super().__init__(eta=eta)
+    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1, output: str = "server"):
+        super().__init__(eta=eta, output=output)
         self.sam_radius = sam_radius
 
 
@@ -86,6 +87,6 @@ class FedSpeed(_SAM, FedDyn):
     description = "FedSpeed: FedDyn-style duals with SAM local steps"
     Options = PenaltySAMOptions
 
-    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1):
-        super().__init__(eta=eta)
+    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1, output: str = "server"):
+        super().__init__(eta=eta, output=output)
         self.sam_radius = sam_radius
