@@ -63,6 +63,8 @@ BLOCKS = {
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "OMP_NUM_THREADS=1 python benchmarks/side_by_side.py"): (
         "exempt", "a benchmark on every model, run by hand (about an hour)"),
+    ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py"): (
+        "exempt", "a benchmark on CIFAR-10, run by hand (minutes; its workers and Flower's Ray stop with it)"),
     ("docs/performance.md", "python benchmarks/scale_store.py"): (
         "exempt", "a benchmark of 10^6 clients, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/big_state.py"): (
