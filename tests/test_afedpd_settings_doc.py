@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from doc_blocks import bash_blocks
+from doc_blocks import bash_blocks, clean_env, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reproductions" / "afedpd_table2" / "settings.md"
@@ -25,20 +22,8 @@ def test_the_settings_commands_run_as_written(tmp_path):
     if not data or not (Path(data) / "cifar-10").is_dir():
         pytest.skip("needs CIFAR-10 under $FEDPD_DATA (fedpd data download cifar10)")
     (block,) = bash_blocks(DOC, "Commands")
-    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-           "HOME": str(tmp_path), "PYTHONPATH": str(ROOT / "src"), "LANG": "C.UTF-8", "ROUNDS": "1",
-           "FEDPD_DATA": data}
-    proc = subprocess.Popen(["bash", "-e", "-c", block], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=1500)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # nothing of the block may outlive it
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, out[-3000:]
+    done = run_script(block, tmp_path, clean_env(tmp_path, ROUNDS="1", FEDPD_DATA=data), timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:]
     for run, (key, value) in {"eta2": ("eta", 2.0), "x0": ("output", "server"), "feddyn-eta2": ("eta", 2.0)}.items():
         d = tmp_path / "afedpd_check" / run
         rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]

@@ -6,13 +6,9 @@ check — and writes one CSV per point with a FedAvg+ and a FedGeoMed+ row."""
 from __future__ import annotations
 
 import csv
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-from doc_blocks import bash_blocks
+from doc_blocks import bash_blocks, clean_env, run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reproductions" / "fedplus_table2" / "sweep.md"
@@ -20,19 +16,8 @@ DOC = ROOT / "docs" / "reproductions" / "fedplus_table2" / "sweep.md"
 
 def test_the_sweep_commands_run_as_written(tmp_path):
     (block,) = bash_blocks(DOC, "Commands")
-    env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-           "HOME": str(tmp_path), "PYTHONPATH": str(ROOT / "src"), "LANG": "C.UTF-8", "ROUNDS": "2"}
-    proc = subprocess.Popen(["bash", "-e", "-c", block], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=1500)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # nothing of the block may outlive it
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, out[-3000:]
+    done = run_script(block, tmp_path, clean_env(tmp_path, ROUNDS="2"), timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:]
     tables = sorted((tmp_path / "fedplus_sweep").glob("*.csv"))
     assert len(tables) == 13, tables
     for table in tables:
