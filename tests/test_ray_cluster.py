@@ -143,7 +143,10 @@ def test_an_interrupted_sweep_resumes_its_runs_from_the_checkpoints_it_received(
         argv = [sys.executable, "-m", "fedpd", "sweep", *cfgs, "--seeds", "1,2", "--out", str(out), "--ray",
                 address, "--quiet"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        head = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True)
+        # Ctrl-C must reach it even where this test runs with SIGINT ignored (a background job of a
+        # script inherits that, and Python then installs no KeyboardInterrupt handler)
+        head = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         kept: dict[Path, list[str]] = {}
         deadline = time.time() + 240
         while time.time() < deadline and head.poll() is None and not kept:
