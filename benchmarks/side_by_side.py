@@ -25,6 +25,10 @@ after (train loss, its gradient, test metrics: fedpd.evaluation at automatic chu
 fixed 8 192-sample chunks it used before issue 21), and of the plain loop's rounds.
 
     python benchmarks/side_by_side.py --parallel   # run.workers on LeNet: benchmarks/parallel_clients.py
+
+--step-ways MODEL: one local SGD step (batch 10) five ways, alternating, median of --repeats, as a
+ratio to a plain step (`backward`, then each parameter's `add_`): the flat-buffer ways fedpd could
+take and the one it takes (docs/decisions.md, "A neural local step").
 """
 
 from __future__ import annotations
@@ -182,6 +186,82 @@ def profile(model: str, rounds: int, top: int = 14) -> None:
         print(f"  {where[:60]:<60} {t['fedpd']:8.2f} {t['plain']:8.2f}")
 
 
+def step_ways(model: str, repeats: int) -> None:
+    """One SGD step on a fixed batch of 10, five ways, each on its own copy of the module."""
+    x, y = data(model)[0][0][:BATCH], data(model)[1][0][:BATCH]
+    nets = {}
+
+    def bound(name: str):  # a module whose parameters are views of one flat vector
+        net = module(model)
+        params = list(net.parameters())
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        for p, v in zip(params, flat.split([p.numel() for p in params])):
+            p.data = v.view(p.shape)
+        nets[name] = (net, params, flat, [p.data for p in params], torch.zeros_like(flat))
+        return nets[name]
+
+    plain_net = module(model)
+    plain_params = list(plain_net.parameters())
+
+    def plain():
+        for p in plain_params:
+            p.grad = None
+        F.cross_entropy(plain_net(x), y).backward()
+        with torch.no_grad():
+            for p in plain_params:
+                p.add_(p.grad, alpha=-LR)
+
+    net1, params1, flat1, _, buf1 = bound("grad views")
+    for p, v in zip(params1, buf1.split([p.numel() for p in params1])):
+        p.grad = v.view(p.shape)
+
+    def grad_views():  # .grad views of a flat buffer: zero it, backward adds into it, flat update
+        buf1.zero_()
+        F.cross_entropy(net1(x), y).backward()
+        flat1.add_(buf1, alpha=-LR)
+
+    net2, params2, flat2, _, buf2 = bound("cat")
+
+    def backward_cat():  # .grad unset, backward, one cat into a flat buffer, flat update
+        for p in params2:
+            p.grad = None
+        F.cross_entropy(net2(x), y).backward()
+        torch.cat([p.grad.reshape(-1) for p in params2], out=buf2)
+        flat2.add_(buf2, alpha=-LR)
+
+    net3, params3, _, views3, _ = bound("autograd.grad")
+
+    def autograd_views():  # torch.autograd.grad, added into the flat vector's per-parameter views
+        torch._foreach_add_(views3, torch.autograd.grad(F.cross_entropy(net3(x), y), params3), alpha=-LR)
+
+    net4, params4, _, views4, _ = bound("fedpd")
+
+    def backward_views():  # fedpd's plain step: .grad unset, backward, added into the views
+        for p in params4:
+            p.grad = None
+        F.cross_entropy(net4(x), y).backward()
+        torch._foreach_add_(views4, [p.grad for p in params4], alpha=-LR)
+
+    ways = {"plain step": plain, ".grad views of a flat buffer": grad_views, "backward + cat + flat update": backward_cat,
+            "autograd.grad + views": autograd_views, "backward + views (fedpd)": backward_views}
+    n = max(1, round(0.1 / timed_step(plain)))  # about 0.1 s per timing
+    times = {k: [] for k in ways}
+    for _ in range(repeats):
+        for k, f in ways.items():
+            times[k].append(timed_step(f, n))
+    for k in ways:
+        ratio = statistics.median(a / b for a, b in zip(times[k], times["plain step"]))
+        print(f"{model}: {k:<30} {statistics.median(times[k]) * 1e3:9.3f} ms/step   / plain step {ratio:.3f}")
+
+
+def timed_step(step, n: int = 3) -> float:
+    step()  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    return (time.perf_counter() - t0) / n
+
+
 def resident_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -234,6 +314,7 @@ def main() -> None:
                     help="fedpd's run.execution")
     ap.add_argument("--eval-memory", action="store_true", help="the evaluation's memory (LeNet, 5 000 samples)")
     ap.add_argument("--profile", help="MODEL: where the round's time goes (cProfile)")
+    ap.add_argument("--step-ways", help="MODEL: one local step, the ways fedpd could take it")
     ap.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--parallel", action="store_true", help="instead: the LeNet workload with run.workers 1 and 2 "
                     "against the plain loop and Flower's 2 actors (benchmarks/parallel_clients.py, needs CIFAR-10)")
@@ -254,6 +335,9 @@ def main() -> None:
         return
     if args.profile:
         profile(args.profile, args.rounds or ROUNDS[args.profile])
+        return
+    if args.step_ways:
+        step_ways(args.step_ways, args.repeats)
         return
     if args.eval_memory:
         SAMPLES = 500

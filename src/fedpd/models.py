@@ -97,9 +97,10 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = _flatten_input(x, self.in_features)
-        for layer in self.layers[:-1]:
+        *hidden, last = self.layers  # (slicing a ModuleList builds a new one every call)
+        for layer in hidden:
             h = F.relu(layer(h))
-        return self.layers[-1](h)
+        return last(h)
 
 
 # --- CNNs ----------------------------------------------------------------------------------

@@ -83,6 +83,10 @@ class LocalResult:
     start_grad_sq: Tensor | None = None
 
 
+#: bytes of minibatches a local run gathers at once (the next steps' batches 0, in one gather)
+GATHER_BYTES = 16 * 2**20
+
+
 @dataclass
 class LocalRun:
     """One call's local steps for the K clients of a context: the pieces of every local loop."""
@@ -96,6 +100,10 @@ class LocalRun:
     rng: ClientStreams  # the call's batch streams; batch j of step q draws from rng.child(q, j)
     #: [K, Q, n] every step's draws of batch 0, drawn at the first batch in one stream call
     _draws: Tensor | None = field(default=None, init=False, repr=False)
+    #: (first step, X, Y, W) of the steps whose batches 0 are gathered, and how many steps a
+    #: gather takes (GATHER_BYTES / one step's batch)
+    _gathered: tuple | None = field(default=None, init=False, repr=False)
+    _span: int = field(default=1, init=False, repr=False)
 
     def __setattr__(self, name, value):
         if name == "steps":  # the step counts changed (a criterion met): recount the bounds
@@ -119,19 +127,36 @@ class LocalRun:
     def batch(self, q: int, j: int = 0) -> tuple[Tensor, Tensor, Tensor]:
         """Batch j of step q: every own sample (gd) or ``batch_size`` draws per client (sgd). The
         draws of batch 0 of every step come from one stream call, at the first (the same numbers
-        as step by step: each step's stream is addressed by q, not by what came before)."""
+        as step by step: each step's stream is addressed by q, not by what came before), and
+        their samples are gathered for many steps at once (views of one gather per step); their
+        weights are None (every sample weighs 1)."""
         if self.batch_size is None:
             return self.data.all()
         if j or q >= self.rounds:
             return self.data.minibatch(self.batch_size, self.rng.child(q, j))
         if self._draws is None:
             self._draws = self.data.batch_uniforms(self.batch_size, self.rng.children(range(self.rounds)).child(0))
-        return self.data.batch_from(self._draws[:, q])
+        gathered = self._gathered
+        if gathered is None or not gathered[0] <= q < gathered[0] + gathered[1].shape[1]:
+            # the first step alone (its size sets the span), then up to GATHER_BYTES of steps per gather
+            X, Y, W = self.data.batches_from(self._draws[:, q:q + self._span])
+            if self._span == 1:
+                self._span = max(1, GATHER_BYTES // max(1, X.nbytes + Y.nbytes))
+            # a minibatch weighs every sample 1: W None says so once, not checked every step
+            gathered = self._gathered = (q, X, Y, None if bool(W.eq(1).all()) else W)
+        s = q - gathered[0]
+        W = gathered[3]
+        return gathered[1][:, s], gathered[2][:, s], None if W is None else W[:, s]
 
     def f_grad(self, x: Tensor, batch, q: int, out: Tensor | None = None) -> Tensor:
         """∇f_i at x [K, d] on ``batch``, counted for the clients active at step q (``out``: a
         buffer it may be written into, see :meth:`ClientData.gradient`)."""
         return self.data.gradient(x, *batch, active=self.active(q), out=out)
+
+    def descend(self, x: Tensor, batch, q: int) -> None:
+        """Step q as plain SGD on f_i, x ← x − lr·∇f_i(x) in place, for a step every client takes
+        (counted; fused per client: :meth:`ClientData.descend`)."""
+        self.data.descend(x, *batch, self.lr)
 
     def sam(self, x: Tensor, g: Tensor, batch, q: int) -> Tensor:
         """SAM (Foret et al., ICLR 2021): with radius r > 0, ∇f_i at the ascent point
@@ -206,10 +231,17 @@ class GradientSolver:
         buf, start_gap = None, None
         x = x.clone()  # the iterate is updated in place: a fresh [K, d] per step costs more than the step
         g_out = torch.empty_like(x)  # where each step's ∇f_i may be written (per-client execution)
+        # a step that is x − lr·∇f_i(x) alone (FedAvg's) needs no flat gradient after the first,
+        # whose ‖∇‖² is reported: LocalRun.descend
+        plain = (objective.linear is None and not objective.mu and not tol
+                 and not (self.weight_decay or self.momentum or self.sam_radius))
         for q in range(run.rounds):
             if q >= run.rounds:  # every client met its criterion
                 break
             batch = run.batch(q)
+            if plain and q and run.active(q) is None:
+                run.descend(x, batch, q)
+                continue
             g_f = run.f_grad(x, batch, q, out=g_out)
             if q == 0 or tol:  # ‖∇(local objective)‖² at the iterate
                 g_L = objective.add_grad(g_f + self.weight_decay * x if self.weight_decay else g_f, x)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch.func import vmap
 
 from fedpd.flat import FlatModel
+from fedpd.problems.losses import BATCH_MEAN
 from fedpd.streams import ClientStreams
 
 
@@ -80,6 +81,17 @@ class ClientSplit:
         dtype = self.x.dtype if self.x.is_floating_point() else torch.float32
         X, Y = self.take(ids, local)
         return X, Y, torch.ones(local.shape, dtype=dtype, device=self.x.device)
+
+    def batches_from(self, ids: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The minibatches of S steps in one gather: ``u`` [K, S, B · uniforms_per_sample] ->
+        X [K, S, B, ...], Y [K, S, B, ...], W [K, S, B], step s being ``batch_from(ids, u[:, s])``."""
+        k, s, n = u.shape
+        b = n // self.uniforms_per_sample
+        if self.uniforms_per_sample == 1:  # positions only: every step's draws side by side, one take per client
+            X, Y, W = self.batch_from(ids, u.reshape(k, s * n))
+        else:  # the draws are laid out per step (positions, then the rest): a row per (client, step)
+            X, Y, W = self.batch_from(ids.repeat_interleave(s), u.reshape(k * s, n))
+        return X.reshape(k, s, b, *X.shape[2:]), Y.reshape(k, s, b, *Y.shape[2:]), W.reshape(k, s, b)
 
     def take(self, ids: Tensor, local: Tensor) -> tuple[Tensor, Tensor]:
         """Samples ``local`` [K, m] (positions within each client) of clients ``ids`` [K]: X, Y."""
@@ -158,27 +170,57 @@ class Problem:
     def _per_client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
         out = torch.empty_like(x) if out is None else out
         for k in range(x.shape[0]):
-            self._one_gradient(x[k], X[k], Y[k], W[k], out[k])
+            self._one_gradient(x[k], X[k], Y[k], None if W is None else W[k], out[k])
         return out
 
     def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor) -> None:
         """∇f_i(x) for one client through the template module, written into ``out`` [d] (see
-        :meth:`gradients`): the module's parameters are views of x and their ``.grad`` views of
-        ``out`` (:meth:`FlatModel.bind`: once per iterate and buffer, which the solver reuses
-        from step to step), so ``backward`` accumulates the flat gradient into the zeroed ``out``."""
-        self.model.bind(x.detach(), out)
-        out.zero_()
+        :meth:`gradients`): the module's parameters are views of x (:meth:`FlatModel.bind`: once
+        per iterate, which the solver updates in place from step to step) and their gradients
+        are copied into ``out`` by one ``cat`` (:meth:`FlatModel.gradient`)."""
+        self.model.bind(x.detach())
         with torch.enable_grad():
-            per_sample = self.loss(self.model.module(X), Y)
-            # a minibatch weighs every sample 1: its plain mean is the same number in fewer ops
-            value = per_sample.mean() if bool(W.eq(1).all()) else (per_sample * W).sum() / W.sum()
-            value.backward()
+            self.model.gradient(self._batch_loss(self.model.module(X), Y, W), out)
             if self.regularizer is not None:
                 leaf = x.detach().clone().requires_grad_(True)
                 out.add_(torch.autograd.grad(self.regularizer(leaf), leaf)[0])
 
+    def _batch_loss(self, outputs: Tensor, Y: Tensor, W: Tensor | None) -> Tensor:
+        """The weighted mean loss of one client's batch. A minibatch weighs every sample 1 (W
+        None, or all ones): its plain mean is the same number in fewer ops, one fused op where
+        the loss has one (:data:`fedpd.problems.losses.BATCH_MEAN`)."""
+        if W is None or torch.equal(W, self._unit_weights(W)):  # one call, no temporaries
+            fused = BATCH_MEAN.get(self.loss)
+            return fused(outputs, Y) if fused is not None else self.loss(outputs, Y).mean()
+        return (self.loss(outputs, Y) * W).sum() / W.sum()
+
+    def _unit_weights(self, W: Tensor) -> Tensor:
+        """Ones shaped like W (kept per shape: a run's batches have one or two)."""
+        cache = self.__dict__.setdefault("_ones", {})
+        key = (W.shape, W.dtype, W.device)
+        ones = cache.get(key)
+        if ones is None:
+            ones = cache[key] = torch.ones(W.shape, dtype=W.dtype, device=W.device)
+        return ones
+
+    def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float) -> None:
+        """The plain SGD step x ← x − lr·∇f_i(x), in place, for every row of x [K, d]. Per client
+        (without a regulariser), each parameter's fresh gradient is added into its view of x_k
+        (one ``torch._foreach_add_``): the numbers of ``x.add_(gradient, alpha=-lr)`` without
+        the flat gradient in between — two passes over d fewer per step. Not counted."""
+        if not self.per_client or self.regularizer is not None:
+            x.add_(self.gradients()(x, X, Y, W), alpha=-lr)
+            return
+        for k in range(x.shape[0]):
+            self.model.bind(x[k].detach())
+            with torch.enable_grad():
+                grads = self.model.grads(self._batch_loss(self.model.module(X[k]), Y[k], None if W is None else W[k]))
+            torch._foreach_add_(self.model.views, grads, alpha=-lr)
+
     def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
         """The vectorised way (``out`` is not used: autograd gives the [K, d] gradient itself)."""
+        if W is None:  # every sample weighs 1: the same numbers as the mean
+            W = torch.ones(Y.shape[:2], dtype=X.dtype if X.is_floating_point() else torch.float32, device=Y.device)
         linear = softmax_regression(self)
         if linear is not None:
             return softmax_regression_gradients(linear, x, X, Y, W)
@@ -196,9 +238,14 @@ class Problem:
             (g,) = torch.autograd.grad(value.sum(), x)
         return g
 
-    def count(self, W: Tensor, active: Tensor | None = None) -> None:
+    def count(self, W: Tensor | None, active: Tensor | None = None, batch: tuple[int, int] = (0, 0)) -> None:
         """Add the real samples of a gradient call to ``sample_grads`` (rows ``active`` only:
-        a straggler that is done computes nothing, whatever a vectorised loop does)."""
+        a straggler that is done computes nothing, whatever a vectorised loop does). ``W``
+        None: every sample of the [K, B] ``batch`` weighs 1 (counted with no tensor op)."""
+        if W is None:
+            rows, per_row = batch
+            self.sample_grads = self.sample_grads + (rows if active is None else active.sum()) * per_row
+            return
         if active is not None:
             W = W[active.to(W.device)]
         self.sample_grads = self.sample_grads + W.count_nonzero()
@@ -220,6 +267,7 @@ class Problem:
         self.__dict__.pop("_vmapped_model", None)
         self.__dict__.pop("_eval_weights", None)
         self.__dict__.pop("_eval_chunk", None)
+        self.__dict__.pop("_ones", None)
         return self
 
 
@@ -299,6 +347,11 @@ class ClientData:
         """The minibatch the draws ``u`` [K, n] pick (a step of :meth:`batch_uniforms`)."""
         return self._problem.train.batch_from(self.ids, u)
 
+    def batches_from(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The minibatches of the draws ``u`` [K, S, n] (S steps of :meth:`batch_uniforms`) in one
+        gather: X [K, S, B, ...], Y, W."""
+        return self._problem.train.batches_from(self.ids, u)
+
     def samples(self, local: Tensor) -> tuple[Tensor, Tensor]:
         """Own samples by local index (``local`` [K, b], entries < each client's size): X, Y."""
         split = self._problem.train
@@ -307,8 +360,14 @@ class ClientData:
     def gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None,
                  out: Tensor | None = None) -> Tensor:
         """∇f at x [M, d] on (X, Y, W) per leading row (clients, or single samples), counted
-        (rows ``active`` only). ``out``: a buffer like x the result may be written into (per-client
+        (rows ``active`` only); W [M, B] weighs the samples, None: each 1 (a minibatch). ``out``: a buffer like x the result may be written into (per-client
         execution does: no [M, d] allocated per step); the caller must not keep the result past
         its next use of the buffer."""
-        self._problem.count(W, active)
+        self._problem.count(W, active, Y.shape[:2])
         return self._problem.gradients()(x, X, Y, W, out)
+
+    def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float) -> None:
+        """x ← x − lr·∇f at x [M, d], in place, per row (every row takes the step), counted: the
+        plain SGD step, fused where the execution allows (:meth:`Problem.descend`)."""
+        self._problem.count(W, batch=Y.shape[:2])
+        self._problem.descend(x, X, Y, W, lr)

@@ -17,6 +17,11 @@ def cross_entropy(outputs: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(outputs, targets, reduction="none")
 
 
+#: per-sample losses whose batch mean torch computes in one fused op: the same gradient,
+#: without the per-sample tensor and the mean's autograd node (a minibatch's loss, every step)
+BATCH_MEAN = {cross_entropy: F.cross_entropy}
+
+
 def half_squared(outputs: Tensor, targets: Tensor) -> Tensor:
     """½(aᵀx − b)² (least squares)."""
     return 0.5 * (outputs.squeeze(-1) - targets) ** 2
