@@ -52,12 +52,11 @@ class FlatModel:
         parts = torch.split(x, self.numels)
         return {name: part.view(shape) for name, part, shape in zip(self.names, parts, self.shapes)}
 
-    def bind(self, x: Tensor) -> list[nn.Parameter]:
+    def bind(self, x: Tensor) -> None:
         """Make the module's parameters views of ``x`` [d] (no copies), to run the module itself at
-        x; returns them (their order is the flat vector's; ``views`` holds the same views as plain
-        tensors, which an in-place update may go through without ``no_grad``). Pointed again
-        only at another tensor: an iterate updated in place stays bound from step to step. The module keeps x
-        alive until it is bound elsewhere."""
+        x; ``views`` holds the same views as plain tensors (an in-place update may go through them
+        without ``no_grad``). Pointed again only at another tensor: an iterate updated in place
+        stays bound from step to step. The module keeps x alive until it is bound elsewhere."""
         params = self.__dict__.get("_params")
         if params is None:
             params = self._params = list(self.module.parameters())
@@ -68,7 +67,6 @@ class FlatModel:
             for p, view in zip(params, self.views):
                 p.data = view
             self._bound = key
-        return params
 
     def grads(self, value: Tensor) -> list[Tensor]:
         """∂value/∂(each bound parameter), in the parameters' order: ``backward`` with every

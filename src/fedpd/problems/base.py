@@ -44,6 +44,11 @@ class ClientSplit:
         return self.offsets[1:] - self.offsets[:-1]
 
     @property
+    def weight_dtype(self) -> torch.dtype:
+        """The dtype of sample weights W: the samples' own when floating, else float32."""
+        return self.x.dtype if self.x.is_floating_point() else torch.float32
+
+    @property
     def owner(self) -> Tensor:
         """The client of every sample, int64 [n]."""
         return torch.repeat_interleave(torch.arange(self.num_clients, device=self.offsets.device), self.sizes)
@@ -62,7 +67,7 @@ class ClientSplit:
         j = torch.arange(m, device=sizes.device)
         mask = j[None, :] < sizes[:, None]
         X, Y = self.take(ids, torch.where(mask, j[None, :], 0))
-        return X, Y, mask.to(self.x.dtype if self.x.is_floating_point() else torch.float32)
+        return X, Y, mask.to(self.weight_dtype)
 
     #: uniforms a minibatch draws per sample from the client's stream (its position; an
     #: augmented split draws its crop too)
@@ -78,9 +83,8 @@ class ClientSplit:
         in stream order) pick: sample j of client k is its ⌊u[k, j] · n_k⌋-th."""
         u = u.to(self.offsets.device)
         local = (u * self.sizes[ids][:, None]).long()
-        dtype = self.x.dtype if self.x.is_floating_point() else torch.float32
         X, Y = self.take(ids, local)
-        return X, Y, torch.ones(local.shape, dtype=dtype, device=self.x.device)
+        return X, Y, torch.ones(local.shape, dtype=self.weight_dtype, device=self.x.device)
 
     def batches_from(self, ids: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The minibatches of S steps in one gather: ``u`` [K, S, B · uniforms_per_sample] ->
@@ -173,34 +177,35 @@ class Problem:
             self._one_gradient(x[k], X[k], Y[k], None if W is None else W[k], out[k])
         return out
 
-    def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor) -> None:
+    def _one_gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor | None, out: Tensor) -> None:
         """∇f_i(x) for one client through the template module, written into ``out`` [d] (see
-        :meth:`gradients`): the module's parameters are views of x (:meth:`FlatModel.bind`: once
-        per iterate, which the solver updates in place from step to step) and their gradients
-        are copied into ``out`` by one ``cat`` (:meth:`FlatModel.gradient`)."""
-        self.model.bind(x.detach())
+        :meth:`gradients`) by one ``cat`` of the parameters' gradients (:meth:`FlatModel.gradient`)."""
         with torch.enable_grad():
-            self.model.gradient(self._batch_loss(self.model.module(X), Y, W), out)
+            self.model.gradient(self._module_loss(x, X, Y, W), out)
             if self.regularizer is not None:
                 leaf = x.detach().clone().requires_grad_(True)
                 out.add_(torch.autograd.grad(self.regularizer(leaf), leaf)[0])
 
-    def _batch_loss(self, outputs: Tensor, Y: Tensor, W: Tensor | None) -> Tensor:
-        """The weighted mean loss of one client's batch. A minibatch weighs every sample 1 (W
-        None, or all ones): its plain mean is the same number in fewer ops, one fused op where
-        the loss has one (:data:`fedpd.problems.losses.BATCH_MEAN`)."""
-        if W is None or torch.equal(W, self._unit_weights(W)):  # one call, no temporaries
+    def _module_loss(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor | None) -> Tensor:
+        """One client's weighted mean batch loss through the template module at x [d] (its
+        parameters views of x: :meth:`FlatModel.bind`, once per iterate, which the solver updates
+        in place from step to step). A minibatch weighs every sample 1 (W None, or all ones): its
+        plain mean is the same number in fewer ops, one fused op where the loss has one
+        (:data:`fedpd.problems.losses.BATCH_MEAN`). Call with grad enabled."""
+        self.model.bind(x.detach())
+        outputs = self.model.module(X)
+        if W is None or torch.equal(W, self._unit_weights(W.shape, W.dtype, W.device)):  # one call, no temporaries
             fused = BATCH_MEAN.get(self.loss)
             return fused(outputs, Y) if fused is not None else self.loss(outputs, Y).mean()
         return (self.loss(outputs, Y) * W).sum() / W.sum()
 
-    def _unit_weights(self, W: Tensor) -> Tensor:
-        """Ones shaped like W (kept per shape: a run's batches have one or two)."""
+    def _unit_weights(self, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """Sample weights of 1, kept per shape (a run's batches have one or two; never written to)."""
         cache = self.__dict__.setdefault("_ones", {})
-        key = (W.shape, W.dtype, W.device)
+        key = (shape, dtype, device)
         ones = cache.get(key)
         if ones is None:
-            ones = cache[key] = torch.ones(W.shape, dtype=W.dtype, device=W.device)
+            ones = cache[key] = torch.ones(shape, dtype=dtype, device=device)
         return ones
 
     def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float) -> None:
@@ -212,15 +217,14 @@ class Problem:
             x.add_(self.gradients()(x, X, Y, W), alpha=-lr)
             return
         for k in range(x.shape[0]):
-            self.model.bind(x[k].detach())
             with torch.enable_grad():
-                grads = self.model.grads(self._batch_loss(self.model.module(X[k]), Y[k], None if W is None else W[k]))
+                grads = self.model.grads(self._module_loss(x[k], X[k], Y[k], None if W is None else W[k]))
             torch._foreach_add_(self.model.views, grads, alpha=-lr)
 
     def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
         """The vectorised way (``out`` is not used: autograd gives the [K, d] gradient itself)."""
         if W is None:  # every sample weighs 1: the same numbers as the mean
-            W = torch.ones(Y.shape[:2], dtype=X.dtype if X.is_floating_point() else torch.float32, device=Y.device)
+            W = self._unit_weights(Y.shape[:2], self.train.weight_dtype, Y.device)
         linear = softmax_regression(self)
         if linear is not None:
             return softmax_regression_gradients(linear, x, X, Y, W)
@@ -360,9 +364,9 @@ class ClientData:
     def gradient(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None,
                  out: Tensor | None = None) -> Tensor:
         """∇f at x [M, d] on (X, Y, W) per leading row (clients, or single samples), counted
-        (rows ``active`` only); W [M, B] weighs the samples, None: each 1 (a minibatch). ``out``: a buffer like x the result may be written into (per-client
-        execution does: no [M, d] allocated per step); the caller must not keep the result past
-        its next use of the buffer."""
+        (rows ``active`` only); W [M, B] weighs the samples, None: each 1 (a minibatch). ``out``:
+        a buffer like x the result may be written into (per-client execution does: no [M, d]
+        allocated per step); the caller must not keep the result past its next use of the buffer."""
         self._problem.count(W, active, Y.shape[:2])
         return self._problem.gradients()(x, X, Y, W, out)
 
