@@ -29,6 +29,11 @@ fixed 8 192-sample chunks it used before issue 21), and of the plain loop's roun
 --step-ways MODEL: one local SGD step (batch 10) five ways, alternating, median of --repeats, as a
 ratio to a plain step (`backward`, then each parameter's `add_`): the flat-buffer ways fedpd could
 take and the one it takes (docs/decisions.md, "A neural local step").
+
+--faults MODEL: page faults per round after a first, each variant in a child process: fedpd with
+glibc malloc's default thresholds (FEDPD_MALLOC=default), fedpd as it runs (fedpd.allocator
+keeps freed memory for the next step), the plain loop (docs/decisions.md, "A training process
+keeps its freed memory").
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -286,20 +292,61 @@ def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
     runner = make(variant, model, chunk)
     if isinstance(runner, Evaluated):
         runner.evaluate()
-    for _ in range(rounds + 1):
+    runner.round()  # the first round (warm-up for the page faults and seconds of the others)
+    faults, t0 = minor_faults(), time.perf_counter()
+    for _ in range(rounds):
         runner.round()
+    faults, seconds = (minor_faults() - faults) / rounds, (time.perf_counter() - t0) / rounds
     if isinstance(runner, Evaluated):
         runner.evaluate()
     done.set()
     sampler.join()
-    return {"peak_mb": peak[0], "working_mb": peak[0] - before}
+    return {"peak_mb": peak[0], "working_mb": peak[0] - before, "faults_per_round": faults, "s_per_round": seconds}
 
 
-def memory(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
+def minor_faults() -> int:
+    """Pages this process has faulted in so far (a freed block used again after malloc returned
+    it to the system faults each of its pages again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def memory(variant: str, model: str, chunk: int | None, rounds: int, env: dict | None = None) -> dict:
     argv = [sys.executable, __file__, "--child", variant, "--models", model, "--chunk", str(chunk or 0),
             "--rounds", str(rounds), "--execution", EXECUTION, "--samples", str(SAMPLES)]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def faults(model: str, rounds: int) -> None:
+    """Page faults per round, each variant in a child process of its own: fedpd with glibc
+    malloc's default thresholds, fedpd as it runs (fedpd.allocator), the plain loop."""
+    for label, variant, env in (("fedpd, glibc's defaults", "fedpd", {"FEDPD_MALLOC": "default"}),
+                                ("fedpd", "fedpd", {}), ("plain", "plain", {"FEDPD_MALLOC": "default"})):
+        got = memory(variant, model, None, rounds, env)
+        pages = got["faults_per_round"]
+        print(f"{model}: {label:<24} {pages:10.0f} page faults per round ({pages * os.sysconf('SC_PAGE_SIZE') / 2**20:6.0f} MB)"
+              f"   {got['s_per_round']:.3f} s/round   working MB {got['working_mb']:.0f}", flush=True)
+    # what a fault costs: a 40 MB block written 50 times, faulted in each time or reused
+    for label, env in (("glibc's defaults", {"FEDPD_MALLOC": "default"}), ("fedpd.allocator", {})):
+        out = subprocess.run([sys.executable, "-c", BLOCKS], capture_output=True, text=True, check=True,
+                             env={**os.environ, **env})
+        ms, pages = json.loads(out.stdout)
+        print(f"a 40 MB block written, {label:<17} {ms:6.2f} ms  {pages:8.0f} page faults", flush=True)
+
+
+BLOCKS = """
+import json, resource, time, torch
+from fedpd.allocator import keep_freed_memory
+torch.set_num_threads(1)
+keep_freed_memory()
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.ones(10 * 2**20)
+f0, t0 = faults(), time.perf_counter()
+for _ in range(50):
+    block = torch.ones(10 * 2**20)
+    del block
+print(json.dumps([(time.perf_counter() - t0) / 50 * 1e3, (faults() - f0) / 50]))
+"""
 
 
 def main() -> None:
@@ -315,6 +362,7 @@ def main() -> None:
     ap.add_argument("--eval-memory", action="store_true", help="the evaluation's memory (LeNet, 5 000 samples)")
     ap.add_argument("--profile", help="MODEL: where the round's time goes (cProfile)")
     ap.add_argument("--step-ways", help="MODEL: one local step, the ways fedpd could take it")
+    ap.add_argument("--faults", help="MODEL: page faults per round (fedpd with and without fedpd.allocator, plain)")
     ap.add_argument("--samples", type=int, default=SAMPLES, help=argparse.SUPPRESS)
     ap.add_argument("--parallel", action="store_true", help="instead: the LeNet workload with run.workers 1 and 2 "
                     "against the plain loop and Flower's 2 actors (benchmarks/parallel_clients.py, needs CIFAR-10)")
@@ -338,6 +386,9 @@ def main() -> None:
         return
     if args.step_ways:
         step_ways(args.step_ways, args.repeats)
+        return
+    if args.faults:
+        faults(args.faults, args.rounds or ROUNDS[args.faults])
         return
     if args.eval_memory:
         SAMPLES = 500

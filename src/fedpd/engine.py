@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from fedpd.algorithms.base import Algorithm, State
+from fedpd.allocator import keep_freed_memory
 from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
 from fedpd.context import ClientContext
@@ -63,7 +64,9 @@ def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, c
     """``local`` on clients ``ids`` in consecutive chunks of ``chunk`` (None: all at once), each
     chunk's states read by ``states(start, stop)`` (positions in ``ids``): one (chunk's ids, its
     uploads, its new states, its context) per chunk, each as it is done (a caller that sums the
-    uploads as they come holds one chunk's). Every engine's client half runs this."""
+    uploads as they come holds one chunk's). Every engine's client half runs this (in a process
+    that keeps freed memory for the next step: :mod:`fedpd.allocator`)."""
+    keep_freed_memory()
     step = ids.numel() if chunk is None else chunk
     for start in range(0, ids.numel(), max(step, 1)):
         part = ids[start:start + step]

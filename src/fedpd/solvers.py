@@ -153,10 +153,11 @@ class LocalRun:
         buffer it may be written into, see :meth:`ClientData.gradient`)."""
         return self.data.gradient(x, *batch, active=self.active(q), out=out)
 
-    def descend(self, x: Tensor, batch, q: int) -> None:
+    def descend(self, x: Tensor, batch, q: int, grad_sq: bool = False) -> Tensor | None:
         """Step q as plain SGD on f_i, x ← x − lr·∇f_i(x) in place, for a step every client takes
-        (counted; fused per client: :meth:`ClientData.descend`)."""
-        self.data.descend(x, *batch, self.lr)
+        (counted; fused per client: :meth:`ClientData.descend`); ``grad_sq``: returns the [K]
+        ‖∇f_i(x)‖² at the iterate before the step."""
+        return self.data.descend(x, *batch, self.lr, grad_sq)
 
     def sam(self, x: Tensor, g: Tensor, batch, q: int) -> Tensor:
         """SAM (Foret et al., ICLR 2021): with radius r > 0, ∇f_i at the ascent point
@@ -231,16 +232,17 @@ class GradientSolver:
         buf, start_gap = None, None
         x = x.clone()  # the iterate is updated in place: a fresh [K, d] per step costs more than the step
         g_out = torch.empty_like(x)  # where each step's ∇f_i may be written (per-client execution)
-        # a step that is x − lr·∇f_i(x) alone (FedAvg's) needs no flat gradient after the first,
-        # whose ‖∇‖² is reported: LocalRun.descend
+        # a step that is x − lr·∇f_i(x) alone (FedAvg's) needs no flat gradient: LocalRun.descend
         plain = (objective.linear is None and not objective.mu and not tol
                  and not (self.weight_decay or self.momentum or self.sam_radius))
         for q in range(run.rounds):
             if q >= run.rounds:  # every client met its criterion
                 break
             batch = run.batch(q)
-            if plain and q and run.active(q) is None:
-                run.descend(x, batch, q)
+            if plain and run.active(q) is None:
+                norms = run.descend(x, batch, q, grad_sq=q == 0)
+                if q == 0:
+                    start_gap = norms
                 continue
             g_f = run.f_grad(x, batch, q, out=g_out)
             if q == 0 or tol:  # ‖∇(local objective)‖² at the iterate

@@ -208,18 +208,26 @@ class Problem:
             ones = cache[key] = torch.ones(shape, dtype=dtype, device=device)
         return ones
 
-    def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float) -> None:
+    def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float, grad_sq: bool = False) -> Tensor | None:
         """The plain SGD step x ← x − lr·∇f_i(x), in place, for every row of x [K, d]. Per client
         (without a regulariser), each parameter's fresh gradient is added into its view of x_k
         (one ``torch._foreach_add_``): the numbers of ``x.add_(gradient, alpha=-lr)`` without
-        the flat gradient in between — two passes over d fewer per step. Not counted."""
+        the flat gradient in between — two passes over d fewer per step. ``grad_sq``: returns
+        the [K] ‖∇f_i(x)‖² before the step (per client: from the parameters' gradients, the same
+        to rounding as from the flat one). Not counted."""
         if not self.per_client or self.regularizer is not None:
-            x.add_(self.gradients()(x, X, Y, W), alpha=-lr)
-            return
+            g = self.gradients()(x, X, Y, W)
+            norms = (g * g).sum(1) if grad_sq else None
+            x.add_(g, alpha=-lr)
+            return norms
+        norms = torch.empty(x.shape[0], dtype=x.dtype, device=x.device) if grad_sq else None
         for k in range(x.shape[0]):
             with torch.enable_grad():
                 grads = self.model.grads(self._module_loss(x[k], X[k], Y[k], None if W is None else W[k]))
+            if grad_sq:
+                norms[k] = torch.stack(torch._foreach_norm(grads)).square().sum()
             torch._foreach_add_(self.model.views, grads, alpha=-lr)
+        return norms
 
     def _client_gradients(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, out: Tensor | None = None) -> Tensor:
         """The vectorised way (``out`` is not used: autograd gives the [K, d] gradient itself)."""
@@ -370,8 +378,9 @@ class ClientData:
         self._problem.count(W, active, Y.shape[:2])
         return self._problem.gradients()(x, X, Y, W, out)
 
-    def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float) -> None:
+    def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float, grad_sq: bool = False) -> Tensor | None:
         """x ← x − lr·∇f at x [M, d], in place, per row (every row takes the step), counted: the
-        plain SGD step, fused where the execution allows (:meth:`Problem.descend`)."""
+        plain SGD step, fused where the execution allows (:meth:`Problem.descend`; ``grad_sq``:
+        returns the [M] ‖∇f‖² before the step)."""
         self._problem.count(W, batch=Y.shape[:2])
-        self._problem.descend(x, X, Y, W, lr)
+        return self._problem.descend(x, X, Y, W, lr, grad_sq)

@@ -25,6 +25,7 @@ import torch
 from fedpd import plugins
 from fedpd.build import from_toml
 from fedpd.context import ClientContext
+from fedpd.engine import train_in_chunks
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
 from fedpd.remote.messages import Envelope, pack, unpack
@@ -91,13 +92,12 @@ class NodeRuntime:
         before = int(problem.sample_grads)
         ids_t = torch.tensor(ids, dtype=torch.int64)
         chunk = 1 if problem.per_client else cfg.run.client_chunk or len(ids)
-        uploads, states = [], []
-        for part in torch.split(ids_t, chunk):
-            ctx = ClientContext(part, round, ClientData(problem, part), solver, cfg.run.seed)
-            current = {k: v.to(device) for k, v in store.get(part.tolist()).items()} if store is not None else {}
-            up, new = algorithm.local(message, current, ctx)
-            uploads.append(up)
-            states.append(new)
+
+        def held(start: int, stop: int):  # the states of ids[start:stop], as this node keeps them
+            return {k: v.to(device) for k, v in store.get(ids[start:stop]).items()} if store is not None else {}
+
+        trained = list(train_in_chunks(algorithm, problem, solver, cfg.run.seed, chunk, message, ids_t, held, round))
+        uploads, states = [up for _, up, _, _ in trained], [new for _, _, new, _ in trained]
         upload = {k: torch.cat([u[k] for u in uploads]) for k in uploads[0]} if uploads else {}
         state = {k: torch.cat([s[k] for s in states]) for k in states[0]} if states and states[0] else {}
         if state and store is not None:  # stateless clients (FedAvg) keep nothing; the server sends no commit
