@@ -121,7 +121,7 @@ def test_second_invocation_skips_complete_runs(tmp_path):
 def test_feddyn_equals_fedpd_in_the_smoke_report(tmp_path):
     out = tmp_path / "r"
     _smoke("feddyn_fedpd", out)
-    results = core.rep.Results(core.get("feddyn_fedpd").runs(core.get("feddyn_fedpd").budgets["smoke"]), out / "runs")
+    results = core.rep.Results.from_dirs(core.get("feddyn_fedpd").runs(core.get("feddyn_fedpd").budgets["smoke"]), out / "runs")
     a = results.select(problem="ls", variant="fedpd")[0].trajectory()
     b = results.select(problem="ls", variant="feddyn")[0].trajectory()
     c = results.select(problem="ls", variant="feddyn-k2")[0].trajectory()

@@ -148,7 +148,7 @@ def test_provenance_is_complete_when_every_run_is_listed(tmp_path):
     budget = exp.budgets["medium"]
     specs = exp.runs(budget)
     _fake_runs(specs, tmp_path / "runs")
-    results = rep.Results(specs, tmp_path / "runs")
+    results = rep.Results.from_dirs(specs, tmp_path / "runs")
     origin = rep.provenance(results, [{"started": "2026-11-25 09:00:00 UTC", "elapsed_s": 1.0,
                                        "runs": [s.key for s in specs]}])
     assert set(origin.values()) == {1}
@@ -166,7 +166,7 @@ def test_fedplus_regression_claims_take_lower_error_as_better(tmp_path):
         path.mkdir(parents=True)
         mse = (1000.0 if s.labels["method"] == "fedgeomed_plus" else 2000.0) + 10 * s.seed * s.seed
         path.joinpath("metrics.jsonl").write_text(json.dumps({"round": 500, "personal_mse": mse}) + "\n")
-    results = rep.Results(specs, tmp_path / "runs")
+    results = rep.Results.from_dirs(specs, tmp_path / "runs")
     verdict, text = _vs(results, "paper", "regression", "fedgeomed_plus", "fedavg_plus")
     assert verdict is True and text == "FedGeoMed+ − FedAvg+ = -1e+03 ± 0 (SE, n = 5)"
 

@@ -271,7 +271,7 @@ def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str |
 
 
 def write_report(exp: Experiment, budget, specs, out: Path, command: str, invocations: list[dict]) -> Path:
-    results = rep.Results(specs, out / "runs")
+    results = rep.Results.from_dirs(specs, out / "runs")
     origin = rep.provenance(results, invocations)
     rep.write_results_csv(results, out / "results.csv", origin)
     sections = exp.report(results, budget, out)

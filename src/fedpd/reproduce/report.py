@@ -78,8 +78,13 @@ class Run:
 class Results:
     """Every run of a reproduction with its metrics; select by labels."""
 
-    def __init__(self, specs: Sequence[RunSpec], runs_dir: Path):
-        self.runs = [Run(s, read_jsonl(runs_dir / s.key / "metrics.jsonl"), runs_dir / s.key) for s in specs]
+    def __init__(self, runs: Sequence[Run]):
+        self.runs = list(runs)
+
+    @classmethod
+    def from_dirs(cls, specs: Sequence[RunSpec], runs_dir: Path) -> "Results":
+        """The runs' metrics read from their run directories ``runs_dir/<key>/metrics.jsonl``."""
+        return cls([Run(s, read_jsonl(runs_dir / s.key / "metrics.jsonl"), runs_dir / s.key) for s in specs])
 
     def select(self, **labels) -> list[Run]:
         return [r for r in self.runs if all(r.labels.get(k) == v for k, v in labels.items())]
