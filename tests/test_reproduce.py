@@ -15,7 +15,7 @@ from fedpd.config import load_config
 from fedpd.data import resolve_data_dir
 from fedpd.errors import ConfigError
 from fedpd.io import read_jsonl
-from fedpd.reproduce import core, execute
+from fedpd.reproduce import core, execute, records
 from fedpd.reproduce.spec import RunSpec, grid
 from fedpd.runner import run
 
@@ -102,26 +102,27 @@ def test_smoke_reproduction_end_to_end(name, dataset, tmp_path):
     readme = _smoke(name, out)
     assert readme == out / "README.md"
     _check_report(name, out)
-    inv = read_jsonl(out / "invocations.jsonl")
-    assert inv[0]["runs_done"] == len(core.get(name).runs(core.get(name).budgets["smoke"])) and inv[0]["runs_skipped"] == 0
+    held = records.load(out / "records")
+    assert sorted(held) == sorted(s.key for s in core.get(name).runs(core.get(name).budgets["smoke"]))
+    assert all(r.provenance["command"] == f"fedpd reproduce {name} --budget smoke" for r in held.values())
 
 
 def test_second_invocation_skips_complete_runs(tmp_path):
     out = tmp_path / "r"
     _smoke("feddyn_fedpd", out)
-    before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
+    before = {p: p.stat().st_mtime_ns for p in [*(out / "runs").rglob("metrics.jsonl"), *(out / "records").rglob("*")]}
     _smoke("feddyn_fedpd", out)
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before
-    inv = read_jsonl(out / "invocations.jsonl")
-    assert [i["runs_done"] for i in inv] == [9, 0] and inv[1]["runs_skipped"] == 9
+    assert {p: p.stat().st_mtime_ns for p in [*(out / "runs").rglob("metrics.jsonl"),
+                                               *(out / "records").rglob("*")]} == before
     text = (out / "README.md").read_text()
-    assert "| 0 / 9 |" in text  # both invocations in the report
+    assert "Every one of the 9 runs is recorded." in text and "| 9 |" in text  # one row: the invocation that ran them
 
 
 def test_feddyn_equals_fedpd_in_the_smoke_report(tmp_path):
     out = tmp_path / "r"
     _smoke("feddyn_fedpd", out)
-    results = core.rep.Results.from_dirs(core.get("feddyn_fedpd").runs(core.get("feddyn_fedpd").budgets["smoke"]), out / "runs")
+    results = core.rep.Results.from_dirs(core.get("feddyn_fedpd").runs(core.get("feddyn_fedpd").budgets["smoke"]),
+                                         out / "runs")
     a = results.select(problem="ls", variant="fedpd")[0].trajectory()
     b = results.select(problem="ls", variant="feddyn")[0].trajectory()
     c = results.select(problem="ls", variant="feddyn-k2")[0].trajectory()
@@ -251,7 +252,8 @@ def test_a_report_made_with_an_absolute_data_dir_records_none(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "feddyn_fedpd", "--budget", "smoke", "--out", str(tmp_path / "r"), "--jobs", "1",
                  "--data-dir", str(data), "--quiet"]) == 0
-    text = (tmp_path / "r" / "README.md").read_text() + (tmp_path / "r" / "invocations.jsonl").read_text()
+    text = (tmp_path / "r" / "README.md").read_text() + "".join(
+        json.dumps(r.provenance) for r in records.load(tmp_path / "r" / "records").values())
     assert "`fedpd reproduce feddyn_fedpd --budget smoke --out r --jobs 1 --data-dir \"$FEDPD_DATA\" --quiet`" in text
     assert str(tmp_path) not in text
 
@@ -259,6 +261,7 @@ def test_a_report_made_with_an_absolute_data_dir_records_none(tmp_path, monkeypa
 @pytest.mark.parametrize("report", sorted((ROOT / "docs" / "reproductions").glob("*/README.md")),
                          ids=lambda p: p.parent.name)
 def test_committed_reports_name_no_path_of_the_machine_that_made_them(report):
-    for path in (report, report.parent / "invocations.jsonl"):
-        for line in path.read_text().splitlines():
-            assert not re.search(r"--(data-dir|out)[= ]['\"]?(/|~)", line), f"{path.name}: {line[:160]}"
+    lines = report.read_text().splitlines()
+    lines += [r.provenance["command"] for r in records.load(report.parent / "records").values()]
+    for line in lines:
+        assert not re.search(r"--(data-dir|out)[= ]['\"]?(/|~)", line), f"{report.parent.name}: {line[:160]}"

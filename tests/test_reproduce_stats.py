@@ -5,17 +5,16 @@ medium budget of every experiment and ``--estimate``."""
 
 from __future__ import annotations
 
-import calendar
 import csv
 import json
 import math
 import os
-import time
 
 import pytest
 
 from fedpd.cli import main
-from fedpd.reproduce import core
+from fedpd.io import read_jsonl
+from fedpd.reproduce import core, records
 from fedpd.reproduce import report as rep
 from fedpd.reproduce.spec import Claim
 
@@ -106,20 +105,13 @@ def test_medium_report_from_fake_metrics(tmp_path):
     specs = exp.runs(budget)
     assert len(specs) == 36 and budget.seeds == (0, 1, 2)
     _fake_runs(specs, tmp_path / "runs")
-    unrecorded, legacy = specs[0].key, specs[1].key
-    # the second run was written during a legacy invocation (no run list), the first outside every invocation
-    at = calendar.timegm(time.strptime("2026-11-24 12:00:30", "%Y-%m-%d %H:%M:%S"))
-    os.utime(tmp_path / "runs" / legacy / "metrics.jsonl", (at, at))
-    os.utime(tmp_path / "runs" / unrecorded / "metrics.jsonl", (at + 7200, at + 7200))
-    invocations = [
-        {"command": "fedpd reproduce afedpd_table2 --budget medium", "started": "2026-11-24 12:00:00 UTC",
-         "elapsed_s": 60.0, "runs_done": 1, "runs_skipped": 0, "jobs": 1, "outcome": "complete"},
-        {"command": "fedpd reproduce afedpd_table2 --budget medium", "started": "2026-11-25 09:00:00 UTC",
-         "elapsed_s": 900.0, "runs_done": 34, "runs_skipped": 1, "jobs": 2, "outcome": "complete",
-         "runs": [s.key for s in specs[2:]]},
-    ]
-    text = core.write_report(exp, budget, specs, tmp_path, "fedpd reproduce afedpd_table2 --budget medium",
-                             invocations).read_text()
+    held = {s.key: records.Record(s.key, s.group, s.seed, s.labels, "medium", s.config,
+                                  read_jsonl(tmp_path / "runs" / s.key / "metrics.jsonl"),
+                                  {"command": "fedpd reproduce afedpd_table2 --budget medium", "commit": "abc1234",
+                                   "finished": f"2026-11-2{4 + (i > 0)} 12:00:00 UTC", "compute_s": 300.0,
+                                   "machine": {"cores": 2, "cpu": "X", "threads": 1, "device": "cpu"}})
+            for i, s in enumerate(specs)}
+    text = core.write_report(exp, budget, specs, tmp_path, held).read_text()
     # tables: mean ± std over the seeds, and how many seeds
     assert "n = 3 seeds" in text
     table = next(line for line in text.splitlines() if line.startswith("| A-FedPD |"))
@@ -136,23 +128,11 @@ def test_medium_report_from_fake_metrics(tmp_path):
     assert claims["A-FedPDSAM is the best method in every column"].endswith("| inconclusive at this budget |")
     assert claims["with SGD locally, the best primal-dual method (FedDyn, A-FedPD) beats the best primal one "
                   "(FedAvg, FedCM, SCAFFOLD)"].endswith("| holds |")
-    # provenance: the run with no recorded invocation is named, in the report and results.csv
-    assert "1 of the 36 runs with results have no recorded invocation" in text and f"`{unrecorded}`" in text
-    rows = {r["run"]: r["invocation"] for r in csv.DictReader((tmp_path / "results.csv").open())}
-    assert rows[unrecorded] == "none" and rows[legacy] == "1" and rows[specs[5].key] == "2"
+    # provenance: who ran the runs, from the records; results.csv names each run's commit
+    assert "| `fedpd reproduce afedpd_table2 --budget medium` | abc1234 | 2 cores (X), 1 thread, cpu | 36 | " \
+           "2026-11-24 12:00 – 2026-11-25 12:00 | 3.00 |" in text
+    assert {r["commit"] for r in csv.DictReader((tmp_path / "results.csv").open())} == {"abc1234"}
     assert "band their range (min–max)" in text
-
-
-def test_provenance_is_complete_when_every_run_is_listed(tmp_path):
-    exp = core.get("afedpd_table2")
-    budget = exp.budgets["medium"]
-    specs = exp.runs(budget)
-    _fake_runs(specs, tmp_path / "runs")
-    results = rep.Results.from_dirs(specs, tmp_path / "runs")
-    origin = rep.provenance(results, [{"started": "2026-11-25 09:00:00 UTC", "elapsed_s": 1.0,
-                                       "runs": [s.key for s in specs]}])
-    assert set(origin.values()) == {1}
-    assert rep.provenance_line(origin).startswith("- Provenance: each of the 36 runs")
 
 
 def test_fedplus_regression_claims_take_lower_error_as_better(tmp_path):

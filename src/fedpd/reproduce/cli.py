@@ -30,17 +30,29 @@ def cmd_reproduce(args) -> int:
     if not args.name:
         raise FedpdError("fedpd reproduce: missing NAME (fedpd reproduce --list shows the experiments)")
     if args.estimate is not None:
+        args.budget = args.budget or "reduced"
         found = core.estimate(args.name, budget=args.budget, rounds=args.estimate, data_dir=args.data_dir,
                               progress=not args.quiet)
         print(f"{args.name} --budget {args.budget}: {found['runs']} runs, about {found['core_hours']:.2f} core-hours "
               f"(CPU time of {found['measured']} setting{'s' * (found['measured'] != 1)} measured over {args.estimate} "
               f"round{'s' * (args.estimate != 1)} each, extrapolated to every run's rounds and evaluations)")
         return 0
+    if args.verify is not None:
+        from fedpd.reproduce.verify import verify
+
+        if args.out is None:
+            raise FedpdError("fedpd reproduce --verify: give --out, the report folder that holds the records")
+        found = verify(args.name, args.out, args.verify, budget=args.budget, rounds=args.verify_rounds,
+                       seed=args.verify_seed, data_dir=args.data_dir, progress=not args.quiet)
+        bad = [v for v in found if not v.ok]
+        print(f"{len(found) - len(bad)} of {len(found)} records agree with a re-run of their first rounds"
+              + (f"; {bad[0].key} differs: {bad[0].mismatch}" if bad else ""))
+        return 1 if bad else 0
     cluster = cluster_from(args)
     try:
         readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
                                 progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
-                                configs_only=args.configs_only, cluster=cluster,
+                                configs_only=args.configs_only, cluster=cluster, report_only=args.report_only,
                                 command=core.recorded_command(args.argv[1:]))
     except KeyboardInterrupt:
         print("fedpd: interrupted (complete runs are kept, the others resume from their last checkpoint: run the "
@@ -58,9 +70,10 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"),
                    help="with --list: table (default: fitted to the terminal, long text wrapped), or csv, json, "
                    "markdown: every column (the budgets' whole notes), nothing else on stdout")
-    p.add_argument("--budget", choices=BUDGETS, default="reduced",
-                   help="smoke: a few rounds (tests); reduced: under an hour on a 2-core CPU; medium: >= 3 seeds and enough "
-                   "work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's (a cluster)")
+    p.add_argument("--budget", choices=BUDGETS, default=None,
+                   help="smoke: a few rounds (tests); reduced (the default): under an hour on a 2-core CPU; medium: >= 3 "
+                   "seeds and enough work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's "
+                   "(a cluster). With --report-only or --verify: the budget the records are of")
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
     p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")
@@ -70,5 +83,13 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--configs-only", action="store_true", help="write the resolved configs and stop")
     p.add_argument("--estimate", type=int, metavar="ROUNDS", help="run nothing to completion: time ROUNDS rounds of "
                    "each setting (one thread, CPU time) and print the budget's estimated core-hours")
+    p.add_argument("--report-only", action="store_true", help="run nothing: rebuild the report in --out from its "
+                   "run records (records/) alone")
+    p.add_argument("--verify", type=int, metavar="K", help="re-run K of the records in --out (a seeded choice) for "
+                   "their first rounds and compare with what they recorded (float64: identical; float32: to 1e-4 "
+                   "relative); exit 1 when one differs")
+    p.add_argument("--verify-rounds", type=int, default=3, metavar="R", help="with --verify: re-run up to the "
+                   "first evaluation at or after round R (default 3)")
+    p.add_argument("--verify-seed", type=int, default=0, help="with --verify: the seed of the choice of records")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_reproduce)

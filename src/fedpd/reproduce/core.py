@@ -13,10 +13,11 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from fedpd.errors import ConfigError, FedpdError
+from fedpd.errors import ConfigError
 from fedpd.io import atomic_write_text
 from fedpd.reproduce import report as rep
-from fedpd.reproduce.execute import METRICS, TRAJECTORY, _environment, default_jobs, last_round, plan, run_jobs
+from fedpd.reproduce import records
+from fedpd.reproduce.execute import _environment, default_jobs, plan, run_jobs, validate
 from fedpd.reproduce.spec import BUDGETS, Experiment
 
 
@@ -103,25 +104,59 @@ def check_data(exp: Experiment, budget, data_dir: str | None) -> None:
                               f"give --data-dir or set FEDPD_DATA to the folder that holds it")
 
 
-def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None, jobs: int | None = None,
+def reproduce(name: str, budget: str | None = None, out: str | Path | None = None, jobs: int | None = None,
               data_dir: str | None = None, progress: bool = True, keep_checkpoints: bool = False,
-              configs_only: bool = False, command: str | None = None, cluster=None) -> Path:
-    """Run experiment ``name`` at ``budget`` (skipping complete runs, resuming interrupted ones)
-    and write its report into ``out`` (default ``reproductions/<name>-<budget>``); returns the
-    README's path. ``configs_only``: write the resolved configs and stop (e.g. to run the full
-    budget elsewhere); ``cluster``: run each run as a task on a Ray cluster
-    (:class:`fedpd.reproduce.cluster.Cluster`; the run directories come back into ``out``)."""
+              configs_only: bool = False, command: str | None = None, cluster=None,
+              report_only: bool = False) -> Path:
+    """Run experiment ``name`` at ``budget`` (default "reduced") and write its report into ``out``
+    (default ``reproductions/<name>-<budget>``); returns the README's path.
+
+    A run whose record (``out/records/``, :mod:`fedpd.reproduce.records`) holds the config asked for
+    is done and never runs again; every other run runs (a complete run directory in ``out/runs/``
+    is recorded as it is, an interrupted one resumed) and leaves its record as it finishes.
+    ``report_only``: run nothing, render the report from the records alone (the budget, when not
+    given, is the one the records name). ``configs_only``: write the resolved configs and stop;
+    ``cluster``: run each run as a task on a Ray cluster (:class:`fedpd.reproduce.cluster.Cluster`;
+    the run directories come back into ``out``)."""
     exp = get(name)
-    if budget not in exp.budgets:
-        raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
+    out_given = out is not None
     if jobs is not None and jobs < 1:
         raise ConfigError(f"reproduce: --jobs {jobs} (allowed: 1 or more)")
-    b = exp.budgets[budget]
-    out = Path(out) if out is not None else Path("reproductions") / f"{name}-{budget}"
-    if out.exists() and not out.is_dir():
+    if report_only and (configs_only or cluster is not None):
+        raise ConfigError("reproduce: --report-only runs nothing; it cannot be combined with --configs-only or --ray")
+    if report_only and not out_given:
+        raise ConfigError("reproduce --report-only: give --out, the report folder that holds the records")
+    out = Path(out) if out_given else None
+    if out is not None and out.exists() and not out.is_dir():
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
+    held = records.load(out / "records") if out is not None else {}
+    if budget is None:
+        budget = _budget_of(name, held) if report_only else "reduced"
+    if budget not in exp.budgets:
+        raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
+    b = exp.budgets[budget]
+    out = out if out is not None else Path("reproductions") / f"{name}-{budget}"
     specs = exp.runs(b)
-    work = plan(specs, out / "runs")  # every config validated, every run directory classified
+    cfgs = validate(specs)  # every config checked before anything is written
+    recorded, stale = {}, []
+    for spec, cfg in zip(specs, cfgs):
+        rec = held.get(spec.key)
+        if rec is not None:
+            differs = rec.config_difference(cfg)
+            if differs:
+                stale.append((spec.key, differs))
+            else:
+                recorded[spec.key] = rec
+    if report_only:
+        if not recorded:
+            raise ConfigError(f"reproduce {name} --report-only: {out / 'records'} holds no record of the {budget} "
+                              f"budget's runs" + (f" ({len(stale)} of another config: first {stale[0][0]}, "
+                                                  f"{stale[0][1]} differs)" if stale else ""))
+        return write_report(exp, b, specs, out, recorded)
+    if stale and progress:
+        print(f"{len(stale)} records hold another config and are run again (first: {stale[0][0]}, {stale[0][1]} "
+              "differs)", file=sys.stderr)
+    work = plan([s for s in specs if s.key not in recorded], out / "runs")
     if not configs_only and cluster is None:  # on a cluster the nodes read the data, not this machine
         check_data(exp, b, data_dir)  # before anything is written
     out.mkdir(parents=True, exist_ok=True)
@@ -131,26 +166,49 @@ def reproduce(name: str, budget: str = "reduced", out: str | Path | None = None,
         return out / "configs"
     jobs = jobs or default_jobs()
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
-    started, t0 = time.strftime("%Y-%m-%d %H:%M:%S %Z"), time.perf_counter()
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     command = command or recorded_command(sys.argv[2:])  # the command line, with no path of this machine
-    done: dict[str, float] = {}
-    by_key = {j.spec.key: j for j in work}
-    skipped = sum(j.status == "complete" for j in work)
-    outcome = "interrupted"
+    commit = rep.git_commit(Path(__file__).resolve().parent)
+
+    def record(job, seconds, ran_on) -> None:
+        recorded[job.spec.key] = records.write(out / "records", job.spec, b.name, job.path, records.provenance(
+            command, started, seconds, ran_on, commit))
+
+    logged = _logged_invocations(out)
+    for job in work:
+        if job.status == "complete":  # finished before records existed, or its record was lost: record it now
+            inv = logged.get(job.spec.key, {})
+            recorded[job.spec.key] = records.write(out / "records", job.spec, b.name, job.path, records.provenance(
+                inv.get("command", command), inv.get("started", started), None, None, inv.get("commit", ""),
+                adopted=True))
     try:
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
-                 seconds=done, cluster=cluster)
-        outcome = "complete"
-    except FedpdError as err:
-        outcome = f"stopped: {err}"
-        raise
-    finally:  # every invocation is recorded, also one that failed or was interrupted, with the runs it completed
-        finished = sorted(k for k in done if _complete(by_key[k]))
-        invocations = rep.append_invocation(out / "invocations.jsonl", {
-            "command": command, "started": started, "elapsed_s": round(time.perf_counter() - t0, 1),
-            "runs_done": len(finished), "runs_skipped": skipped, "jobs": f"Ray {cluster.address}" if cluster else jobs,
-            "outcome": outcome, "runs": finished})
-    return write_report(exp, b, specs, out, command, invocations)
+                 cluster=cluster, on_done=record)
+    finally:  # also after a failure: the report shows what is recorded so far
+        readme = write_report(exp, b, specs, out, recorded)
+    return readme
+
+
+def _logged_invocations(out: Path) -> dict[str, dict]:
+    """{run key: the invocation that completed it} from the log older versions kept
+    (``invocations.jsonl``), for run directories recorded afterwards."""
+    from fedpd.io import read_jsonl
+
+    path = out / "invocations.jsonl"
+    found: dict[str, dict] = {}
+    for inv in read_jsonl(path) if path.is_file() else []:
+        for key in inv.get("runs", []):
+            found[key] = inv
+    return found
+
+
+def _budget_of(name: str, held: dict) -> str:
+    """The budget a report folder's records were made at (one line when none or several)."""
+    budgets = sorted({r.budget for r in held.values()})
+    if len(budgets) != 1:
+        raise ConfigError(f"reproduce {name} --report-only: " + ("no run records in the report folder" if not budgets
+                          else f"the records are of several budgets ({', '.join(budgets)}): give --budget"))
+    return budgets[0]
 
 
 #: the flags of ``fedpd reproduce`` that take a path, and what an absolute one is recorded as
@@ -270,23 +328,29 @@ def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str |
     return {"core_hours": total / 3600, "runs": len(specs), "measured": len(keyed), "rows": rows}
 
 
-def write_report(exp: Experiment, budget, specs, out: Path, command: str, invocations: list[dict]) -> Path:
-    results = rep.Results.from_dirs(specs, out / "runs")
-    origin = rep.provenance(results, invocations)
-    rep.write_results_csv(results, out / "results.csv", origin)
+def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> Path:
+    """The report of ``specs`` from their ``recorded`` run records (runs without one count as
+    missing): README.md, results.csv, configs/ and the figures. Nothing in it depends on when or
+    where it is rendered, so the same records always give the same report."""
+    results = rep.Results([rep.Run(s, recorded[s.key].metrics if s.key in recorded else [], None,
+                                   recorded[s.key].trajectory if s.key in recorded else None) for s in specs])
+    rep.write_configs(specs, out / "configs")
+    rep.write_results_csv(results, out / "results.csv",
+                          {k: r.provenance.get("commit", "") for k, r in recorded.items()})
     sections = exp.report(results, budget, out)
-    compute = rep.compute_seconds(results)
-    rounds = sorted({int(r.last.get("round", 0)) for r in results.runs})
-    commit = rep.git_commit(Path(__file__).resolve().parent)
-    date = time.strftime("%Y-%m-%d")
+    done = [recorded[s.key] for s in specs if s.key in recorded]
+    missing = [s.key for s in specs if s.key not in recorded]
+    compute = sum(float(r.provenance.get("compute_s") or 0.0) for r in done)
+    rounds = sorted({int(r.last.get("round", 0)) for r in results.runs if r.records})
+    latest = max((r.provenance.get("finished", "") for r in done), default="")[:10]
+    rebuild = f"fedpd reproduce {exp.name} --budget {budget.name} --report-only --out <this folder>"
     head = [
         f"# {exp.title}",
         "",
         f"Reproduces: {exp.source}.",
         "",
-        f"Produced by `{command}` on {date}"
-        + (f" (fedpd at commit {commit})" if commit else "") + ". Everything below, but the section "
-        "\"Reading\", is written by that command from the runs' metrics.",
+        f"Built from the {len(done)} run records in `records/` (the latest finished on {latest}) by `{rebuild}`. "
+        "Everything below, but the section \"Reading\", is written by that command from the records.",
         "",
         "## Budget",
         "",
@@ -294,16 +358,16 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
         "",
         f"- {len(specs)} runs: {len({s.group for s in specs})} settings × seeds {', '.join(map(str, budget.seeds))} "
         f"(each seed s sets `run.seed = s`{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
-        f"{', '.join(map(str, rounds))}; mean ± std is over the seeds (sample std, n − 1).",
-        f"- Compute: {compute:.0f} s summed over the runs' own `wall_s` (one CPU thread each), "
-        f"{compute / 3600:.2f} core-hours.",
-        rep.provenance_line(origin),
-        "- Invocations of the command on this directory (runs already complete are skipped, interrupted ones resumed):",
+        f"{', '.join(map(str, rounds)) or '—'}; mean ± std is over the seeds (sample std, n − 1).",
+        (f"- **{len(missing)} of the {len(specs)} runs are not recorded yet** (the tables and claims use the "
+         f"{len(done)} that are; `fedpd reproduce {exp.name} --budget {budget.name} --out <this folder>` runs the "
+         f"rest): {', '.join(f'`{k}`' for k in missing[:12])}{f' and {len(missing) - 12} more' if len(missing) > 12 else ''}."
+         if missing else f"- Every one of the {len(specs)} runs is recorded."),
+        f"- Compute: {compute:.0f} s summed over the runs' own `wall_s` (rounds and evaluations; one CPU thread "
+        f"each unless the machine says otherwise), {compute / 3600:.2f} core-hours.",
+        "- The runs were made by:",
         "",
-        rep.md_table(["#", "command", "started", "runs done / already complete", "parallel jobs", "elapsed", "outcome"],
-                     [[n, f"`{i['command']}`", i["started"], f"{i['runs_done']} / {i['runs_skipped']}", i["jobs"],
-                       f"{i['elapsed_s']:.0f} s", i.get("outcome", "complete").split(";")[0]]
-                      for n, i in enumerate(invocations, 1)]),
+        rep.provenance_table(done),
         "",
     ]
     body = "\n\n".join(sections)
@@ -316,17 +380,13 @@ def write_report(exp: Experiment, budget, specs, out: Path, command: str, invoca
     tail += ["", "## Files", "",
              "- `configs/`: the resolved config of every setting (first seed; the header says what the other seeds "
              "change). Run one with `fedpd run configs/<setting>.toml`.",
-             "- `results.csv`: every run's labels, seed and final metrics.",
-             "- `invocations.jsonl`: the invocations above (with the runs each completed).",
-             "- `runs/` (not committed): the run directories with every evaluation (`metrics.jsonl`)."]
+             "- `results.csv`: every run's labels, seed, final metrics and the fedpd commit that ran it.",
+             "- `records/`: one record per finished run (`<run>.json.gz`: its config, every evaluation's metrics, "
+             "and where, when and by what it ran); the report is rebuilt from them alone.",
+             "- `runs/` (not committed): the run directories, a cache of the runs in progress."]
     path = out / "README.md"
     atomic_write_text(path, "\n".join(head) + "\n" + body + "\n" + "\n".join(tail) + "\n")
     return path
-
-
-def _complete(job) -> bool:
-    """The run reached its rounds (a failed run also reports back, with fewer)."""
-    return last_round(job.path / METRICS) >= job.rounds and (not job.spec.trace or (job.path / TRAJECTORY).is_file())
 
 
 def _problem_seeded(specs) -> bool:

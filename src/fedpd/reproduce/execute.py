@@ -34,6 +34,7 @@ from pathlib import Path
 from fedpd.config import Config, first_difference, load_config
 from fedpd.errors import ConfigError, FedpdError
 from fedpd.io import atomic_torch_save, read_jsonl
+from fedpd.reproduce.records import machine
 from fedpd.reproduce.spec import RunSpec
 
 METRICS, CONFIG, CHECKPOINT, TRAJECTORY = "metrics.jsonl", "config.toml", "checkpoint.pt", "trajectory.pt"
@@ -131,8 +132,9 @@ def trace_models(config: dict, path: Path) -> None:
 
 
 def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_checkpoints: bool,
-            on_checkpoint=None) -> tuple[str, float, str]:
-    """Run one job (in a worker process, in-process or in a Ray task): (key, seconds, error or "");
+            on_checkpoint=None) -> tuple[str, float, str, dict | None]:
+    """Run one job (in a worker process, in-process or in a Ray task): (key, seconds, error or "",
+    the machine it ran on (:func:`fedpd.reproduce.records.machine`; None after an error));
     ``on_checkpoint(path)`` after every checkpoint (:func:`fedpd.run`'s)."""
     from fedpd.runner import run
 
@@ -148,15 +150,17 @@ def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_ch
         if not keep_checkpoints:
             (path / CHECKPOINT).unlink(missing_ok=True)
     except FedpdError as err:
-        return key, time.perf_counter() - t0, str(err)
+        return key, time.perf_counter() - t0, str(err), None
     except Exception as err:  # a bug: keep the other runs going, report it at the end
         where = traceback.extract_tb(err.__traceback__)[-1]
-        return key, time.perf_counter() - t0, f"{type(err).__name__}: {err} ({Path(where.filename).name}:{where.lineno})"
+        return (key, time.perf_counter() - t0,
+                f"{type(err).__name__}: {err} ({Path(where.filename).name}:{where.lineno})", None)
     finally:
         # a finished Simulation is a web of reference cycles holding the data set (~0.5 GB for MNIST):
         # without a collection a worker that runs many runs grows until the OS kills it
         gc.collect()
-    return key, time.perf_counter() - t0, ""
+    cfg = load_config(config).run
+    return key, time.perf_counter() - t0, "", machine(cfg.threads, cfg.device)
 
 
 def default_jobs() -> int:
@@ -219,12 +223,13 @@ class _Display:
 
 def run_jobs(jobs: list[Job], jobs_at_once: int, progress: bool = True, keep_checkpoints: bool = False,
              title: str = "reproduce", env: dict | None = None, seconds: dict | None = None,
-             cluster=None) -> dict[str, float]:
+             cluster=None, on_done=None) -> dict[str, float]:
     """Run every job that is not complete — in this process, in ``jobs_at_once`` processes, or as
     tasks on a Ray ``cluster`` (:class:`fedpd.reproduce.cluster.Cluster`) —; returns {key: seconds}
     of the runs done now (also filled into ``seconds`` as they finish, so a caller sees them after a
-    failure). Failed runs do not stop the others; afterwards one line names how many failed and the
-    first."""
+    failure). ``on_done(job, seconds, machine)`` as each run finishes without error (the run's record
+    is written then, not at the end). Failed runs do not stop the others; afterwards one line names
+    how many failed and the first."""
     todo = [j for j in jobs if j.status != "complete"]
     if cluster is not None and todo:
         cluster.connect()  # a cluster that does not answer: one line before anything is written
@@ -234,10 +239,14 @@ def run_jobs(jobs: list[Job], jobs_at_once: int, progress: bool = True, keep_che
     seconds = {} if seconds is None else seconds
     errors: list[tuple[str, str]] = []
 
-    def finished(key: str, sec: float, err: str) -> None:
+    by_key = {j.spec.key: j for j in todo}
+
+    def finished(key: str, sec: float, err: str, ran_on: dict | None = None) -> None:
         seconds[key] = sec
         if err:
             errors.append((key, err))
+        elif on_done is not None:
+            on_done(by_key[key], sec, ran_on)
         display.finished(key, sec, err)
 
     args = [(j.spec.key, j.spec.config, str(j.path), j.status, j.spec.trace, keep_checkpoints) for j in todo]

@@ -9,8 +9,9 @@ Layout of a report directory::
     configs/         the resolved config of every setting (first seed; the file says which
                      keys the other seeds change)
     *.png            the figures
-    invocations.jsonl  every invocation of the command on this directory (date, runs, seconds)
-    runs/            the run directories (metrics, configs; checkpoints removed); not committed
+    records/         one record per finished run (:mod:`fedpd.reproduce.records`): its config,
+                     metrics history and provenance; the report is rebuilt from these alone
+    runs/            the run directories (metrics, configs, checkpoints); a cache, not committed
 
 Every file is written atomically (:mod:`fedpd.io`).
 """
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -37,9 +37,13 @@ from fedpd.reproduce.spec import RunSpec
 
 @dataclass
 class Run:
+    """One run's metrics history (``records``: one dict per evaluation); ``trajectory_file``: the
+    model after every round, for traced runs."""
+
     spec: RunSpec
     records: list[dict]
-    path: Path
+    path: Path | None = None
+    trajectory_file: Path | None = None
 
     @property
     def labels(self) -> dict:
@@ -72,7 +76,10 @@ class Run:
     def trajectory(self):
         import torch
 
-        return torch.load(self.path / "trajectory.pt", map_location="cpu", weights_only=True)
+        path = self.trajectory_file or (self.path / "trajectory.pt" if self.path else None)
+        if path is None:
+            raise FileNotFoundError(f"run {self.spec.key}: no trajectory recorded")
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 class Results:
@@ -341,23 +348,21 @@ RESULT_KEYS = ("round", "comm_rounds", "uplink_floats", "train_loss", "grad_norm
                "personal_acc", "personal_acc_worst10", "personal_mse", "personal_mse_worst10", "sample_grads", "wall_s")
 
 
-def write_results_csv(results: Results, path: Path, origin: dict[str, int | None] | None = None) -> None:
-    """One row per run; ``origin`` (:func:`provenance`): the column ``invocation``, the number of
-    the invocation that completed the run, ``none`` when none is recorded, empty without results."""
+def write_results_csv(results: Results, path: Path, commits: dict[str, str] | None = None) -> None:
+    """One row per run: its labels, seed, final metrics and (``commits``) the fedpd commit that ran it
+    (empty when not known; no row values for a run not recorded yet)."""
     label_keys: list[str] = []
     for r in results.runs:
         label_keys += [k for k in r.labels if k not in label_keys]
-    if set(label_keys) & {"run", "group", "seed", "invocation", *RESULT_KEYS}:
+    if set(label_keys) & {"run", "group", "seed", "commit", *RESULT_KEYS}:
         raise ValueError(f"run labels {label_keys} reuse a results.csv column name")
-    origin = origin or {}
+    commits = commits or {}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["run", "group", "seed", *label_keys, *RESULT_KEYS, "invocation"])
+    w.writerow(["run", "group", "seed", *label_keys, *RESULT_KEYS, "commit"])
     for r in results.runs:
-        inv = origin.get(r.spec.key, "") if r.spec.key in origin else ""
         w.writerow([r.spec.key, r.spec.group, r.spec.seed, *(r.labels.get(k, "") for k in label_keys),
-                    *(_csv(r.last.get(k)) for k in RESULT_KEYS), "none" if r.spec.key in origin and inv is None
-                    else inv])
+                    *(_csv(r.last.get(k)) for k in RESULT_KEYS), commits.get(r.spec.key, "")])
     atomic_write_text(path, buf.getvalue())
 
 
@@ -367,65 +372,33 @@ def _csv(v) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def append_invocation(path: Path, record: dict) -> list[dict]:
-    old = read_jsonl(path) if path.is_file() else []
-    lines = old + [record]
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in lines))
-    return lines
+def machine_text(m: dict) -> str:
+    """A record's machine in a few words: "2 cores (Intel Xeon ...), 1 thread, cpu"."""
+    if not m:
+        return "unknown"
+    threads = m.get("threads")
+    text = f"{m.get('cores', '?')} cores ({m.get('cpu', '?')}), {threads} thread{'s' * (threads != 1)}, {m.get('device')}"
+    return text + (f" ({m['gpu']})" if m.get("gpu") else "")
 
 
-def _epoch(started: str) -> float | None:
-    """An invocation's "started" (``%Y-%m-%d %H:%M:%S %Z``) as seconds since the epoch."""
-    import calendar
-    import time
-
-    try:
-        parsed = time.strptime(started[:19], "%Y-%m-%d %H:%M:%S")
-    except (TypeError, ValueError):
-        return None
-    return float(calendar.timegm(parsed)) if started.endswith(("UTC", "GMT")) else time.mktime(parsed)
-
-
-def provenance(results: Results, invocations: Sequence[dict], slack_s: float = 120.0) -> dict[str, int | None]:
-    """{run key: the number (1-based) of the invocation that completed it, None: none recorded} for
-    every run with metrics. An invocation lists the runs it completed (``runs``); one written before
-    that list existed is credited with the runs whose ``metrics.jsonl`` was last written while it
-    ran (from ``started`` to ``started + elapsed_s``, give or take ``slack_s``)."""
-    listed: dict[str, int] = {}
-    windows = []
-    for i, inv in enumerate(invocations, 1):
-        if "runs" in inv:
-            for key in inv["runs"]:
-                listed[key] = i
-        elif (t0 := _epoch(inv.get("started", ""))) is not None:
-            windows.append((i, t0 - slack_s, t0 + float(inv.get("elapsed_s") or 0.0) + slack_s))
-    out: dict[str, int | None] = {}
-    for r in results.runs:
-        if not r.records:
-            continue
-        key = r.spec.key
-        if key in listed:
-            out[key] = listed[key]
-            continue
-        try:
-            mtime = (r.path / "metrics.jsonl").stat().st_mtime
-        except OSError:
-            mtime = None
-        out[key] = next((i for i, a, b in windows if mtime is not None and a <= mtime <= b), None)
-    return out
-
-
-def provenance_line(origin: dict[str, int | None], shown: int = 12) -> str:
-    """The report's line on provenance: every run's invocation recorded, or which runs have none."""
-    missing = [k for k, v in origin.items() if v is None]
-    if not missing:
-        return f"- Provenance: each of the {len(origin)} runs with results was completed by an invocation listed below."
-    names = ", ".join(f"`{k}`" for k in missing[:shown]) + (f" and {len(missing) - shown} more" if len(missing) > shown
-                                                               else "")
-    return (f"- **Provenance: {len(missing)} of the {len(origin)} runs with results have no recorded invocation** "
-            f"(their results were written outside every invocation listed below; `results.csv`, column "
-            f"`invocation`, marks them `none`): {names}. Delete their run directories and run the command again to "
-            "re-run them on the record.")
+def provenance_table(records: Sequence) -> str:
+    """Who made the records: one row per (command, fedpd commit, machine) with the runs it recorded,
+    when they finished and the compute they took. A record written later from a run directory an
+    earlier invocation completed (``adopted``) says so."""
+    groups: dict[tuple, list] = {}
+    for rec in records:
+        p = rec.provenance
+        key = (p.get("command", ""), p.get("commit", ""), machine_text(p.get("machine") or {}), bool(p.get("adopted")))
+        groups.setdefault(key, []).append(p)
+    rows = []
+    for (command, commit, machine, adopted), ps in sorted(groups.items(), key=lambda kv: min(p.get("finished", "")
+                                                                                            for p in kv[1])):
+        done = sorted(p.get("finished", "") for p in ps)
+        when = done[0][:16] if done[0][:16] == done[-1][:16] else f"{done[0][:16]} – {done[-1][:16]}"
+        rows.append([f"`{command}`" + (" (recorded afterwards from its run directories)" if adopted else ""),
+                     commit or "unknown", machine, len(ps), when,
+                     f"{sum(float(p.get('compute_s') or 0) for p in ps) / 3600:.2f}"])
+    return md_table(["command", "fedpd commit", "machine", "runs", "finished (UTC)", "core-hours"], rows)
 
 
 def compute_seconds(results: Results) -> float:

@@ -1,0 +1,185 @@
+"""Run records (issue 30, parts 1, 2 and 6): every finished run of ``fedpd reproduce`` leaves a record
+in the report folder; a recorded run never runs again; records made apart merge; ``--report-only``
+rebuilds the report from the records alone; ``--verify K`` re-runs records and fails when the code
+no longer computes what they hold; every committed report is what its committed records give."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fedpd.cli import main
+from fedpd.errors import ConfigError
+from fedpd.reproduce import core, records
+from fedpd.reproduce import verify as ver
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "docs" / "reproductions"
+
+
+def _smoke(name: str, out: Path) -> Path:
+    return core.reproduce(name, budget="smoke", out=out, jobs=1, progress=False,
+                          command=f"fedpd reproduce {name} --budget smoke")
+
+
+def _keys(name: str) -> list[str]:
+    return [s.key for s in core.get(name).runs(core.get(name).budgets["smoke"])]
+
+
+def test_a_record_holds_config_metrics_and_provenance(tmp_path):
+    _smoke("fedpd_fig2", tmp_path)
+    held = records.load(tmp_path / "records")
+    assert sorted(held) == sorted(_keys("fedpd_fig2"))
+    key = sorted(held)[0]
+    raw = json.loads(gzip.decompress((tmp_path / "records" / f"{key}.json.gz").read_bytes()))
+    assert set(raw) == {"format", "key", "group", "seed", "labels", "budget", "config", "metrics", "provenance"}
+    assert raw["budget"] == "smoke" and raw["config"]["run"]["rounds"] == 3
+    # the metrics history, exactly as the run directory's metrics.jsonl has it
+    lines = [json.loads(line) for line in (tmp_path / "runs" / key / "metrics.jsonl").read_text().splitlines()]
+    assert held[key].metrics == lines and raw["metrics"]["round"] == [r["round"] for r in lines]
+    p = raw["provenance"]
+    assert p["fedpd"] and p["command"] == "fedpd reproduce fedpd_fig2 --budget smoke" and p["elapsed_s"] > 0
+    assert p["compute_s"] == lines[-1]["wall_s"]
+    assert {"cores", "cpu", "threads", "device", "python", "torch"} <= set(p["machine"])
+    assert p["machine"]["threads"] == 1 and p["machine"]["device"] == "cpu"
+
+
+def test_metrics_columns_round_trip_with_missing_values():
+    rows = [{"round": 0, "train_loss": 1.5}, {"round": 5, "train_loss": 0.1 + 0.2, "primal_residual": 1e-300}]
+    rec = records.Record("a/s0", "a", 0, {}, "smoke", {}, rows)
+    data = json.loads(json.dumps(rec.to_json()))
+    assert data["metrics"] == {"round": [0, 5], "train_loss": [1.5, 0.30000000000000004],
+                               "primal_residual": [None, 1e-300]}
+    assert records.Record.from_json(data).metrics == rows  # floats exact, absent stays absent
+
+
+def test_report_only_rebuilds_the_same_report_from_the_records_alone(tmp_path, capsys):
+    out = tmp_path / "r"
+    _smoke("feddyn_fedpd", out)
+    readme, table = (out / "README.md").read_text(), (out / "results.csv").read_text()
+    shutil.rmtree(out / "runs")
+    for name in ("README.md", "results.csv", "trajectories.png"):
+        (out / name).unlink()
+    assert main(["reproduce", "feddyn_fedpd", "--report-only", "--out", str(out)]) == 0  # the budget from the records
+    assert (out / "README.md").read_text() == readme and (out / "results.csv").read_text() == table
+    assert (out / "trajectories.png").is_file() and not (out / "runs").exists()  # nothing ran
+    assert "--report-only --out <this folder>" in readme
+
+
+def test_a_recorded_run_never_runs_again_and_records_made_apart_merge(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _smoke("fedpd_fig2", a)
+    keys = _keys("fedpd_fig2")
+    # machine B holds half of the records (say from a merge), no run directories: it runs only the rest
+    for key in keys[::2]:
+        target = records.path_of(b / "records", key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(records.path_of(a / "records", key), target)
+    before = {k: records.path_of(b / "records", k).read_bytes() for k in keys[::2]}
+    _smoke("fedpd_fig2", b)
+    ran = {str(p.parent.relative_to(b / "runs")) for p in (b / "runs").rglob("metrics.jsonl")}
+    assert ran == set(keys[1::2])
+    assert {k: records.path_of(b / "records", k).read_bytes() for k in keys[::2]} == before
+    assert sorted(records.load(b / "records")) == sorted(keys)
+    # the same report as the machine that ran everything (but who ran what)
+    strip = lambda path: [{k: v for k, v in row.items() if k not in ("wall_s",)}  # noqa: E731
+                          for row in csv.DictReader(path.open())]
+    assert strip(b / "results.csv") == strip(a / "results.csv")
+
+
+def test_a_record_of_another_config_is_run_again(tmp_path, capsys):
+    _smoke("fedpd_fig2", tmp_path)
+    key = _keys("fedpd_fig2")[0]
+    path = records.path_of(tmp_path / "records", key)
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    data["config"]["solver"]["lr"] = data["config"]["solver"]["lr"] * 2
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    core.reproduce("fedpd_fig2", budget="smoke", out=tmp_path, jobs=1, progress=True, command="again")
+    assert "1 records hold another config and are run again (first: " + key + ", solver.lr differs)" in \
+        capsys.readouterr().err
+    fresh = records.load(tmp_path / "records")[key]
+    assert fresh.provenance["command"] == "again" and fresh.config["solver"]["lr"] != data["config"]["solver"]["lr"]
+
+
+def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys):
+    for argv in (["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)],
+                 ["reproduce", "fedpd_fig2", "--verify", "2", "--out", str(tmp_path)],
+                 ["reproduce", "fedpd_fig2", "--report-only"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("no run records" in err or "give --out" in err), err
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_a_report_of_part_of_the_budget_names_what_is_missing(tmp_path):
+    _smoke("fedpd_fig2", tmp_path)
+    keys = _keys("fedpd_fig2")
+    records.path_of(tmp_path / "records", keys[0]).unlink()
+    assert main(["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path), "--budget", "smoke"]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert f"**1 of the {len(keys)} runs are not recorded yet**" in text and f"`{keys[0]}`" in text
+
+
+# --- --verify -------------------------------------------------------------------------------------
+
+def test_verify_agrees_and_a_changed_update_rule_fails_it(tmp_path, monkeypatch, capsys):
+    _smoke("fedpd_fig2", tmp_path)
+    assert main(["reproduce", "fedpd_fig2", "--verify", "3", "--out", str(tmp_path), "--quiet"]) == 0
+    assert "3 of 3 records agree" in capsys.readouterr().out
+    # a deliberate change of FedAvg's server step (x0 = the mean of the uploads, moved by 1 %)
+    from fedpd.algorithms.fedavg import FedAvg
+
+    plain = FedAvg.aggregate_means
+
+    def changed(self, server, means, ctx):
+        out, state = plain(self, server, means, ctx)
+        return {**out, "x0": out["x0"] * 1.01}, state
+
+    monkeypatch.setattr(FedAvg, "aggregate_means", changed)
+    fedavg = [k for k in _keys("fedpd_fig2") if "fedavg" in k]
+    assert main(["reproduce", "fedpd_fig2", "--verify", str(len(_keys("fedpd_fig2"))), "--out", str(tmp_path),
+                 "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "differs: round 1," in out and any(k in out for k in fedavg)
+
+
+def test_the_choice_of_records_is_seeded():
+    keys = [f"g{i}/s0" for i in range(20)]
+    assert ver.choose(keys, 4) == ver.choose(list(reversed(keys)), 4) and len(ver.choose(keys, 4)) == 4
+    assert ver.choose(keys, 4, seed=1) != ver.choose(keys, 4, seed=0)
+    assert ver.choose(keys, 50) == sorted(keys)
+
+
+@pytest.mark.parametrize("a, b, dtype, same", [
+    (0.1, 0.1, "float64", True), (1.0, 1.0 + 2e-16, "float64", False),
+    (1.0, 1.0 + 5e-5, "float32", True), (1.0, 1.0 + 5e-4, "float32", False), (0.0, 1e-10, "float32", True),
+    (float("nan"), float("nan"), "float64", True), (float("inf"), 1e300, "float32", False), (3, 3, "float32", True),
+])
+def test_agreement_is_exact_in_float64_and_to_the_stated_tolerance_in_float32(a, b, dtype, same):
+    assert ver.agree(a, b, dtype) is same
+
+
+def test_verify_needs_k_of_one_or_more(tmp_path):
+    with pytest.raises(ConfigError, match="--verify 0"):
+        ver.verify("fedpd_fig2", tmp_path, 0)
+
+
+# --- the committed reports ------------------------------------------------------------------------
+
+COMMITTED = sorted(p.parent for p in REPORTS.glob("*/README.md"))
+
+
+@pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.name)
+def test_every_committed_report_is_what_its_committed_records_give(folder, tmp_path):
+    held = records.load(folder / "records")
+    assert held, f"{folder.name}: a report without run records cannot be rebuilt (fedpd reproduce --report-only)"
+    shutil.copytree(folder / "records", tmp_path / "records")
+    assert main(["reproduce", folder.name, "--report-only", "--out", str(tmp_path)]) == 0
+    for name in ("README.md", "results.csv"):
+        assert (tmp_path / name).read_text() == (folder / name).read_text(), \
+            f"{folder.name}/{name} is stale: rebuild it with fedpd reproduce {folder.name} --report-only --out {folder}"
