@@ -179,8 +179,8 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
         if job.status == "complete":  # finished before records existed, or its record was lost: record it now
             inv = logged.get(job.spec.key, {})
             recorded[job.spec.key] = records.write(out / "records", job.spec, b.name, job.path, records.provenance(
-                inv.get("command", command), inv.get("started", started), None, None, inv.get("commit", ""),
-                adopted=True))
+                inv.get("command", command), inv.get("started", started), None,
+                records.machine(job.cfg.run.threads, job.cfg.run.device), inv.get("commit", ""), adopted=True))
     try:
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
                  cluster=cluster, on_done=record)
