@@ -144,23 +144,33 @@ def _gmean(values):
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
 
 
+NOT_RUN = (None, "not run at this budget")
+
+
 def _comparable(panel, a, b):
+    """The seeds' geometric mean final ‖∇f‖² of A and B within a factor 10 of each other (threshold)."""
     def check(results):
         x, y = _gmean(_finals(results, panel, a)), _gmean(_finals(results, panel, b))
+        if math.isnan(x) or math.isnan(y):
+            return NOT_RUN
         ratio = max(x, y) / min(x, y)
         return ratio <= 10, f"{FIG2_METHODS[a][0]} {x:.1e}, {FIG2_METHODS[b][0]} {y:.1e} (ratio {ratio:.2g}; comparable: ≤ 10)"
     return check
 
 
 def _stalls(panel):
+    """FedAvg-GD ends above 1000 × FedPD-GD p = 0 (geometric means over the seeds) and its ‖∇f‖²
+    falls by less than a factor 10 over the second half of the run (threshold)."""
     def check(results):
         avg, pd = _gmean(_finals(results, panel, "fedavg-gd")), _gmean(_finals(results, panel, "fedpd-gd-p0"))
         late = []
         for r in results.select(panel=panel, method="fedavg-gd"):
             xs, ys = r.series("grad_norm_sq")
-            half = [y for x, y in zip(xs, ys) if x >= xs[-1] // 2]
+            half = [y for x, y in zip(xs, ys) if x >= xs[-1] // 2] if xs else []
             late.append(half[-1] / half[0] if half else math.nan)
         drop = _gmean(late)
+        if math.isnan(avg) or math.isnan(pd) or math.isnan(drop):
+            return NOT_RUN
         return (avg > 1e3 * pd and drop > 0.1), (f"FedAvg-GD ends at {avg:.1e} (FedPD-GD p = 0: {pd:.1e}); over the "
                                                  f"second half of the run it changes by a factor {drop:.2f}")
     return check
@@ -179,14 +189,18 @@ def _p05_saves(results):
             pd[r.seed] = math.inf if hit is None else hit
     c = rep.compare("FedPD-GD p = 0.5", pd, "FedAvg-GD", {s: v for s, v in own.items() if v is not None},
                     higher=False, style=".3g")
-    shown = ", ".join(f"{'never' if math.isinf(pd[s]) else f'{pd[s]:g}'} vs {own[s]:g}" for s in sorted(pd))
+    rounds = lambda v: "never" if v is None or math.isinf(v) else f"{v:g}"  # noqa: E731
+    shown = ", ".join(f"{rounds(pd[s])} vs {rounds(own[s])}" for s in sorted(pd))
     return c.verdict(), (f"communication rounds to first reach FedAvg-GD's final {GRAD} (per seed, p = 0.5 vs "
                          f"FedAvg-GD: {shown}): {c.text()}")
 
 
 def _converges(results):
+    """FedPD-GD p = 0 and FedPD-VR end below 1 % of FedAvg-GD's floor (geometric means; threshold)."""
     floor = _gmean(_finals(results, "b", "fedavg-gd"))
     pd, vr = _gmean(_finals(results, "b", "fedpd-gd-p0")), _gmean(_finals(results, "b", "fedpd-vr"))
+    if any(math.isnan(v) for v in (floor, pd, vr)):
+        return NOT_RUN
     return (pd < 1e-2 * floor and vr < 1e-2 * floor), (f"FedPD-GD p = 0 {pd:.1e}, FedPD-VR {vr:.1e}, against "
                                                        f"FedAvg-GD's floor {floor:.1e} (converging: < 1 % of it)")
 
