@@ -275,7 +275,7 @@ def _comed_second_on_regression(setting):
     def check(results):
         if not cell(results, setting, "regression", "fedcomed_plus")[0] or \
                 not cell(results, setting, "regression", "fedgeomed_plus")[0]:
-            return None, "regression not run"
+            return None, "FedCoMed+ or FedGeoMed+ not run on the regression"
         rest = [m for m in METHODS if m not in ("fedcomed_plus", "fedgeomed_plus")
                 and cell(results, setting, "regression", m)[0]]
         first = _vs(results, setting, "regression", "fedgeomed_plus", "fedcomed_plus")
