@@ -80,7 +80,9 @@ def _check_report(name: str, out: Path) -> str:
     specs = exp.runs(exp.budgets["smoke"])
     assert text.startswith(f"# {exp.title}")
     assert f"`fedpd reproduce {name} --budget smoke`" in text and "Budget **smoke**" in text
-    assert "| " in text and "claims, checked" in text
+    assert "| " in text
+    # FEMNIST: 16 LEAF writers against the paper's 90 agents, so its report says why it checks no claim
+    assert ("The paper's claim, not checked" if name == "fedpd_femnist" else "claims, checked") in text
     for image in [line.split("(")[-1].rstrip(")") for line in text.splitlines() if line.startswith("![")]:
         assert (out / image).is_file() and (out / image).stat().st_size > 1000
     rows = list(csv.DictReader((out / "results.csv").open()))

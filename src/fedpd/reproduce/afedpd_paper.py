@@ -209,13 +209,13 @@ def _methods(results, split):
     return [m for m in METHODS if results.select(method=m, split=split, **LENET10)]
 
 
-def _vs(results, split, a, b):
-    verdict, text = rep.compare(METHODS[a][0], _acc(results, a, split), METHODS[b][0], _acc(results, b, split),
-                                style=".2f")
-    return verdict, f"{SPLITS[split][0]}: {text}"
+def _vs(results, split, a, b) -> rep.Comparison:
+    return rep.compare(METHODS[a][0], _acc(results, a, split), METHODS[b][0], _acc(results, b, split),
+                       style=".2f").where(SPLITS[split][0])
 
 
 def _beats(a, b):
+    """A > B in every split run, paired; Bonferroni over the splits."""
     def check(results):
         return rep.all_of([_vs(results, split, a, b) for split in _splits(results)
                            if {a, b} <= set(_methods(results, split))])
@@ -223,32 +223,39 @@ def _beats(a, b):
 
 
 def _sam_best(results):
-    """A-FedPDSAM against every other method of each split: the text names the closest one."""
-    parts = []
+    """A-FedPDSAM > every other method of every split, paired; Bonferroni over all these comparisons.
+    The text shows, per split, the comparison with the closest rival (by mean) and how many rivals
+    A-FedPDSAM is ahead of at the corrected level."""
+    checks: dict[str, dict[str, rep.Comparison]] = {}
     for split in _splits(results):
         others = [m for m in _methods(results, split) if m != "afedpdsam"]
-        if "afedpdsam" not in _methods(results, split) or not others:
-            continue
-        checks = {m: _vs(results, split, "afedpdsam", m) for m in others}
-        verdict = rep.all_of(list(checks.values()))[0]
-        closest = min(others, key=lambda m: _mean(results, "afedpdsam", split=split) - _mean(results, m, split=split))
-        wins = sum(v is True for v, _ in checks.values())
-        parts.append((verdict, f"{checks[closest][1]} (the strongest rival; significantly ahead of {wins} of {len(others)})"))
-    return rep.all_of(parts)
+        if "afedpdsam" in _methods(results, split) and others:
+            checks[split] = {m: _vs(results, split, "afedpdsam", m) for m in others}
+
+    def text(level):
+        out = []
+        for split, cs in checks.items():
+            closest = min(cs, key=lambda m: _mean(results, "afedpdsam", split=split) - _mean(results, m, split=split))
+            wins = sum(c.verdict(level) is True for c in cs.values())
+            out.append(f"{cs[closest].text(level)} (the strongest rival; significantly ahead of {wins} of {len(cs)})")
+        return "; ".join(out)
+    return rep.all_of([c for cs in checks.values() for c in cs.values()], text=text)
+
+
+#: the best primal-dual and the best primal method with SGD locally in the paper's Table 2 (CIFAR-10,
+#: LeNet, every split): the pair is fixed in advance, not chosen from our runs (choosing the best of
+#: each kind by our means and testing that pair on the same runs would favour the claim)
+BEST_PD, BEST_P = "afedpd", "scaffold"
 
 
 def _pd_beats_p(results):
-    """The best SGD primal-dual method against the best SGD primal one (best: by mean), paired."""
-    parts = []
-    for split in _splits(results):
-        have = _methods(results, split)
-        pd = [m for m in ("feddyn", "afedpd") if m in have]
-        p = [m for m in ("fedavg", "fedcm", "scaffold") if m in have]
-        if pd and p:
-            best_pd = max(pd, key=lambda m: _mean(results, m, split=split))
-            best_p = max(p, key=lambda m: _mean(results, m, split=split))
-            parts.append(_vs(results, split, best_pd, best_p))
-    return rep.all_of(parts)
+    """The paper's best SGD primal-dual method (A-FedPD) against its best SGD primal one (SCAFFOLD),
+    paired, in every split; Bonferroni over the splits."""
+    parts = [_vs(results, split, BEST_PD, BEST_P) for split in _splits(results)
+             if {BEST_PD, BEST_P} <= set(_methods(results, split))]
+    verdict, text = rep.all_of(parts)
+    return verdict, (f"{text}; the pair is the paper's best of each kind (Table 2), fixed in advance, not chosen "
+                     "from these runs" if parts else text)
 
 
 CLAIMS = [

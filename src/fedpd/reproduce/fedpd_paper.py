@@ -144,64 +144,82 @@ def _gmean(values):
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
 
 
+NOT_RUN = (None, "not run at this budget")
+
+
 def _comparable(panel, a, b):
+    """The seeds' geometric mean final ‖∇f‖² of A and B within a factor 10 of each other (threshold)."""
     def check(results):
         x, y = _gmean(_finals(results, panel, a)), _gmean(_finals(results, panel, b))
+        if math.isnan(x) or math.isnan(y):
+            return NOT_RUN
         ratio = max(x, y) / min(x, y)
         return ratio <= 10, f"{FIG2_METHODS[a][0]} {x:.1e}, {FIG2_METHODS[b][0]} {y:.1e} (ratio {ratio:.2g}; comparable: ≤ 10)"
     return check
 
 
 def _stalls(panel):
+    """FedAvg-GD ends above 1000 × FedPD-GD p = 0 (geometric means over the seeds) and its ‖∇f‖²
+    falls by less than a factor 10 over the second half of the run (threshold)."""
     def check(results):
         avg, pd = _gmean(_finals(results, panel, "fedavg-gd")), _gmean(_finals(results, panel, "fedpd-gd-p0"))
         late = []
         for r in results.select(panel=panel, method="fedavg-gd"):
             xs, ys = r.series("grad_norm_sq")
-            half = [y for x, y in zip(xs, ys) if x >= xs[-1] // 2]
+            half = [y for x, y in zip(xs, ys) if x >= xs[-1] // 2] if xs else []
             late.append(half[-1] / half[0] if half else math.nan)
         drop = _gmean(late)
+        if math.isnan(avg) or math.isnan(pd) or math.isnan(drop):
+            return NOT_RUN
         return (avg > 1e3 * pd and drop > 0.1), (f"FedAvg-GD ends at {avg:.1e} (FedPD-GD p = 0: {pd:.1e}); over the "
                                                  f"second half of the run it changes by a factor {drop:.2f}")
     return check
 
 
 def _p05_saves(results):
-    fewer, counts = [], []
+    """Per seed, the communication rounds FedPD-GD p = 0.5 needs to reach FedAvg-GD's final ‖∇f‖²
+    against the rounds FedAvg-GD itself first reached it, paired ("fewer": lower); a seed where p =
+    0.5 never reaches it counts as +inf."""
+    avg = {r.seed: r for r in results.select(panel="a", method="fedavg-gd") if r.final("grad_norm_sq") is not None}
+    own = {s: r.first_reach("grad_norm_sq", r.final("grad_norm_sq")) for s, r in avg.items()}
+    pd = {}
     for r in results.select(panel="a", method="fedpd-gd-p0.5"):
-        target = next(x.final("grad_norm_sq") for x in results.select(panel="a", method="fedavg-gd") if x.seed == r.seed)
-        used = next(x.final("comm_rounds") for x in results.select(panel="a", method="fedavg-gd") if x.seed == r.seed)
-        hit = r.first_reach("grad_norm_sq", target)
-        counts.append(hit)
-        fewer.append(hit is not None and hit < used)
-    shown = ", ".join("never" if c is None else f"after {c}" for c in counts)
-    return all(fewer), (f"FedPD-GD p = 0.5 reaches FedAvg-GD's final {GRAD} (per seed) {shown} communication rounds; "
-                        f"FedAvg-GD used all {used}")
+        if r.seed in avg and r.records:
+            hit = r.first_reach("grad_norm_sq", avg[r.seed].final("grad_norm_sq"))
+            pd[r.seed] = math.inf if hit is None else hit
+    c = rep.compare("FedPD-GD p = 0.5", pd, "FedAvg-GD", {s: v for s, v in own.items() if v is not None},
+                    higher=False, style=".3g")
+    rounds = lambda v: "never" if v is None or math.isinf(v) else f"{v:g}"  # noqa: E731
+    shown = ", ".join(f"{rounds(pd[s])} vs {rounds(own[s])}" for s in sorted(pd))
+    return c.verdict(), (f"communication rounds to first reach FedAvg-GD's final {GRAD} (per seed, p = 0.5 vs "
+                         f"FedAvg-GD: {shown}): {c.text()}")
 
 
 def _converges(results):
+    """FedPD-GD p = 0 and FedPD-VR end below 1 % of FedAvg-GD's floor (geometric means; threshold)."""
     floor = _gmean(_finals(results, "b", "fedavg-gd"))
     pd, vr = _gmean(_finals(results, "b", "fedpd-gd-p0")), _gmean(_finals(results, "b", "fedpd-vr"))
+    if any(math.isnan(v) for v in (floor, pd, vr)):
+        return NOT_RUN
     return (pd < 1e-2 * floor and vr < 1e-2 * floor), (f"FedPD-GD p = 0 {pd:.1e}, FedPD-VR {vr:.1e}, against "
                                                        f"FedAvg-GD's floor {floor:.1e} (converging: < 1 % of it)")
 
 
-def _roughness(results, panel, method):
-    """Median |Δ log10 ‖∇f‖²| between evaluations over the second half of the run (mean over seeds)."""
-    vals = []
-    for r in results.select(panel=panel, method=method):
-        xs, ys = r.series("grad_norm_sq")
-        half = [math.log10(y) for x, y in zip(xs, ys) if x >= xs[-1] // 2 and y > 0]
-        steps = [abs(b - a) for a, b in zip(half, half[1:])]
-        if steps:
-            vals.append(statistics.median(steps))
-    return statistics.fmean(vals) if vals else math.nan
+def _roughness(run):
+    """Median |Δ log10 ‖∇f‖²| between evaluations over the second half of one run (None: too short)."""
+    xs, ys = run.series("grad_norm_sq")
+    half = [math.log10(y) for x, y in zip(xs, ys) if x >= xs[-1] // 2 and y > 0] if xs else []
+    steps = [abs(b - a) for a, b in zip(half, half[1:])]
+    return statistics.median(steps) if steps else None
 
 
 def _less_stable(results):
-    pairs = {m: (_roughness(results, "a", m), _roughness(results, "b", m)) for m in ("fedavg-sgd", "fedpd-sgd")}
-    text = "; ".join(f"{FIG2_METHODS[m][0]}: (a) {a:.3f}, (b) {b:.3f}" for m, (a, b) in pairs.items())
-    return all(b > a for a, b in pairs.values()), f"median |Δ log10 {GRAD}| between evaluations, second half: {text}"
+    """Per stochastic-solver method, roughness in (b) > in (a), paired by seed; Bonferroni over the two."""
+    parts = [rep.compare("(b)", rep.by_seed(results.select(panel="b", method=m), _roughness), "(a)",
+                         rep.by_seed(results.select(panel="a", method=m), _roughness), style=".3f")
+             .where(FIG2_METHODS[m][0]) for m in ("fedavg-sgd", "fedpd-sgd")]
+    verdict, text = rep.all_of(parts)
+    return verdict, f"median |Δ log10 {GRAD}| between evaluations, second half: {text}"
 
 
 FIG2_CLAIMS = [
@@ -209,9 +227,9 @@ FIG2_CLAIMS = [
     Claim("FedAvg with local GD does not converge to the stationary point with a constant step size when Q > 1",
           "§4, on Fig. 2(a)", _stalls("a")),
     Claim("skipping half of the communication, FedPD-GD achieves a similar error as FedAvg with fewer communication "
-          "rounds", "§4, on Fig. 2(a)", _p05_saves),
+          "rounds", "§4, on Fig. 2(a)", _p05_saves, paired=True),
     Claim("the algorithms using stochastic solvers become less stable than with weakly non-i.i.d. data",
-          "§4, on Fig. 2(b)", _less_stable),
+          "§4, on Fig. 2(b)", _less_stable, paired=True),
     Claim("FedPD-VR and FedPD-GD with p = 0 still converge to the global stationary point", "§4, on Fig. 2(b)",
           _converges),
     Claim("FedProx achieves a similar error as FedAvg with local GD", "§4, on Fig. 2(b)",
@@ -365,30 +383,30 @@ def _log_floor(run):
     return math.log10(f) if f > 0 else None
 
 
+def _grows(results, along: str, across: str, style=".2f"):
+    """Monotone growth of the log10 floor along ``along`` over the whole grid: for each value of
+    ``across`` (p > 0 only) and each adjacent pair u < v of ``along``, floor(v) > floor(u), paired
+    over the seeds; Bonferroni over all these comparisons."""
+    grid_along = sorted({r.labels[along] for r in results.runs if along != "p" or r.labels["p"] > 0})
+    grid_across = sorted({r.labels[across] for r in results.runs if across != "p" or r.labels["p"] > 0})
+    if len(grid_along) < 2:
+        return None, f"fewer than two values of {along}{' > 0' if along == 'p' else ''} at this budget"
+    parts = [rep.compare(f"log10 floor({along} = {v:g})",
+                         rep.by_seed(results.select(**{along: v, across: w}), _log_floor),
+                         f"({along} = {u:g})", rep.by_seed(results.select(**{along: u, across: w}), _log_floor),
+                         style=style).where(f"{across} = {w:g}")
+             for w in grid_across for u, v in zip(grid_along, grid_along[1:])]
+    return rep.all_of(parts)
+
+
 def _floor_grows_with_p(results):
-    """Per h: log10 floor at the largest p against the smallest p > 0, paired over the seeds."""
-    hs = sorted({r.labels["h"] for r in results.runs})
-    ps = sorted({r.labels["p"] for r in results.runs if r.labels["p"] > 0})
-    if len(ps) < 2:
-        return None, "fewer than two p > 0 at this budget"
-    lo, hi = ps[0], ps[-1]
-    return rep.all_of([
-        (lambda v, t: (v, f"h = {h:g}: {t}"))(*rep.compare(
-            f"log10 floor(p = {hi:g})", rep.by_seed(results.select(h=h, p=hi), _log_floor),
-            f"(p = {lo:g})", rep.by_seed(results.select(h=h, p=lo), _log_floor), style=".2f"))
-        for h in hs])
+    """Per h, the log10 floor grows over each adjacent pair of p > 0, paired over the seeds."""
+    return _grows(results, "p", "h")
 
 
 def _floor_grows_with_delta(results):
-    """Per p > 0: log10 floor at the largest h against h = smallest, paired over the seeds."""
-    hs = sorted({r.labels["h"] for r in results.runs})
-    ps = sorted({r.labels["p"] for r in results.runs if r.labels["p"] > 0})
-    lo, hi = hs[0], hs[-1]
-    return rep.all_of([
-        (lambda v, t: (v, f"p = {p:g}: {t}"))(*rep.compare(
-            f"log10 floor(h = {hi:g})", rep.by_seed(results.select(h=hi, p=p), _log_floor),
-            f"(h = {lo:g})", rep.by_seed(results.select(h=lo, p=p), _log_floor), style=".2f"))
-        for p in ps])
+    """Per p > 0, the log10 floor grows over each adjacent pair of h (δ grows with h), paired."""
+    return _grows(results, "h", "p")
 
 
 def _best_p(results, h, seed):
@@ -404,12 +422,13 @@ def _best_p(results, h, seed):
 
 
 def _best_p_falls_with_delta(results):
-    """The best p at the smallest h minus the best p at the largest h, paired over the seeds."""
+    """The best p shrinks as h grows: for each adjacent pair h < h' of the grid, best p(h) > best
+    p(h'), paired over the seeds; Bonferroni over the pairs."""
     hs = sorted({r.labels["h"] for r in results.runs})
     seeds = sorted({r.seed for r in results.runs})
     best = {h: {s: b for s in seeds if (b := _best_p(results, h, s)) is not None} for h in hs}
-    verdict, text = rep.compare(f"best p(h = {hs[0]:g})", best[hs[0]], f"best p(h = {hs[-1]:g})", best[hs[-1]],
-                                style=".2f")
+    verdict, text = rep.all_of([rep.compare(f"best p(h = {u:g})", best[u], f"best p(h = {v:g})", best[v],
+                                            style=".2f") for u, v in zip(hs, hs[1:])])
     means = ", ".join(f"h = {h:g}: {statistics.fmean(b.values()):.2f}" if b else f"h = {h:g}: —"
                       for h, b in best.items())
     return verdict, (f"p with the fewest comm. rounds to ε = {REL_TARGETS[-1]:g}·{GRAD}(x⁰), mean over seeds: "
@@ -501,25 +520,16 @@ class FedPDFemnist(Experiment):
                      "communication rounds"], rows),
                 "## Figure\n\nThe line is the mean over the seeds, the band their range (min–max)."
                 f"\n\n![FEMNIST]({name})",
-                rep.claims_section(FEMNIST_CLAIMS, results)]
+                FEMNIST_NOT_CHECKED]
 
 
-def _femnist_acc(results, method) -> dict[int, float]:
-    return rep.by_seed(results.select(method=method),
-                       lambda r: None if r.final("test_acc") is None else 100 * r.final("test_acc"))
-
-
-def _order(results):
-    """FedPD > FedProx and FedProx > FedAvg, each on the paired seeds (test accuracy, points)."""
-    label = {m: FEMNIST_METHODS[m][0].split(" (")[0] for m in FEMNIST_METHODS}
-    pairs = [(a, b) for a, b in (("fedpd", "fedprox"), ("fedprox", "fedavg")) if results.select(method=a)
-             and results.select(method=b)]
-    return rep.all_of([rep.compare(label[a], _femnist_acc(results, a), label[b], _femnist_acc(results, b), style=".2f")
-                       for a, b in pairs])
-
-
-FEMNIST_CLAIMS = [Claim("test accuracy FedPD (89 %) > FedProx (87 %) > FedAvg (86 %)",
-                        "journal version, appendix", _order, paired=True)]
+#: why the report checks no claim (issue 30): the order cannot be tested on the writers we have
+FEMNIST_NOT_CHECKED = (
+    "## The paper's claim, not checked\n\nThe paper reports test accuracy FedPD 89 % > FedProx 87 % > FedAvg 86 % "
+    "with 90 agents drawn from 100 LEAF writers. The LEAF FEMNIST data this project has holds 16 writers (3 of "
+    "LEAF's 35 file pairs, 2 328 training images), so no budget here runs a federation close to the paper's, and a "
+    "verdict on 16 writers would not be a verdict on the paper's claim: this report checks no claim. The runs, "
+    "the table and the figure show how the three methods behave on these 16 writers, nothing more.")
 
 
 EXPERIMENTS = [FedPDFig2(), FedPDPHeterogeneity(), FedPDFemnist()]

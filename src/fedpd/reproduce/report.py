@@ -138,9 +138,51 @@ def seeds_of(runs: Iterable[Run]) -> str:
 
 # --- paired comparisons ----------------------------------------------------------------------------
 
-#: a claim "A is better than B" holds / fails only when the mean paired difference exceeds this many
-#: standard errors (in the claimed / the opposite direction); otherwise it is inconclusive
-SE_FACTOR = 2.0
+#: the confidence of a verdict: a claim holds / fails only when the 95 % interval of the mean
+#: paired difference excludes 0 (several comparisons: simultaneous intervals, :func:`all_of`)
+LEVEL = 0.95
+
+
+def t_cdf2(t: float, df: int) -> float:
+    """P(|T| ≤ t) of Student's t with an integer ``df`` ≥ 1, exact (the closed form in θ = atan(t/√df):
+    Abramowitz & Stegun 26.7.3–4)."""
+    if df < 1 or int(df) != df:
+        raise ValueError(f"t distribution: df must be a positive integer, got {df}")
+    th = math.atan(abs(t) / math.sqrt(df))
+    c2, s = math.cos(th) ** 2, math.sin(th)
+    if df % 2:  # odd: (2/π)(θ + sinθ cosθ (1 + 2/3 cos²θ + ... + (2·4···(df−3))/(1·3···(df−2)) cos^(df−3)θ))
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        return 2 / math.pi * (th + s * math.cos(th) * total)
+    term, total = 1.0, 1.0  # even: sinθ (1 + 1/2 cos²θ + ... + (1·3···(df−3))/(2·4···(df−2)) cos^(df−2)θ)
+    for k in range(1, df // 2):
+        term *= c2 * (2 * k - 1) / (2 * k)
+        total += term
+    return s * total
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (0.5 ≤ p < 1) of Student's t with an integer ``df``: t_{0.975, 2} = 4.303
+    (bisection on :func:`t_cdf2`, to double precision)."""
+    if not 0.5 <= p < 1:
+        raise ValueError(f"t quantile: p must be in [0.5, 1), got {p}")
+    target, lo, hi = 2 * p - 1, 0.0, math.pi / 2  # bisect θ = atan(t/√df) on [0, π/2)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_cdf2(math.sqrt(df) * math.tan(mid), df) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-16:
+            break
+    return math.sqrt(df) * math.tan((lo + hi) / 2)
+
+
+def fmt_level(level: float) -> str:
+    """A confidence level as a percentage: 0.95 → "95", 0.98333 → "98.33"."""
+    return f"{100 * level:.2f}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True)
@@ -166,10 +208,19 @@ class Paired:
             return math.nan
         return statistics.stdev(self.diffs) / math.sqrt(self.n)
 
-    def verdict(self, higher: bool = True) -> bool | None:
+    def interval(self, level: float = LEVEL) -> tuple[float, float]:
+        """The paired t-interval mean ± t_{(1 + level)/2, n − 1} · SE; (nan, nan) below 2 pairs or
+        with an infinite difference."""
+        if math.isnan(self.se):
+            return math.nan, math.nan
+        half = t_quantile((1 + level) / 2, self.n - 1) * self.se
+        return self.mean - half, self.mean + half
+
+    def verdict(self, higher: bool = True, level: float = LEVEL) -> bool | None:
         """Whether "A > B" (``higher``; else "A < B") holds (True), fails (False) or is inconclusive
-        (None): decided only when |mean| > 2 SE with at least 2 pairs; with an infinite
-        difference (a diverged run) only when every pair points the same way."""
+        (None) by the paired t-interval at ``level`` with n − 1 degrees of freedom: decided only
+        when the interval excludes 0 (so never below 2 pairs); with an infinite difference (a
+        diverged run) only when every pair points the same way."""
         if self.n < 2 or any(math.isnan(d) for d in self.diffs):
             return None
         sign = 1.0 if higher else -1.0
@@ -179,22 +230,25 @@ class Paired:
             if all(sign * d < 0 for d in self.diffs):
                 return False
             return None
-        m, se = sign * self.mean, self.se
-        if m > SE_FACTOR * se:
+        lo, hi = self.interval(level)
+        if (lo > 0) if higher else (hi < 0):
             return True
-        if -m > SE_FACTOR * se:
+        if (hi < 0) if higher else (lo > 0):
             return False
         return None
 
-    def text(self, style: str = "g") -> str:
-        """"+1.2 ± 0.3 (SE, n = 3)": the mean difference and its standard error."""
+    def text(self, style: str = "g", level: float = LEVEL) -> str:
+        """"+1.2, 95 % CI [0.3, 2.1], n = 3": the mean difference and its t-interval."""
         if not self.n:
             return "no pairs"
         mean = self.mean
         m = f"{mean:+}" if math.isinf(mean) else fmt_num(mean, style)  # ±inf: a diverged run
         m = m if m.startswith(("-", "+", "—")) else "+" + m
-        se = "—" if math.isnan(self.se) else fmt_num(self.se, style)
-        return f"{m} ± {se} (SE, n = {self.n})"
+        lo, hi = self.interval(level)
+        if math.isnan(lo):
+            why = "one seed" if self.n == 1 else "a diverged run"
+            return f"{m}, no interval ({why}), n = {self.n}"
+        return f"{m}, {fmt_level(level)} % CI [{fmt_num(lo, style)}, {fmt_num(hi, style)}], n = {self.n}"
 
 
 def by_seed(runs: Iterable[Run], value) -> dict[int, float]:
@@ -212,22 +266,71 @@ def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
     return Paired(tuple(a[s] - b[s] for s in sorted(set(a) & set(b))))
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """One paired test of "A is better than B" (``higher``: larger is better), beyond ``margin``:
+    "A − B > margin" (``higher``) or "A − B < margin"; ``name`` ("A − B") and ``style`` for the text."""
+
+    name: str
+    diff: Paired
+    higher: bool = True
+    style: str = "g"
+    margin: float = 0.0
+
+    def verdict(self, level: float = LEVEL) -> bool | None:
+        return Paired(tuple(d - self.margin for d in self.diff.diffs)).verdict(self.higher, level)
+
+    def text(self, level: float = LEVEL) -> str:
+        """"A − B = +1.2, 95 % CI [0.3, 2.1], n = 3" (and the margin the interval must clear)."""
+        need = f" ({'>' if self.higher else '<'} {fmt_num(self.margin, self.style)} claimed)" if self.margin else ""
+        return f"{self.name} = {self.diff.text(self.style, level)}{need}"
+
+    def where(self, prefix: str) -> "Comparison":
+        """The same comparison named "prefix: A − B" (the column, the data set, ...)."""
+        return Comparison(f"{prefix}: {self.name}", self.diff, self.higher, self.style, self.margin)
+
+    def check(self) -> tuple[bool | None, str]:
+        """(verdict, text) at 95 %: a claim that is this one comparison."""
+        return self.verdict(), self.text()
+
+
 def compare(name_a: str, a: dict[int, float], name_b: str, b: dict[int, float], higher: bool = True,
-            style: str = "g") -> tuple[bool | None, str]:
-    """The check of "A is better than B" (``higher``: larger is better) on the paired seeds:
-    (verdict, "A − B = +1.2 ± 0.3 (SE, n = 3)")."""
-    d = paired(a, b)
-    return d.verdict(higher), f"{name_a} − {name_b} = {d.text(style)}"
+            style: str = "g", margin: float = 0.0) -> Comparison:
+    """The paired test of "A is better than B" (``higher``: larger is better) on the seeds both have:
+    verdict and text "A − B = +1.2, 95 % CI [0.3, 2.1], n = 3" via :meth:`Comparison.check` or, for a
+    claim of several comparisons, :func:`all_of`."""
+    return Comparison(f"{name_a} − {name_b}", paired(a, b), higher, style, margin)
 
 
-def all_of(parts: Sequence[tuple[bool | None, str]], sep: str = "; ") -> tuple[bool | None, str]:
-    """A conjunction of checks: holds when every part holds, fails when any part fails, otherwise
-    inconclusive; the parts' texts joined."""
+def family_level(m: int, level: float = LEVEL) -> float:
+    """Bonferroni: the level of each of ``m`` intervals that hold simultaneously with ``level``."""
+    return 1 - (1 - level) / max(m, 1)
+
+
+def all_of(parts: Sequence, sep: str = "; ", text=None) -> tuple[bool | None, str]:
+    """A conjunction "every part holds", its parts :class:`Comparison` s (or fixed threshold checks
+    ``(verdict, text)``).
+
+    Multiple comparisons, Bonferroni: each of the m comparisons is judged by its interval at level
+    1 − 0.05/m (98.33 % for m = 3), so the m intervals cover their true differences simultaneously
+    with probability ≥ 95 % and every verdict read from them is wrong with probability ≤ 5 %. The
+    claim **holds** when every part holds at that level and **fails** when any part fails at that
+    level (its interval lies wholly on the other side: that part of the claim is refuted, so the
+    conjunction is); otherwise it is inconclusive. ("holds" alone would not need the correction —
+    an intersection-union test may test each part at 95 % — but "fails" does, and one set of
+    simultaneous intervals serves both.) A threshold check counts in the conjunction, not in m.
+    ``text(level)``: the claim's own text at the corrected level (default: the parts' texts joined);
+    the rule and m are appended."""
     if not parts:
         return None, "nothing to compare at this budget"
-    verdicts = [v for v, _ in parts]
+    m = sum(isinstance(p, Comparison) for p in parts)
+    level = family_level(m)
+    verdicts = [p.verdict(level) if isinstance(p, Comparison) else p[0] for p in parts]
     holds = False if False in verdicts else (True if all(v is True for v in verdicts) else None)
-    return holds, sep.join(t for _, t in parts)
+    body = text(level) if text else sep.join(p.text(level) if isinstance(p, Comparison) else p[1] for p in parts)
+    if m > 1:
+        body += f" (Bonferroni over {m} comparisons: each {fmt_level(level)} % interval)"
+    return holds, body
 
 
 def fmt_num(v, style: str = "g") -> str:
@@ -412,7 +515,8 @@ VERDICTS = {True: "holds", False: "**fails**", None: "inconclusive at this budge
 def claims_section(claims, results: Results) -> str:
     """The paper's statements and whether they hold on these runs (checked by code, not by hand).
     A paired claim (``Claim.paired``) is decided on the per-seed differences (:class:`Paired`):
-    "holds" / "fails" only beyond 2 standard errors; any other claim is a threshold check on the
+    "holds" / "fails" only when their 95 % t-interval (n − 1 degrees of freedom; Bonferroni over a
+    claim's m comparisons, :func:`all_of`) excludes 0; any other claim is a threshold check on the
     seeds' means, marked as such."""
     rows, unpaired = [], False
     for c in claims:
@@ -427,9 +531,12 @@ def claims_section(claims, results: Results) -> str:
         rows.append([c.text, c.where, measured, verdict])
     text = ("## The paper's claims, checked on these runs\n\nEach claim that compares settings is checked on the "
             "paired per-seed differences (a seed fixes the data, the split and the initial model, shared by every "
-            "setting): the mean difference ± its standard error (sd / √n over the n seeds). It holds or fails "
-            f"only when the mean difference exceeds {SE_FACTOR:g} standard errors, in the claimed or the opposite "
-            "direction; otherwise it is inconclusive at this budget (always so with one seed).\n\n")
+            "setting): their mean and its 95 % confidence interval, mean ± t · sd / √n with t the 97.5 % quantile of "
+            "Student's t with n − 1 degrees of freedom (n seeds). It holds or fails only when the interval excludes "
+            "0, on the claimed or the opposite side; otherwise it is inconclusive at this budget (always so with one "
+            "seed). A claim made of m comparisons (every split, every data set) uses Bonferroni's simultaneous "
+            "intervals, each at level 1 − 0.05/m: it holds when every part holds and fails when any part fails at "
+            "that level.\n\n")
     text += md_table(["claim (the paper)", "where", "measured here", "verdict"], rows)
     if unpaired:
         text += ("\n\n†: a threshold check on the seeds' means (as described in its row), not a paired test over "

@@ -93,9 +93,9 @@ class Claim:
     """A statement of the paper, with where it is made and a check on our results.
 
     ``check(results) -> (holds, what we measured)``; ``holds`` is True, False or None (cannot tell
-    at this budget). ``paired``: the check decides on paired per-seed differences and their
-    standard error (:func:`fedpd.reproduce.report.compare`); otherwise it is a threshold check on
-    the seeds' means, and the report says so."""
+    at this budget). ``paired``: the check decides on paired per-seed differences by their 95 %
+    t-interval, Bonferroni-corrected over its comparisons (:func:`fedpd.reproduce.report.all_of`);
+    otherwise it is a threshold check on the seeds' means, and the report says so."""
 
     text: str
     where: str
