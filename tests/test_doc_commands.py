@@ -44,8 +44,8 @@ BLOCKS = {
         "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/test_flower.py runs "
         "FedDyn on the Flower engine against in-process and tests/test_readme.py parses the command"),
     ("README.md", "fedpd reproduce --list"): (
-        "exempt", "its second line runs a reduced reproduction, about an hour; tests/test_readme.py runs the first "
-        "and the third line as written, tests/test_reproduce.py every experiment at the smoke budget"),
+        "exempt", "its second line runs a reduced reproduction, about an hour; tests/test_readme.py runs the others "
+        "as written, tests/test_reproduce.py every experiment at the smoke budget"),
     ("docs/algorithms.md", "cd tests && OMP_NUM_THREADS=1 python -c"): ("run", "tests/test_doc_commands.py"),
     ("docs/benchmarks.md", "fedpd run benchmarks/configs/mnist_fedavg_logistic.toml"): (
         "exempt", "a benchmark on MNIST, run by hand; tests/test_dataset_problem.py runs the config to the accuracy "
