@@ -77,6 +77,11 @@ class SmallCNN(nn.Module):
         return self.fc(h.flatten(1))
 
 
+def batch_norm(input_shape, num_classes):
+    c, h, w = input_shape
+    return nn.Sequential(nn.Conv2d(c, 2, 3, padding=1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * h * w, num_classes))
+
+
 def one_too_many(input_shape, num_classes):
     return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(input_shape)), num_classes + 1))
 
@@ -307,6 +312,8 @@ BAD = [
     ({"model": {"name": "{data}:SmallCNN", "depth": 3}}, "model.depth: unknown option"),
     ({"model": {"name": "{data}:needs_depth"}}, "model.depth: missing"),
     ({"model": {"name": "{data}:one_too_many"}}, "gives outputs of shape (1, 5)"),
+    ({"model": {"name": "{data}:batch_norm"}}, "has a BatchNorm2d layer (1) with running statistics"),
+    ({"model": {"name": "{data}:batch_norm"}, "run": {"dtype": "float32"}}, "BatchNorm2d(..., track_running_stats"),
     ({"problem": {"dataset": "{data}:mismatched"}}, "different lengths"),
     ({"problem": {"dataset": "{data}:words"}}, "x_train of dtype <U1"),
     ({"problem": {"dataset": "{data}:float_labels"}}, "integer labels"),

@@ -473,8 +473,23 @@ def build_model(name: str | Callable, *, input_shape: Sequence[int], num_classes
     return module
 
 
+def check_no_running_stats(module: nn.Module, name: str) -> None:
+    """A layer that updates running statistics in training (BatchNorm, or InstanceNorm with
+    ``track_running_stats``) is refused in one line: fedpd trains flat parameter vectors of many
+    clients at once, and buffers are neither per client nor part of the model that is sent."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    for path, layer in module.named_modules():
+        if isinstance(layer, _NormBase) and layer.track_running_stats:
+            raise ConfigError(f"model.name: {name} has a {type(layer).__name__} layer ({path or 'the model'}) with "
+                              f"running statistics, which fedpd cannot train (allowed: GroupNorm or LayerNorm, or "
+                              f"{type(layer).__name__}(..., track_running_stats=False))")
+
+
 def check_outputs(module: nn.Module, sample: Tensor, num_classes: int, name: str) -> None:
-    """One forward of one sample ([1, ...]) must give [1, num_classes] logits: ConfigError otherwise."""
+    """One forward of one sample ([1, ...]) must give [1, num_classes] logits, and the module keep
+    no running statistics (BatchNorm's): ConfigError otherwise."""
+    check_no_running_stats(module, name)
     shape = tuple(sample.shape[1:])
     try:
         with torch.no_grad():
