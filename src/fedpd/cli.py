@@ -3,7 +3,9 @@ for the papers; flower, for deployments).
 
 Every error in what the user gave — config, arguments, files, paths the OS refuses — is one
 line on stderr and exit status 2, never a traceback. A run whose metrics become NaN or ±Inf
-stops with exit status 3 (unless ``run.allow_nonfinite = true``); Ctrl-C exits with 130.
+stops with exit status 3 (unless ``run.allow_nonfinite = true``); Ctrl-C exits with 130. A
+reader that leaves a pipe (``fedpd run ... | grep -m1 round``) stops nothing: the rest of that
+output is dropped, the command runs to its end, and a run says so on stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from fedpd.errors import FedpdError
 
 #: the run directory being written, for the Ctrl-C message (and the demo's folder)
-_CURRENT: dict[str, Path | None] = {"dir": None, "demo": None}
+_CURRENT: dict[str, Path | str | None] = {"dir": None, "demo": None, "command": None}
 
 EXIT_CODES = """exit status: 0 done; 2 bad input (config, arguments, files: one line on stderr); 3 a run's
 metrics became NaN or Inf (the run stopped; run.allow_nonfinite = true runs on); 130 interrupted."""
@@ -398,6 +400,58 @@ def _cmd_flower_certs(args) -> int:
     return 0
 
 
+#: commands that compute (a closed output stops none of them: the rest of the output is dropped)
+_WORKING = ("run", "sweep", "demo", "reproduce")
+
+
+class _ReaderSafe:
+    """stdout or stderr as a command writes it: when the reader of a pipe leaves (``fedpd run |
+    grep -m1 round``), what follows is dropped — the file descriptor is pointed at the null
+    device, so neither the command nor Python's exit sees a broken pipe — and the command goes on
+    to its end. ``left`` says whether that happened."""
+
+    def __init__(self, inner):
+        self._inner, self.left = inner, False
+
+    def _drop(self) -> None:
+        import os
+
+        self.left = True
+        try:
+            fd = self._inner.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (pytest's capture): nothing to point
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+        try:
+            self._inner.flush()  # what the buffer held goes to the null device
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text):
+        if self.left:
+            return len(text)
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self):
+        if self.left:
+            return
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 def _notices(show):
     """``warnings.showwarning`` that prints fedpd's notices as one line each."""
     from fedpd.checks import FedpdNotice
@@ -416,10 +470,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from fedpd.checks import NonFiniteMetrics
 
-    _CURRENT.update(dir=None, demo=None)
-    with warnings.catch_warnings():
-        warnings.showwarning = _notices(warnings.showwarning)
-        return _main(argv, NonFiniteMetrics)
+    _CURRENT.update(dir=None, demo=None, command=None)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err = _ReaderSafe(sys.stdout), _ReaderSafe(sys.stderr)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _notices(warnings.showwarning)
+            code = _main(argv, NonFiniteMetrics)
+        command = _CURRENT.get("command")
+        if out.left and command in _WORKING:  # the command ran to its end; say what the reader missed
+            print(f"fedpd: note: the reader of stdout left before fedpd {command} ended; it ran to its end "
+                  f"(exit status {code}) and the rest of stdout was dropped", file=sys.stderr)
+        return code
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 def _main(argv, NonFiniteMetrics) -> int:
@@ -427,6 +491,7 @@ def _main(argv, NonFiniteMetrics) -> int:
         parser = make_parser()
         args = parser.parse_args(argv)
         args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # as typed: what a report records
+        _CURRENT["command"] = args.command
         if args.command is None:  # bare `fedpd`: what it can do
             parser.print_help()
             return 0
@@ -440,9 +505,6 @@ def _main(argv, NonFiniteMetrics) -> int:
     except KeyboardInterrupt:
         print(_interrupted(), file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `fedpd list | head`: the reader left, nothing to report
-        sys.stderr.close()
-        return 0
     except OSError as err:  # a path that cannot be created, read or written
         where = f"{err.filename}: " if err.filename else ""
         print(f"fedpd: error: {where}{err.strerror or err}", file=sys.stderr)
