@@ -403,6 +403,26 @@ def test_entry_points_name_a_dataset_loader_and_a_model(site, capsys):
     assert sim.num_clients == 6 and sim.problem.model.module.conv.out_channels == 2
 
 
+def test_a_dataset_entry_point_is_listed_shown_and_split(site, capsys):
+    """Issue 33: fedpd list, fedpd list NAME, fedpd show dataset NAME, fedpd data list and fedpd
+    data split NAME know an installed loader."""
+    site, _ = site
+    module = write_module(site, DATA, "entry_data")
+    distribution(site, f"dataset.bars = {module}:load")
+    code, out, err = run_cli(["list"], capsys)
+    assert code == 0 and "datasets:" in out and any(line.split()[:1] == ["bars"] for line in out.splitlines()), err
+    assert "entry point of distribution mydist 1.0" in out
+    for args in (["list", "bars"], ["show", "dataset", "bars"]):
+        code, out, err = run_cli(args, capsys)
+        assert code == 0 and 'dataset = "bars"' in out, (args, err)
+    code, out, err = run_cli(["list", "dataset"], capsys)  # still the problem of that name
+    assert code == 0 and "problem dataset:" in out, err
+    code, out, err = run_cli(["data", "list"], capsys)
+    assert code == 0 and any(line.split()[:2] == ["bars", "plug-in"] for line in out.splitlines()), out
+    code, out, err = run_cli(["data", "split", "bars", "--partition", "natural"], capsys)
+    assert code == 0 and "natural partition of 240 training samples" in out, err
+
+
 @pytest.mark.parametrize(("entry", "needle"), [
     ("algorithm.fedavg = {m}:Damped", "clashes with the built-in algorithm 'fedavg'"),
     ("fedavg2 = {m}:Damped", "must be <kind>.<name>"),
