@@ -342,6 +342,20 @@ def test_bad_plugins_are_one_line_and_exit_2_with_nothing_written(change, needle
     assert not (tmp_path / "run").exists()
 
 
+def test_show_model_refuses_the_factories_run_refuses(user_data, tmp_path, monkeypatch, capsys):
+    """Issue 33: fedpd show model and fedpd run apply one signature rule (and say it alike)."""
+    directory, module = user_data
+    monkeypatch.chdir(directory)
+    path = write_config(tmp_path / "c.toml", {**dataset_config(module), "model": {"name": f"{module}:one_argument"}})
+    code, _, run_err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 2
+    code, _, show_err = run_cli(["show", "model", f"{module}:one_argument"], capsys)
+    reason = "takes (input_shape); a model factory takes (input_shape, num_classes, **options)"
+    assert code == 2 and reason in show_err and reason in run_err, (show_err, run_err)
+    code, out, err = run_cli(["show", "model", f"{module}:needs_depth"], capsys)  # an option a config gives
+    assert code == 0 and "depth  (required)" in out, err
+
+
 # --- entry points of an installed distribution --------------------------------------------------
 def distribution(site: Path, entry_points: str, name: str = "mydist") -> None:
     """A distribution as pip would leave it, without installing anything: ``site/NAME-1.0.dist-info``."""

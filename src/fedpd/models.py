@@ -405,14 +405,24 @@ def _parameters(factory: Callable) -> list[inspect.Parameter]:
                 inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
 
 
+def signature_problem(factory: Callable, name: str) -> str | None:
+    """Why ``factory`` cannot be a model factory, from its signature alone (None: it can): the
+    one rule ``fedpd run`` and ``fedpd show model`` / ``fedpd list`` apply."""
+    params = _parameters(factory)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        return (f"{name} takes ({', '.join(p.name for p in params)}); a model factory takes "
+                f"(input_shape, num_classes, **options)")
+    return None
+
+
 def check_model_options(factory: Callable, name: str, options: dict) -> None:
     """``factory`` takes (input_shape, num_classes, **options) and these ``options``: ConfigError
     naming the key (``model.KEY``) and what is allowed otherwise."""
     params = _parameters(factory)
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
-        raise ConfigError(f"model.name: {name} takes ({', '.join(p.name for p in params)}); a model factory takes "
-                          f"(input_shape, num_classes, **options)")
+    wrong = signature_problem(factory, name)
+    if wrong:
+        raise ConfigError(f"model.name: {wrong}")
     accepted = _options(factory)
     if not any(p.kind is p.VAR_KEYWORD for p in params):
         for key in options:

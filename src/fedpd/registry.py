@@ -88,6 +88,9 @@ def plugin_entry(kind: str, name: str, found: plugins.Plugin) -> Entry:
     if not callable(obj):
         raise plugins.PluginError(f"{name} is not callable (got {_what(obj)}; a {kind} plug-in is a class or a "
                                   f"function)")
+    wrong = models.signature_problem(obj, name) if kind == "model" else None
+    if wrong:  # what a run would refuse
+        raise plugins.PluginError(wrong)
     options = NoOptions if kind == "model" else getattr(obj, "Options", NoOptions)
     if not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise plugins.PluginError(f"{name}.Options must be a pydantic model (subclass fedpd.Options), got "
