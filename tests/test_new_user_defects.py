@@ -66,3 +66,23 @@ def test_a_closed_stdout_is_said_on_stderr_after_the_run_ends(tmp_path):
     assert proc.wait(timeout=300) == 0 and "Traceback" not in err and "Exception ignored" not in err, err
     assert "the reader of stdout left before fedpd run ended; it ran to its end" in err
     assert records(tmp_path / "run")[-1]["round"] == 3
+
+
+# --- 5: no --resume offered for, nor taken by, a run directory without a checkpoint -------------
+def test_a_run_that_crashed_before_its_first_checkpoint_offers_no_resume(tmp_path, monkeypatch, capsys):
+    (tmp_path / "crashing.py").write_text("from fedpd.algorithms import FedAvg\n\n\nclass Crash(FedAvg):\n"
+                                          "    def aggregate(self, server, uploads, ctx):\n"
+                                          "        raise RuntimeError('a bug in my hook')\n")
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text(LEAST_SQUARES.format(rounds=3).replace('"fedavg"', '"crashing:Crash"'))
+    with pytest.raises(RuntimeError, match="a bug in my hook"):
+        cli(["run", config, "--out", "run", "--quiet"], capsys)
+    assert (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoint.pt").exists()
+    code, _, err = cli(["run", config, "--out", "run", "--quiet"], capsys)
+    assert code == 2 and "no checkpoint" in err and "--resume" not in err and "--overwrite" in err, err
+    before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    code, out, err = cli(["run", "--resume", "run"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "no checkpoint.pt there" in lines[0] and "nothing to resume" in lines[0]
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before  # nothing started from round 0
