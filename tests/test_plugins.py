@@ -459,6 +459,35 @@ def test_two_distributions_may_not_declare_one_name(site, capsys):
     assert code == 2 and "declared by both" in err
 
 
+def test_a_clash_stops_only_what_uses_the_name_and_names_its_key(site, tmp_path, capsys):
+    """Issue 33: one rule for every kind — two distributions declaring one name, or an entry point
+    taking a built-in's name, stop a run that uses that name (one line naming its config key) and
+    no other run."""
+    site, module = site
+    data = write_module(site, DATA, "clash_data")
+    distribution(site, f"algorithm.damped = {module}:Damped\nmodel.mlp = {data}:SmallCNN\n"
+                       f"dataset.mnist = {data}:load\nsampler.bernoulli = {data}:load")
+    distribution(site, f"algorithm.damped = {module}:Other", name="otherdist")
+    least_squares = {"problem": {"name": "least_squares"}, "solver": {"name": "gd"}, "run": {"rounds": 1}}
+    fedpd.run({**least_squares, "algorithm": {"name": "fedavg"}})  # uses none of the clashing names
+    bars = {**dataset_config(data), "problem": {"name": "dataset", "dataset": f"{data}:load", "partition": "natural"},
+            "model": {"name": f"{data}:SmallCNN"}}
+    fedpd.run(bars)
+    for change, needle in [
+        ({"algorithm": {"name": "damped"}}, "algorithm.name: entry point 'algorithm.damped' is declared by both"),
+        ({"model": {"name": "mlp"}}, "model.name: entry point 'model.mlp' of distribution mydist 1.0 clashes "
+                                     "with the built-in model 'mlp'"),
+        ({"problem": {"name": "dataset", "dataset": "mnist"}}, "problem.dataset: entry point 'dataset.mnist'"),
+        ({"sampler": {"name": "bernoulli"}}, "sampler.name: entry point 'sampler.bernoulli'"),
+    ]:
+        base = bars if "model" in change else least_squares
+        cfg = {"algorithm": {"name": "fedavg"}, **base, **change}
+        path = write_config(tmp_path / "c.toml", cfg)
+        code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, (needle, err)
+        assert not (tmp_path / "run").exists()
+
+
 # --- what a node may import ---------------------------------------------------------------------
 def test_allowed_plugins_are_module_prefixes():
     assert plugins.parse_allowed(" mypkg, other.sub ,") == ("mypkg", "other.sub")
