@@ -86,3 +86,16 @@ def test_a_run_that_crashed_before_its_first_checkpoint_offers_no_resume(tmp_pat
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "no checkpoint.pt there" in lines[0] and "nothing to resume" in lines[0]
     assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before  # nothing started from round 0
+
+
+# --- 8: a narrow compare table keeps a classifier's test accuracy --------------------------------
+@pytest.mark.parametrize("columns", [66, 80])
+def test_a_narrow_compare_table_keeps_test_accuracy(columns, tmp_path, monkeypatch, capsys):
+    cfg = {"problem": {"name": "synthetic", "clients": 6, "max_client_samples": 40}, "run": {"rounds": 1}}
+    for name in ("fedavg", "fedprox"):
+        fedpd.run({**cfg, "algorithm": {"name": name}}, tmp_path / f"runs-of-{name}-with-a-long-name")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = cli(["compare", *sorted(tmp_path.iterdir())], capsys)
+    header = " ".join(out.splitlines()[:2])
+    assert code == 0 and "test acc" in header and "train loss" in header, out
+    assert max(len(line) for line in out.splitlines()) <= columns
