@@ -67,6 +67,28 @@ def _threads_override(args) -> list[str]:
     return [] if getattr(args, "threads", None) is None else [f"run.threads={args.threads}"]
 
 
+UNSET_HELP = ("remove a key from the config, e.g. a plug-in's own option when --set algorithm.name=fedavg "
+              "switches to a built-in that does not take it: --unset algorithm.q (repeatable; a dotted KEY reaches "
+              "into a table; a key the config does not hold is left alone; not with --resume)")
+
+
+def _overrides(args) -> list[str]:
+    """--unset and --set, in that order, as load_config's overrides (an unset is a config.Unset)."""
+    from fedpd.config import Unset
+
+    return [*(Unset(key) for key in getattr(args, "unset", None) or ()), *(args.set or ())]
+
+
+def _unknown_key_hint(err: FedpdError, args) -> FedpdError:
+    """An unknown key in a section whose name --set changed: say that --unset drops it."""
+    import re
+
+    found = re.match(r"(\w+)\.([\w.]+): unknown key", str(err))
+    if found and any(s.split("=", 1)[0].strip() == f"{found[1]}.name" for s in args.set or ()):
+        return type(err)(f"{err}; the new {found[1]} does not take it: drop it with --unset {found[1]}.{found[2]}")
+    return err
+
+
 def _cmd_run(args) -> int:
     from fedpd.runner import run
 
@@ -74,6 +96,8 @@ def _cmd_run(args) -> int:
         raise FedpdError("fedpd run: give either CONFIG or --resume DIR, not both")
     if not args.resume and not args.config:
         raise FedpdError("fedpd run: missing CONFIG (a .toml file) or --resume DIR")
+    if args.resume and args.unset:
+        raise FedpdError("fedpd run: --unset cannot be combined with --resume (the run continues its own config)")
     if args.resume and (args.out is not None or args.overwrite):
         flag = "--out" if args.out is not None else "--overwrite"
         raise FedpdError(f"fedpd run: {flag} cannot be combined with --resume (the run continues in DIR)")
@@ -83,8 +107,11 @@ def _cmd_run(args) -> int:
 
         out = Path("runs") / f"{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     _CURRENT["dir"] = Path(args.resume or out)
-    result = run(args.config, out, overrides=[*(args.set or ()), *_threads_override(args)], resume=args.resume,
-                 progress=not args.quiet, overwrite=args.overwrite)
+    try:
+        result = run(args.config, out, overrides=[*_overrides(args), *_threads_override(args)], resume=args.resume,
+                     progress=not args.quiet, overwrite=args.overwrite)
+    except FedpdError as err:
+        raise _unknown_key_hint(err, args) from None
     last = result.history[-1] if result.history else {}
     from fedpd.progress import summary
 
@@ -156,8 +183,11 @@ def _cmd_sweep(args) -> int:
         import time
 
         out = f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    dirs = sweep(args.configs, out, seeds=seeds, overrides=args.set or [], jobs=args.jobs, progress=not args.quiet,
-                 cluster=cluster_from(args))
+    try:
+        dirs = sweep(args.configs, out, seeds=seeds, overrides=_overrides(args), jobs=args.jobs,
+                     progress=not args.quiet, cluster=cluster_from(args))
+    except FedpdError as err:
+        raise _unknown_key_hint(err, args) from None
     if not args.quiet or args.format != "table":
         labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>/s<seed>
         print_table(*compare_table(dirs, labels=labels), fmt=args.format, title=f"{len(dirs)} runs in {out}")
@@ -206,6 +236,7 @@ def make_parser() -> argparse.ArgumentParser:
                        description="Run a TOML config into a run directory (config.toml, metrics.jsonl, "
                        "checkpoint.pt), or continue one from its last checkpoint.",
                        epilog="examples:\n  fedpd run examples/fedpd.toml --out runs/fedpd --set algorithm.p=0.3\n"
+                       "  fedpd run my.toml --out runs/fedavg --set algorithm.name=fedavg --unset algorithm.q\n"
                        "  fedpd run --resume runs/fedpd --set run.rounds=1000\n\n" + EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", nargs="?", help="TOML config file (fedpd list shows what it can name)")
@@ -214,6 +245,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="override a config value, TOML syntax (repeatable; a dotted KEY reaches into a table: "
                    "algorithm.aggregator_options.m=2); on --resume only the target run.rounds and how the run is "
                    "executed (the README's RESUMABLE list: run.threads, run.device, run.engine, ...)")
+    r.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
     r.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     r.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     r.add_argument("--threads", type=int, metavar="N",
@@ -299,6 +331,7 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", metavar="DIR", help="where the run directories go (default runs/sweep-<time>)")
     sw.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a value in every config, TOML syntax (repeatable)")
+    sw.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
     sw.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: the CPU cores available)")
     from fedpd.reproduce.cluster import add_cluster_options
 
@@ -328,6 +361,7 @@ def make_parser() -> argparse.ArgumentParser:
     fa.add_argument("--out", required=True, metavar="APPDIR", help="the app directory to write")
     fa.add_argument("--run-dir", metavar="DIR", help="run directory on the server machine (default runs/<config>)")
     fa.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    fa.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
     fa.add_argument("--overwrite", action="store_true", help="replace an app already in APPDIR")
     fa.set_defaults(func=_cmd_flower_app)
     fc = flsub.add_parser("certs", help="a CA, the SuperLink's TLS certificate and SuperNode key pairs")
@@ -373,7 +407,10 @@ def _cmd_flower_app(args) -> int:
     from fedpd.config import load_config
     from fedpd.flower.deploy import write_app
 
-    cfg = load_config(args.config, args.set or ())
+    try:
+        cfg = load_config(args.config, _overrides(args))
+    except FedpdError as err:
+        raise _unknown_key_hint(err, args) from None
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
     appdir = write_app(cfg, Path(args.out), run_dir, overwrite=args.overwrite)
     print(f"wrote {appdir}/pyproject.toml (run directory on the server: {run_dir.absolute()})\n"

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from fedpd import plugins
 from fedpd.checks import FedpdNotice, check_finite
-from fedpd.config import RESUMABLE, Config, first_difference, load_config
+from fedpd.config import RESUMABLE, Config, Unset, first_difference, load_config
 from fedpd.engines import NODES, open_runtime
 from fedpd.errors import ConfigError, reason
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
@@ -201,6 +201,8 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
             raise ConfigError(f"--resume {str(out)!r}: no {CHECKPOINT} there (the run stopped before its first "
                               f"checkpoint): nothing to resume; start the run again with --out {str(out)!r} "
                               f"--overwrite")
+        if any(isinstance(item, Unset) for item in overrides):
+            raise ConfigError("--unset cannot be combined with --resume (a resume continues the run's own config)")
         cfg = load_run_config(out, overrides)
         kept = load_run_config(out).resolved()
         for item in overrides:  # anything else would continue the checkpoint under another run
