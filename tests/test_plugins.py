@@ -514,9 +514,11 @@ def test_a_node_refuses_a_module_it_does_not_allow_and_its_uploads_are_rejected(
     sim = Simulation(cfg, workdir=tmp_path, transport=transport)
     sim.step()
     assert sim.comm.rejected_uploads == 3 and sim.comm.uplink_floats == 3 * sim.problem.dim
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"plug-in module '{module}' is not allowed on this node" in err[0] \
-        and "3 upload(s) rejected" in err[0]
+    node_log, server_log = capsys.readouterr().err.strip().splitlines()  # (one process here: both logs)
+    refused = f"plug-in module '{module}' is not allowed on this node"
+    assert node_log.startswith("fedpd node (clients 0-2): train of round 1 refused: ") and refused in node_log
+    assert server_log.startswith("fedpd: the node of clients 0-2 (node id 0): train failed (") and refused in \
+        server_log and "in round 1; its 3 upload(s) rejected" in server_log
     x1 = sim.server["x0"]
     # the same round in process, with node 0's clients left out: the server averaged node 1's alone
     reference = Simulation(load_config(cfg, ["run.engine=inprocess"]))

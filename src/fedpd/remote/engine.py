@@ -49,6 +49,17 @@ def notice(message: str) -> None:
     print(f"fedpd: {message}", file=sys.stderr, flush=True)
 
 
+def client_ranges(ids) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (as a node config's hosted-clients says them)."""
+    ids, parts = sorted(int(i) for i in ids), []
+    for i in ids:
+        if parts and parts[-1][1] == i - 1:
+            parts[-1][1] = i
+        else:
+            parts.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in parts)
+
+
 #: a reply the transport knows will never come (node unavailable, message expired)
 LOST = "lost"
 
@@ -208,10 +219,10 @@ class RemoteEngine:
         replies = self.exchange(requests, timeout=timeout)
         for node, reply in replies.items():
             if reply is None:
-                raise ConfigError(f"node {node}: no reply to {requests[node].kind} within {self.timeout:g} s "
+                raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
                                   f"(run.node_timeout)")
             if "error" in reply.config:
-                raise ConfigError(f"node {node}: {requests[node].kind} failed: {reply.config['error']}")
+                raise ConfigError(f"{self.node_name(node)}: {requests[node].kind} failed: {reply.config['error']}")
         return replies
 
     def exchange(self, requests: dict[int, Envelope], timeout: float | None = None,
@@ -274,6 +285,12 @@ class RemoteEngine:
             replies.setdefault(key, None)
         return replies
 
+    def node_name(self, node: int) -> str:
+        """A node as its operator knows it: the clients it hosts (its node config's hosted-clients),
+        then the transport's id for it (Flower's is a 19-digit number nobody has seen)."""
+        hosted = self.hosted.get(node)
+        return f"the node of clients {client_ranges(hosted)} (node id {node})" if hosted else f"node {node}"
+
     def _host(self, clients: list[int]) -> int | None:
         """The one node that hosts all of ``clients`` now (None: none, or they are split)."""
         hosts = {self.node_of.get(i) for i in clients}
@@ -321,18 +338,20 @@ class RemoteEngine:
             reply = replies.get(node)
             if reply is None or "error" in reply.config:
                 why = "no reply" if reply is None else reply.config["error"]
-                notice(f"node {node}: could not start the run ({why}); it will when its clients' work arrives")
+                notice(f"{self.node_name(node)}: could not start the run ({why}); it will when its clients' work "
+                       f"arrives")
         self._trained, groups = {}, []
         for node, asked in by_node.items():
             reply = replies.get(node)
             part = torch.tensor(asked, dtype=torch.int64)
             if reply is None:  # the node is gone: its clients dropped out of the round
                 self.comm.dropouts += len(asked)
-                notice(f"node {node}: no reply to train in round {round}; its {len(asked)} client(s) dropped out")
+                notice(f"{self.node_name(node)}: no reply to train in round {round + 1}; its {len(asked)} client(s) "
+                       f"dropped out")
                 continue
             problem = self._problem(reply, asked)
             if problem:  # an error, a malformed or an oversized reply: rejected, state kept
-                notice(f"node {node}: {problem} in round {round}; its {len(asked)} upload(s) rejected")
+                notice(f"{self.node_name(node)}: {problem} in round {round + 1}; its {len(asked)} upload(s) rejected")
                 groups.append((part, None))
                 continue
             self._trained[node] = asked
