@@ -140,3 +140,16 @@ def test_unset_drops_a_plugins_own_option_when_switching_to_a_built_in(tmp_path,
     cfg = load_config(config, [Unset("algorithm.q"), "algorithm.name=fedavg", Unset("algorithm.not_there")])
     assert cfg.names["algorithm"] == "fedavg"
     assert "--unset SECTION.KEY" in cli(["run", "--help"], capsys)[1]
+
+
+# --- 11: a missing dataset fedpd can download says how ---------------------------------------------
+def test_a_missing_mnist_names_fedpd_data_download(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
+    config = tmp_path / "mnist.toml"
+    config.write_text('[problem]\nname = "dataset"\ndataset = "mnist"\nclients = 4\n[algorithm]\nname = "fedavg"\n'
+                      '[solver]\nname = "sgd"\n[run]\nrounds = 1\n')
+    code, _, err = cli(["run", config, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 2 and err.strip().endswith("; fetch it with: fedpd data download mnist"), err
+    code, _, err = cli(["data", "split", "mnist", "--data-dir", tmp_path / "other"], capsys)
+    assert code == 2 and f"fetch it with: fedpd data download mnist --data-dir {tmp_path / 'other'}" in err, err
+    assert not (tmp_path / "run").exists()
