@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpd.data.loaders import DATASETS, canonical_name, dataset_options, dataset_status, load_dataset, resolve_data_dir
+from fedpd.data.loaders import DATASETS, canonical_name, dataset_options, dataset_status, resolve_data_dir
 from fedpd.data.partition import PARTITIONS, format_label_matrix, label_matrix, partition
 from fedpd.errors import ConfigError
 
@@ -188,7 +188,9 @@ def _load_for_split(args):
         if "label_mode" not in dataset_options(key):
             raise ConfigError(f"--label-mode: only for cifar100, not {key}")
         options["label_mode"] = args.label_mode
-    return key, load_dataset(key, args.data_dir, **options)
+    from fedpd.data.download import load_or_say_how
+
+    return key, load_or_say_how(key, args.data_dir, **options)
 
 
 def cmd_split(args) -> int:

@@ -105,17 +105,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options
     unknown = sorted(set(options) - set(spec.options))
     if unknown:
         raise ConfigError(f"{key}: unknown option(s) {', '.join(unknown)}; expected {', '.join(spec.options) or 'none'}")
-    try:
-        return spec.load(resolve_data_dir(data_dir), **options)
-    except NotFound as err:
-        from fedpd.data.download import FILES  # (download imports this module)
-
-        if key not in FILES:
-            raise
-        import shlex
-
-        where = f" --data-dir {shlex.quote(str(data_dir))}" if data_dir is not None else ""
-        raise NotFound(f"{err}; fetch it with: fedpd data download {key}{where}", err.looked) from None
+    return spec.load(resolve_data_dir(data_dir), **options)
 
 
 @dataclass
