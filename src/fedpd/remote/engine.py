@@ -40,24 +40,13 @@ from fedpd.comm import CommCounter
 from fedpd.errors import ConfigError
 from fedpd.protocol import run_round
 from fedpd.remote.filestore import run_key
-from fedpd.remote.messages import Envelope, pack, unpack
+from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
 from fedpd.remote.node import NodeRuntime
 
 
 def notice(message: str) -> None:
     """One line on stderr about something the run survives (a node that failed a round)."""
     print(f"fedpd: {message}", file=sys.stderr, flush=True)
-
-
-def client_ranges(ids) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (as a node config's hosted-clients says them)."""
-    ids, parts = sorted(int(i) for i in ids), []
-    for i in ids:
-        if parts and parts[-1][1] == i - 1:
-            parts[-1][1] = i
-        else:
-            parts.append([i, i])
-    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in parts)
 
 
 #: a reply the transport knows will never come (node unavailable, message expired)

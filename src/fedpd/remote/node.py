@@ -29,7 +29,7 @@ from fedpd.context import ClientContext
 from fedpd.engine import train_in_chunks
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
-from fedpd.remote.messages import Envelope, pack, unpack
+from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
 
 _BUILT: dict[tuple, tuple] = {}  # (config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
 
@@ -81,8 +81,6 @@ class NodeRuntime:
     def log(self, request: Envelope, error: str) -> None:
         """One line in this node's own log (its stderr) for a request it could not serve: which
         clients, which request of which round (counted from 1, as the server's progress), why."""
-        from fedpd.remote.engine import client_ranges
-
         round = request.config.get("round")
         what = f"{request.kind} of round {int(round) + 1}" if round is not None else request.kind
         print(f"fedpd node (clients {client_ranges(self.hosted)}): {what} refused: {error}", file=sys.stderr,
