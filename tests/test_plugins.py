@@ -77,6 +77,11 @@ class SmallCNN(nn.Module):
         return self.fc(h.flatten(1))
 
 
+def batch_norm(input_shape, num_classes):
+    c, h, w = input_shape
+    return nn.Sequential(nn.Conv2d(c, 2, 3, padding=1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * h * w, num_classes))
+
+
 def one_too_many(input_shape, num_classes):
     return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(input_shape)), num_classes + 1))
 
@@ -307,6 +312,8 @@ BAD = [
     ({"model": {"name": "{data}:SmallCNN", "depth": 3}}, "model.depth: unknown option"),
     ({"model": {"name": "{data}:needs_depth"}}, "model.depth: missing"),
     ({"model": {"name": "{data}:one_too_many"}}, "gives outputs of shape (1, 5)"),
+    ({"model": {"name": "{data}:batch_norm"}}, "has a BatchNorm2d layer (1) with running statistics"),
+    ({"model": {"name": "{data}:batch_norm"}, "run": {"dtype": "float32"}}, "BatchNorm2d(..., track_running_stats"),
     ({"problem": {"dataset": "{data}:mismatched"}}, "different lengths"),
     ({"problem": {"dataset": "{data}:words"}}, "x_train of dtype <U1"),
     ({"problem": {"dataset": "{data}:float_labels"}}, "integer labels"),
@@ -333,6 +340,20 @@ def test_bad_plugins_are_one_line_and_exit_2_with_nothing_written(change, needle
     assert code == 2 and len(lines) == 1 and lines[0].startswith("fedpd: error: "), err
     assert needle in lines[0], lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_show_model_refuses_the_factories_run_refuses(user_data, tmp_path, monkeypatch, capsys):
+    """Issue 33: fedpd show model and fedpd run apply one signature rule (and say it alike)."""
+    directory, module = user_data
+    monkeypatch.chdir(directory)
+    path = write_config(tmp_path / "c.toml", {**dataset_config(module), "model": {"name": f"{module}:one_argument"}})
+    code, _, run_err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 2
+    code, _, show_err = run_cli(["show", "model", f"{module}:one_argument"], capsys)
+    reason = "takes (input_shape); a model factory takes (input_shape, num_classes, **options)"
+    assert code == 2 and reason in show_err and reason in run_err, (show_err, run_err)
+    code, out, err = run_cli(["show", "model", f"{module}:needs_depth"], capsys)  # an option a config gives
+    assert code == 0 and "depth  (required)" in out, err
 
 
 # --- entry points of an installed distribution --------------------------------------------------
@@ -396,6 +417,26 @@ def test_entry_points_name_a_dataset_loader_and_a_model(site, capsys):
     assert sim.num_clients == 6 and sim.problem.model.module.conv.out_channels == 2
 
 
+def test_a_dataset_entry_point_is_listed_shown_and_split(site, capsys):
+    """Issue 33: fedpd list, fedpd list NAME, fedpd show dataset NAME, fedpd data list and fedpd
+    data split NAME know an installed loader."""
+    site, _ = site
+    module = write_module(site, DATA, "entry_data")
+    distribution(site, f"dataset.bars = {module}:load")
+    code, out, err = run_cli(["list"], capsys)
+    assert code == 0 and "datasets:" in out and any(line.split()[:1] == ["bars"] for line in out.splitlines()), err
+    assert "entry point of distribution mydist 1.0" in out
+    for args in (["list", "bars"], ["show", "dataset", "bars"]):
+        code, out, err = run_cli(args, capsys)
+        assert code == 0 and 'dataset = "bars"' in out, (args, err)
+    code, out, err = run_cli(["list", "dataset"], capsys)  # still the problem of that name
+    assert code == 0 and "problem dataset:" in out, err
+    code, out, err = run_cli(["data", "list"], capsys)
+    assert code == 0 and any(line.split()[:2] == ["bars", "plug-in"] for line in out.splitlines()), out
+    code, out, err = run_cli(["data", "split", "bars", "--partition", "natural"], capsys)
+    assert code == 0 and "natural partition of 240 training samples" in out, err
+
+
 @pytest.mark.parametrize(("entry", "needle"), [
     ("algorithm.fedavg = {m}:Damped", "clashes with the built-in algorithm 'fedavg'"),
     ("fedavg2 = {m}:Damped", "must be <kind>.<name>"),
@@ -416,6 +457,35 @@ def test_two_distributions_may_not_declare_one_name(site, capsys):
     distribution(site, f"algorithm.damped = {module}:Other", name="otherdist")
     code, _, err = run_cli(["list"], capsys)
     assert code == 2 and "declared by both" in err
+
+
+def test_a_clash_stops_only_what_uses_the_name_and_names_its_key(site, tmp_path, capsys):
+    """Issue 33: one rule for every kind — two distributions declaring one name, or an entry point
+    taking a built-in's name, stop a run that uses that name (one line naming its config key) and
+    no other run."""
+    site, module = site
+    data = write_module(site, DATA, "clash_data")
+    distribution(site, f"algorithm.damped = {module}:Damped\nmodel.mlp = {data}:SmallCNN\n"
+                       f"dataset.mnist = {data}:load\nsampler.bernoulli = {data}:load")
+    distribution(site, f"algorithm.damped = {module}:Other", name="otherdist")
+    least_squares = {"problem": {"name": "least_squares"}, "solver": {"name": "gd"}, "run": {"rounds": 1}}
+    fedpd.run({**least_squares, "algorithm": {"name": "fedavg"}})  # uses none of the clashing names
+    bars = {**dataset_config(data), "problem": {"name": "dataset", "dataset": f"{data}:load", "partition": "natural"},
+            "model": {"name": f"{data}:SmallCNN"}}
+    fedpd.run(bars)
+    for change, needle in [
+        ({"algorithm": {"name": "damped"}}, "algorithm.name: entry point 'algorithm.damped' is declared by both"),
+        ({"model": {"name": "mlp"}}, "model.name: entry point 'model.mlp' of distribution mydist 1.0 clashes "
+                                     "with the built-in model 'mlp'"),
+        ({"problem": {"name": "dataset", "dataset": "mnist"}}, "problem.dataset: entry point 'dataset.mnist'"),
+        ({"sampler": {"name": "bernoulli"}}, "sampler.name: entry point 'sampler.bernoulli'"),
+    ]:
+        base = bars if "model" in change else least_squares
+        cfg = {"algorithm": {"name": "fedavg"}, **base, **change}
+        path = write_config(tmp_path / "c.toml", cfg)
+        code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, (needle, err)
+        assert not (tmp_path / "run").exists()
 
 
 # --- what a node may import ---------------------------------------------------------------------
@@ -444,9 +514,11 @@ def test_a_node_refuses_a_module_it_does_not_allow_and_its_uploads_are_rejected(
     sim = Simulation(cfg, workdir=tmp_path, transport=transport)
     sim.step()
     assert sim.comm.rejected_uploads == 3 and sim.comm.uplink_floats == 3 * sim.problem.dim
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"plug-in module '{module}' is not allowed on this node" in err[0] \
-        and "3 upload(s) rejected" in err[0]
+    node_log, server_log = capsys.readouterr().err.strip().splitlines()  # (one process here: both logs)
+    refused = f"plug-in module '{module}' is not allowed on this node"
+    assert node_log.startswith("fedpd node (clients 0-2): train of round 1 refused: ") and refused in node_log
+    assert server_log.startswith("fedpd: the node of clients 0-2 (node id 0): train failed (") and refused in \
+        server_log and "in round 1; its 3 upload(s) rejected" in server_log
     x1 = sim.server["x0"]
     # the same round in process, with node 0's clients left out: the server averaged node 1's alone
     reference = Simulation(load_config(cfg, ["run.engine=inprocess"]))

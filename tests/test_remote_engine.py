@@ -59,7 +59,11 @@ def test_a_node_whose_train_fails_has_its_uploads_rejected_and_the_run_goes_on(t
     on_node1 = [i for i in ids.tolist() if i >= 3]
     sim.step()
     assert sim.comm.rejected_uploads == len(on_node1) > 0
-    assert "node 1: train failed (RuntimeError: out of memory)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # issue 33: the server names the node by its clients and counts rounds from 1, as its progress
+    # does; the node's own log says what it refused
+    assert "fedpd: the node of clients 3-5 (node id 1): train failed (RuntimeError: out of memory) in round 1;" in err
+    assert "fedpd node (clients 3-5): train of round 1 refused: RuntimeError: out of memory" in err
     state = sim.store.full("lam")
     assert torch.equal(state[on_node1], torch.zeros_like(state[on_node1]))  # their states were kept
     runtime._train = original

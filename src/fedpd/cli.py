@@ -3,7 +3,9 @@ for the papers; flower, for deployments).
 
 Every error in what the user gave — config, arguments, files, paths the OS refuses — is one
 line on stderr and exit status 2, never a traceback. A run whose metrics become NaN or ±Inf
-stops with exit status 3 (unless ``run.allow_nonfinite = true``); Ctrl-C exits with 130.
+stops with exit status 3 (unless ``run.allow_nonfinite = true``); Ctrl-C exits with 130. A
+reader that leaves a pipe (``fedpd run ... | grep -m1 round``) stops nothing: the rest of that
+output is dropped, the command runs to its end, and a run says so on stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from fedpd.errors import FedpdError
 
 #: the run directory being written, for the Ctrl-C message (and the demo's folder)
-_CURRENT: dict[str, Path | None] = {"dir": None, "demo": None}
+_CURRENT: dict[str, Path | str | None] = {"dir": None, "demo": None, "command": None}
 
 EXIT_CODES = """exit status: 0 done; 2 bad input (config, arguments, files: one line on stderr); 3 a run's
 metrics became NaN or Inf (the run stopped; run.allow_nonfinite = true runs on); 130 interrupted."""
@@ -65,6 +67,28 @@ def _threads_override(args) -> list[str]:
     return [] if getattr(args, "threads", None) is None else [f"run.threads={args.threads}"]
 
 
+UNSET_HELP = ("remove a key from the config, e.g. a plug-in's own option when --set algorithm.name=fedavg "
+              "switches to a built-in that does not take it: --unset algorithm.q (repeatable; a dotted KEY reaches "
+              "into a table; a key the config does not hold is left alone; not with --resume)")
+
+
+def _overrides(args) -> list[str]:
+    """--unset and --set, in that order, as load_config's overrides (an unset is a config.Unset)."""
+    from fedpd.config import Unset
+
+    return [*(Unset(key) for key in getattr(args, "unset", None) or ()), *(args.set or ())]
+
+
+def _unknown_key_hint(err: FedpdError, args) -> FedpdError:
+    """An unknown key in a section whose name --set changed: say that --unset drops it."""
+    import re
+
+    found = re.match(r"(\w+)\.([\w.]+): unknown key", str(err))
+    if found and any(s.split("=", 1)[0].strip() == f"{found[1]}.name" for s in args.set or ()):
+        return type(err)(f"{err}; the new {found[1]} does not take it: drop it with --unset {found[1]}.{found[2]}")
+    return err
+
+
 def _cmd_run(args) -> int:
     from fedpd.runner import run
 
@@ -72,6 +96,8 @@ def _cmd_run(args) -> int:
         raise FedpdError("fedpd run: give either CONFIG or --resume DIR, not both")
     if not args.resume and not args.config:
         raise FedpdError("fedpd run: missing CONFIG (a .toml file) or --resume DIR")
+    if args.resume and args.unset:
+        raise FedpdError("fedpd run: --unset cannot be combined with --resume (the run continues its own config)")
     if args.resume and (args.out is not None or args.overwrite):
         flag = "--out" if args.out is not None else "--overwrite"
         raise FedpdError(f"fedpd run: {flag} cannot be combined with --resume (the run continues in DIR)")
@@ -81,8 +107,11 @@ def _cmd_run(args) -> int:
 
         out = Path("runs") / f"{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     _CURRENT["dir"] = Path(args.resume or out)
-    result = run(args.config, out, overrides=[*(args.set or ()), *_threads_override(args)], resume=args.resume,
-                 progress=not args.quiet, overwrite=args.overwrite)
+    try:
+        result = run(args.config, out, overrides=[*_overrides(args), *_threads_override(args)], resume=args.resume,
+                     progress=not args.quiet, overwrite=args.overwrite)
+    except FedpdError as err:
+        raise _unknown_key_hint(err, args) from None
     last = result.history[-1] if result.history else {}
     from fedpd.progress import summary
 
@@ -154,8 +183,11 @@ def _cmd_sweep(args) -> int:
         import time
 
         out = f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    dirs = sweep(args.configs, out, seeds=seeds, overrides=args.set or [], jobs=args.jobs, progress=not args.quiet,
-                 cluster=cluster_from(args))
+    try:
+        dirs = sweep(args.configs, out, seeds=seeds, overrides=_overrides(args), jobs=args.jobs,
+                     progress=not args.quiet, cluster=cluster_from(args))
+    except FedpdError as err:
+        raise _unknown_key_hint(err, args) from None
     if not args.quiet or args.format != "table":
         labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>/s<seed>
         print_table(*compare_table(dirs, labels=labels), fmt=args.format, title=f"{len(dirs)} runs in {out}")
@@ -204,6 +236,7 @@ def make_parser() -> argparse.ArgumentParser:
                        description="Run a TOML config into a run directory (config.toml, metrics.jsonl, "
                        "checkpoint.pt), or continue one from its last checkpoint.",
                        epilog="examples:\n  fedpd run examples/fedpd.toml --out runs/fedpd --set algorithm.p=0.3\n"
+                       "  fedpd run my.toml --out runs/fedavg --set algorithm.name=fedavg --unset algorithm.q\n"
                        "  fedpd run --resume runs/fedpd --set run.rounds=1000\n\n" + EXIT_CODES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", nargs="?", help="TOML config file (fedpd list shows what it can name)")
@@ -212,6 +245,7 @@ def make_parser() -> argparse.ArgumentParser:
                    help="override a config value, TOML syntax (repeatable; a dotted KEY reaches into a table: "
                    "algorithm.aggregator_options.m=2); on --resume only the target run.rounds and how the run is "
                    "executed (the README's RESUMABLE list: run.threads, run.device, run.engine, ...)")
+    r.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
     r.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last checkpoint")
     r.add_argument("--overwrite", action="store_true", help="replace the results already in --out")
     r.add_argument("--threads", type=int, metavar="N",
@@ -297,6 +331,7 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", metavar="DIR", help="where the run directories go (default runs/sweep-<time>)")
     sw.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a value in every config, TOML syntax (repeatable)")
+    sw.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
     sw.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: the CPU cores available)")
     from fedpd.reproduce.cluster import add_cluster_options
 
@@ -326,6 +361,7 @@ def make_parser() -> argparse.ArgumentParser:
     fa.add_argument("--out", required=True, metavar="APPDIR", help="the app directory to write")
     fa.add_argument("--run-dir", metavar="DIR", help="run directory on the server machine (default runs/<config>)")
     fa.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a config value (repeatable)")
+    fa.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
     fa.add_argument("--overwrite", action="store_true", help="replace an app already in APPDIR")
     fa.set_defaults(func=_cmd_flower_app)
     fc = flsub.add_parser("certs", help="a CA, the SuperLink's TLS certificate and SuperNode key pairs")
@@ -371,7 +407,10 @@ def _cmd_flower_app(args) -> int:
     from fedpd.config import load_config
     from fedpd.flower.deploy import write_app
 
-    cfg = load_config(args.config, args.set or ())
+    try:
+        cfg = load_config(args.config, _overrides(args))
+    except FedpdError as err:
+        raise _unknown_key_hint(err, args) from None
     run_dir = Path(args.run_dir) if args.run_dir else Path("runs") / Path(args.config).stem
     appdir = write_app(cfg, Path(args.out), run_dir, overwrite=args.overwrite)
     print(f"wrote {appdir}/pyproject.toml (run directory on the server: {run_dir.absolute()})\n"
@@ -398,6 +437,58 @@ def _cmd_flower_certs(args) -> int:
     return 0
 
 
+#: commands that compute (a closed output stops none of them: the rest of the output is dropped)
+_WORKING = ("run", "sweep", "demo", "reproduce")
+
+
+class _ReaderSafe:
+    """stdout or stderr as a command writes it: when the reader of a pipe leaves (``fedpd run |
+    grep -m1 round``), what follows is dropped — the file descriptor is pointed at the null
+    device, so neither the command nor Python's exit sees a broken pipe — and the command goes on
+    to its end. ``left`` says whether that happened."""
+
+    def __init__(self, inner):
+        self._inner, self.left = inner, False
+
+    def _drop(self) -> None:
+        import os
+
+        self.left = True
+        try:
+            fd = self._inner.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (pytest's capture): nothing to point
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+        try:
+            self._inner.flush()  # what the buffer held goes to the null device
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text):
+        if self.left:
+            return len(text)
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self):
+        if self.left:
+            return
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 def _notices(show):
     """``warnings.showwarning`` that prints fedpd's notices as one line each."""
     from fedpd.checks import FedpdNotice
@@ -416,10 +507,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from fedpd.checks import NonFiniteMetrics
 
-    _CURRENT.update(dir=None, demo=None)
-    with warnings.catch_warnings():
-        warnings.showwarning = _notices(warnings.showwarning)
-        return _main(argv, NonFiniteMetrics)
+    _CURRENT.update(dir=None, demo=None, command=None)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err = _ReaderSafe(sys.stdout), _ReaderSafe(sys.stderr)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _notices(warnings.showwarning)
+            code = _main(argv, NonFiniteMetrics)
+        command = _CURRENT.get("command")
+        if out.left and command in _WORKING:  # the command ran to its end; say what the reader missed
+            print(f"fedpd: note: the reader of stdout left before fedpd {command} ended; it ran to its end "
+                  f"(exit status {code}) and the rest of stdout was dropped", file=sys.stderr)
+        return code
+    finally:
+        sys.stdout, sys.stderr = streams
 
 
 def _main(argv, NonFiniteMetrics) -> int:
@@ -427,6 +528,7 @@ def _main(argv, NonFiniteMetrics) -> int:
         parser = make_parser()
         args = parser.parse_args(argv)
         args.argv = [str(a) for a in (sys.argv[1:] if argv is None else argv)]  # as typed: what a report records
+        _CURRENT["command"] = args.command
         if args.command is None:  # bare `fedpd`: what it can do
             parser.print_help()
             return 0
@@ -440,9 +542,6 @@ def _main(argv, NonFiniteMetrics) -> int:
     except KeyboardInterrupt:
         print(_interrupted(), file=sys.stderr)
         return 130
-    except BrokenPipeError:  # e.g. `fedpd list | head`: the reader left, nothing to report
-        sys.stderr.close()
-        return 0
     except OSError as err:  # a path that cannot be created, read or written
         where = f"{err.filename}: " if err.filename else ""
         print(f"fedpd: error: {where}{err.strerror or err}", file=sys.stderr)

@@ -116,9 +116,37 @@ def parse_value(text: str) -> Any:
     return value
 
 
+class Unset(str):
+    """An override that removes a key (``--unset SECTION.KEY``; a dotted KEY reaches into a table):
+    e.g. a plug-in algorithm's own option when ``--set algorithm.name=fedavg`` switches to a
+    built-in. A key the config does not hold is left as it is (nothing to remove)."""
+
+
+def _unset(raw: dict, item: str) -> None:
+    section, dot, name = item.strip().partition(".")
+    if not dot or not name:
+        raise ConfigError(f"--unset {item!r}: expected section.key (sections: {', '.join(SECTIONS)})")
+    if section not in SECTIONS:
+        raise ConfigError(f"--unset {item.strip()}: unknown section '{section}' (allowed: {', '.join(SECTIONS)})")
+    table, (*parents, last) = raw.get(section), name.split(".")
+    if not isinstance(table, dict):
+        return
+    raw[section] = table = dict(table)
+    for part in parents:
+        inner = table.get(part)
+        if not isinstance(inner, dict):
+            return
+        table[part] = table = dict(inner)  # a copy: the caller's dict stays as it was
+    table.pop(last, None)
+
+
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
+    """``raw`` with ``--set`` items (``section.key=value``) and :class:`Unset` items applied, in order."""
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
     for item in overrides:
+        if isinstance(item, Unset):
+            _unset(raw, item)
+            continue
         key, sep, value = item.partition("=")
         section, dot, name = key.strip().partition(".")
         if not sep or not dot or not name:

@@ -31,7 +31,7 @@ from fedpd.plugins import is_import_path
 
 #: words for a section in `fedpd list` (plural) and `fedpd show` (singular)
 PLURAL = {"problem": "problems", "algorithm": "algorithms", "solver": "solvers", "sampler": "samplers",
-          "attack": "attacks", "model": "models", "aggregator": "aggregators", "run": "run"}
+          "attack": "attacks", "model": "models", "aggregator": "aggregators", "dataset": "datasets", "run": "run"}
 
 
 @dataclass
@@ -54,6 +54,9 @@ def tables() -> dict[str, dict]:
         installed = plugins.installed(section, table)
         out[section] = {**table, **{name: registry.plugin_entry(section, name, plugins.load_entry_point(ep))
                                     for name, ep in installed.items()}}
+    # problem.dataset: the installed loaders (fedpd's own datasets are what fedpd data list shows)
+    out["dataset"] = {name: registry.plugin_entry("dataset", name, plugins.load_entry_point(ep))
+                      for name, ep in plugins.installed("dataset", registry.builtin_datasets()).items()}
     return out
 
 
@@ -205,9 +208,14 @@ def print_list(section: str | None = None, file=None) -> None:
     out = file or sys.stdout
     width = _width()
     for sec, table in tables().items():
-        if section not in (None, sec):
+        if section not in (None, sec) or (sec == "dataset" and not table and section is None):
             continue
         print(f"{PLURAL.get(sec, sec + 's')}:", file=out)
+        if sec == "dataset":
+            print(_wrap("installed loaders problem.dataset can name (fedpd's own datasets: fedpd data list)"
+                        + ("" if table else ": none"), width, 2), file=out)
+            if not table:
+                continue
         pad = min(max(len(k) for k in table) + 4, width // 3)
         for name, entry in table.items():
             first = f"  {name:<{pad - 4}}  "
@@ -261,6 +269,14 @@ def show(section: str, name: str | None, file=None) -> None:
         rows = model_option_rows(name, factory)
         doc = _doc_paragraph(factory)
         header = f'[model] with name = "{name}" (problem "dataset")'
+    elif section == "dataset":
+        doc = _doc_paragraph(entry.build)
+        if doc and doc != description:
+            print(_wrap(doc, width, 2), file=out)
+        print(_wrap(f'[problem] with name = "dataset" and dataset = "{name}": its options are the problem\'s '
+                    f'(fedpd show problem dataset); fedpd data split {name} shows how it splits', width, 2, ""),
+              file=out)
+        return
     elif section == "aggregator":
         rows = option_rows(section, name, entry.options)
         doc = _doc_paragraph(entry.build)
@@ -279,9 +295,9 @@ def show(section: str, name: str | None, file=None) -> None:
 def resolve(word: str) -> list[tuple[str, str | None]]:
     """What ``fedpd list WORD`` names: a section (name None) or the entries called WORD."""
     section = _section_key(word)
-    if section is not None:
-        return [(section, None)]
     found = find(word)
+    if section is not None and not (found and word == section):  # `fedpd list dataset`: the problem
+        return [(section, None)]
     if found:
         return found
     if is_import_path(word):  # what it is depends on the key a config gives it to
@@ -310,8 +326,9 @@ def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
         raise ConfigError(f"fedpd show {section}: missing NAME (allowed: {', '.join(table)}, or an import path "
                           f"package.module:Attribute)")
     if name not in table and not is_import_path(name):
-        raise ConfigError(f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table)}, or an "
-                          f"import path package.module:Attribute)")
+        own = "; fedpd's own datasets: fedpd data list" if section == "dataset" else ""
+        raise ConfigError(f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table) or 'none installed'}, "
+                          f"or an import path package.module:Attribute{own})")
     lookup(section, name)  # an import path that does not name a usable plug-in: one line
     return section, name
 

@@ -405,14 +405,24 @@ def _parameters(factory: Callable) -> list[inspect.Parameter]:
                 inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
 
 
+def signature_problem(factory: Callable, name: str) -> str | None:
+    """Why ``factory`` cannot be a model factory, from its signature alone (None: it can): the
+    one rule ``fedpd run`` and ``fedpd show model`` / ``fedpd list`` apply."""
+    params = _parameters(factory)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        return (f"{name} takes ({', '.join(p.name for p in params)}); a model factory takes "
+                f"(input_shape, num_classes, **options)")
+    return None
+
+
 def check_model_options(factory: Callable, name: str, options: dict) -> None:
     """``factory`` takes (input_shape, num_classes, **options) and these ``options``: ConfigError
     naming the key (``model.KEY``) and what is allowed otherwise."""
     params = _parameters(factory)
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
-        raise ConfigError(f"model.name: {name} takes ({', '.join(p.name for p in params)}); a model factory takes "
-                          f"(input_shape, num_classes, **options)")
+    wrong = signature_problem(factory, name)
+    if wrong:
+        raise ConfigError(f"model.name: {wrong}")
     accepted = _options(factory)
     if not any(p.kind is p.VAR_KEYWORD for p in params):
         for key in options:
@@ -473,8 +483,23 @@ def build_model(name: str | Callable, *, input_shape: Sequence[int], num_classes
     return module
 
 
+def check_no_running_stats(module: nn.Module, name: str) -> None:
+    """A layer that updates running statistics in training (BatchNorm, or InstanceNorm with
+    ``track_running_stats``) is refused in one line: fedpd trains flat parameter vectors of many
+    clients at once, and buffers are neither per client nor part of the model that is sent."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    for path, layer in module.named_modules():
+        if isinstance(layer, _NormBase) and layer.track_running_stats:
+            raise ConfigError(f"model.name: {name} has a {type(layer).__name__} layer ({path or 'the model'}) with "
+                              f"running statistics, which fedpd cannot train (allowed: GroupNorm or LayerNorm, or "
+                              f"{type(layer).__name__}(..., track_running_stats=False))")
+
+
 def check_outputs(module: nn.Module, sample: Tensor, num_classes: int, name: str) -> None:
-    """One forward of one sample ([1, ...]) must give [1, num_classes] logits: ConfigError otherwise."""
+    """One forward of one sample ([1, ...]) must give [1, num_classes] logits, and the module keep
+    no running statistics (BatchNorm's): ConfigError otherwise."""
+    check_no_running_stats(module, name)
     shape = tuple(sample.shape[1:])
     try:
         with torch.no_grad():

@@ -9,7 +9,9 @@ Wherever a config names something — ``problem.name``, ``algorithm.name``, ``so
 * the name of an entry point of the group ``fedpd.plugins`` that an installed distribution
   declares, named ``<kind>.<name>`` (``algorithm.my_fedavg = "mypkg.algos:MyFedAvg"``): the kind
   is the config key it serves (:data:`KINDS`), the config then says ``name = "my_fedavg"``. An
-  entry point may not take a built-in's name, nor one another distribution took.
+  entry point may not take a built-in's name, nor one another distribution took: the same rule
+  for every kind, reported (naming the config key) where a config uses that name, and by
+  ``fedpd list``, which shows every name.
 
 **Where modules are found.** A config's *plug-in path* (``Config.plugin_path``) is the directory
 of its config file (when it came from one) and the current directory; :func:`search` appends
@@ -187,21 +189,21 @@ def _file(module) -> str:
     return getattr(module, "__file__", None) or "no file"
 
 
-def entry_points() -> dict[tuple[str, str], metadata.EntryPoint]:
-    """Every entry point of :data:`GROUP` by (kind, name); a name that is not ``<kind>.<name>`` or
-    that two distributions declare is a :class:`PluginError`."""
+def entry_points() -> dict[tuple[str, str], list[metadata.EntryPoint]]:
+    """Every entry point of :data:`GROUP` by (kind, name): usually one, two or more where several
+    distributions declare one name (an error only where a config uses it, :func:`_one`); a name
+    that is not ``<kind>.<name>`` is a :class:`PluginError`."""
     key = tuple(sys.path)
     if key not in _ENTRY_CACHE:
-        found: dict[tuple[str, str], metadata.EntryPoint] = {}
+        found: dict[tuple[str, str], list[metadata.EntryPoint]] = {}
         for ep in metadata.entry_points(group=GROUP):
             kind, _, name = ep.name.partition(".")
             if kind not in KINDS or not name:
                 raise PluginError(f"entry point {ep.name!r} of {_dist(ep)} (group {GROUP}): its name must be "
                                   f"<kind>.<name> with kind one of {', '.join(KINDS)}")
-            if (kind, name) in found and found[kind, name].value != ep.value:
-                raise PluginError(f"entry point {ep.name!r} is declared by both {_dist(found[kind, name])} and "
-                                  f"{_dist(ep)} (group {GROUP}); uninstall or rename one")
-            found[kind, name] = ep
+            same = found.setdefault((kind, name), [])
+            if all(other.value != ep.value for other in same):
+                same.append(ep)
         _ENTRY_CACHE.clear()
         _ENTRY_CACHE[key] = found
     return _ENTRY_CACHE[key]
@@ -212,17 +214,24 @@ def _dist(ep: metadata.EntryPoint) -> str:
     return f"distribution {dist.name} {dist.version}" if dist is not None else "an unnamed distribution"
 
 
+def _one(kind: str, name: str, eps: list[metadata.EntryPoint], builtins: Mapping[str, Any]) -> metadata.EntryPoint:
+    """The one entry point ``kind.name`` of ``eps``; PluginError when it clashes — with a built-in
+    of that name or with another distribution's — the one rule for every kind, applied where the
+    name is used (listed, or named by a config)."""
+    if name in builtins:
+        raise PluginError(f"entry point {eps[0].name!r} of "
+                          f"{_dist(eps[0])} clashes with the built-in {kind} {name!r} (group {GROUP}; rename it in "
+                          f"that distribution's entry points)")
+    if len(eps) > 1:
+        raise PluginError(f"entry point {eps[0].name!r} is declared by both {_dist(eps[0])} and {_dist(eps[1])} "
+                          f"(group {GROUP}); uninstall or rename one")
+    return eps[0]
+
+
 def installed(kind: str, builtins: Mapping[str, Any]) -> dict[str, metadata.EntryPoint]:
-    """The entry points of ``kind`` by name; one that takes a built-in's name is a PluginError."""
-    out = {}
-    for (k, name), ep in entry_points().items():
-        if k != kind:
-            continue
-        if name in builtins:
-            raise PluginError(f"entry point {ep.name!r} of {_dist(ep)} clashes with the built-in {kind} {name!r} "
-                              f"(group {GROUP}; rename it in that distribution's entry points)")
-        out[name] = ep
-    return out
+    """The entry points of ``kind`` by name, for a listing (which shows every name): one that
+    takes a built-in's name, or that two distributions declare, is a PluginError."""
+    return {name: _one(kind, name, eps, builtins) for (k, name), eps in entry_points().items() if k == kind}
 
 
 def load_entry_point(ep: metadata.EntryPoint) -> Plugin:
@@ -233,16 +242,16 @@ def load_entry_point(ep: metadata.EntryPoint) -> Plugin:
 def resolve(kind: str, value: str, builtins: Mapping[str, Any]) -> Plugin:
     """``value`` — a built-in name (a key of ``builtins``), an import path or an entry point of
     ``kind`` — resolved; PluginError (one line, naming what is allowed) otherwise."""
-    eps = installed(kind, builtins)  # a clash is an error whatever this config names
     if not isinstance(value, str):
         raise PluginError(f"expected a name, got {value!r}")
-    if value in builtins:
-        return Plugin(builtins[value], BUILT_IN)
     if is_import_path(value):
         return load(value)
-    if value in eps:
-        return load_entry_point(eps[value])
-    names = [*builtins, *eps]
+    eps = {name: found for (k, name), found in entry_points().items() if k == kind}
+    if value in eps:  # a clash is an error where the name is used, not elsewhere
+        return load_entry_point(_one(kind, value, eps[value], builtins))
+    if value in builtins:
+        return Plugin(builtins[value], BUILT_IN)
+    names = [*builtins, *(n for n in eps if n not in builtins)]
     raise PluginError(f"unknown {kind} {value!r} (allowed: {', '.join(names)}, or an import path "
                       f"package.module:Attribute)")
 

@@ -61,10 +61,20 @@ CATALOG = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "aggregator": AGGREGATO
            "sampler": SAMPLERS, "attack": ATTACKS, "model": MODELS}
 
 
+def builtin_datasets() -> dict:
+    """The names ``problem.dataset`` takes for fedpd's own datasets (aliases too)."""
+    from fedpd.data.loaders import ALIASES, DATASETS
+
+    return {**DATASETS, **ALIASES}
+
+
 def lookup(kind: str, value: str) -> Entry:
-    """The entry ``value`` names for ``kind`` (a key of :data:`CATALOG`): a built-in, or a plug-in
-    checked to be usable as one; :class:`~fedpd.plugins.PluginError` (one line) otherwise."""
-    found = plugins.resolve(kind, value, CATALOG[kind])
+    """The entry ``value`` names for ``kind`` (a key of :data:`CATALOG`, or ``dataset``: a loader
+    plug-in): a built-in, or a plug-in checked to be usable as one;
+    :class:`~fedpd.plugins.PluginError` (one line) otherwise."""
+    found = plugins.resolve(kind, value, builtin_datasets() if kind == "dataset" else CATALOG[kind])
+    if kind == "dataset" and found.module is None:
+        raise plugins.PluginError(f"{value} is one of fedpd's own datasets (fedpd data list), not a loader plug-in")
     return found.obj if found.module is None else plugin_entry(kind, value, found)
 
 
@@ -78,6 +88,9 @@ def plugin_entry(kind: str, name: str, found: plugins.Plugin) -> Entry:
     if not callable(obj):
         raise plugins.PluginError(f"{name} is not callable (got {_what(obj)}; a {kind} plug-in is a class or a "
                                   f"function)")
+    wrong = models.signature_problem(obj, name) if kind == "model" else None
+    if wrong:  # what a run would refuse
+        raise plugins.PluginError(wrong)
     options = NoOptions if kind == "model" else getattr(obj, "Options", NoOptions)
     if not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise plugins.PluginError(f"{name}.Options must be a pydantic model (subclass fedpd.Options), got "

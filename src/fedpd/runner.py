@@ -36,7 +36,7 @@ from torch import Tensor
 
 from fedpd import plugins
 from fedpd.checks import FedpdNotice, check_finite
-from fedpd.config import RESUMABLE, Config, first_difference, load_config
+from fedpd.config import RESUMABLE, Config, Unset, first_difference, load_config
 from fedpd.engines import NODES, open_runtime
 from fedpd.errors import ConfigError, reason
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
@@ -159,6 +159,10 @@ def _check_out(out: Path, overwrite: bool) -> list[str]:
         raise ConfigError(f"--out {str(out)!r}: holds other runs ({shown}); give this run a folder of its own "
                           f"(e.g. {str(out / 'NAME')!r})")
     held = [p for p in (METRICS, CHECKPOINT, NODES) if (out / p).exists()]
+    if held and not overwrite and not (out / CHECKPOINT).exists():  # stopped before its first checkpoint
+        raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}) but no checkpoint "
+                          f"(the run stopped before its first one): nothing to resume; replace it with --overwrite "
+                          f"(Python: overwrite=True)")
     if held and not overwrite:
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}); "
                           f"continue it with --resume {out} (Python: resume={str(out)!r}), or replace it with "
@@ -193,6 +197,12 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         out = Path(resume)
         if not (out / CONFIG).is_file():
             raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
+        if not (out / CHECKPOINT).is_file():  # a resume would silently start from round 0
+            raise ConfigError(f"--resume {str(out)!r}: no {CHECKPOINT} there (the run stopped before its first "
+                              f"checkpoint): nothing to resume; start the run again with --out {str(out)!r} "
+                              f"--overwrite")
+        if any(isinstance(item, Unset) for item in overrides):
+            raise ConfigError("--unset cannot be combined with --resume (a resume continues the run's own config)")
         cfg = load_run_config(out, overrides)
         kept = load_run_config(out).resolved()
         for item in overrides:  # anything else would continue the checkpoint under another run

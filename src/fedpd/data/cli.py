@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpd.data.loaders import DATASETS, canonical_name, dataset_options, dataset_status, load_dataset, resolve_data_dir
+from fedpd.data.loaders import DATASETS, canonical_name, dataset_options, dataset_status, resolve_data_dir
 from fedpd.data.partition import PARTITIONS, format_label_matrix, label_matrix, partition
 from fedpd.errors import ConfigError
 
@@ -84,6 +84,8 @@ def cmd_list(args) -> int:
         else:
             where = _rel(Path(st.where), root)
         rows.append((name, st.state, where))
+    for name, (value, origin) in installed_loaders().items():  # a distribution's loaders (entry points)
+        rows.append((name, "plug-in", f"{value} ({origin})"))
     w = max(len(r[0]) for r in rows)
     print(f"{'dataset':<{w}}  {'state':<8} where")
     indent = " " * (w + 11)  # the where column, wrapped within the terminal's width
@@ -92,6 +94,16 @@ def cmd_list(args) -> int:
         print(textwrap.fill(where, width, initial_indent=f"{name:<{w}}  {state:<8} ", subsequent_indent=indent,
                             break_on_hyphens=False, break_long_words=False))
     return 0
+
+
+def installed_loaders() -> dict[str, tuple[str, str]]:
+    """name -> (import path, where it comes from) of the dataset loaders installed distributions
+    declare (entry points ``dataset.<name>`` of ``fedpd.plugins``)."""
+    from fedpd import plugins, registry
+
+    plugins.search(plugins.default_path())
+    return {name: (ep.value, f"entry point of {plugins._dist(ep)}")
+            for name, ep in plugins.installed("dataset", registry.builtin_datasets()).items()}
 
 
 def cmd_download(args) -> int:
@@ -155,7 +167,17 @@ def plot_label_matrix(matrix: np.ndarray, path, title: str, class_names: list[st
         raise ConfigError(f"--plot {path}: cannot write the figure ({e})") from None
 
 
-def cmd_split(args) -> int:
+def _load_for_split(args):
+    """(the dataset's key, the dataset) of ``fedpd data split NAME``: one of fedpd's, an installed
+    loader (entry point) or a loader's import path."""
+    from fedpd.data.loaders.arrays import load_user_dataset
+
+    if args.name in installed_loaders() or ":" in args.name:
+        for option, given in (("--path", args.path), ("--label-mode", args.label_mode)):
+            if given:
+                raise ConfigError(f"{option}: not an option of a loader's dataset ({args.name} returns its arrays "
+                                  f"itself)")
+        return args.name, load_user_dataset(args.name)
     key = canonical_name(args.name)
     options = {}
     if "verify" in dataset_options(key):
@@ -166,7 +188,13 @@ def cmd_split(args) -> int:
         if "label_mode" not in dataset_options(key):
             raise ConfigError(f"--label-mode: only for cifar100, not {key}")
         options["label_mode"] = args.label_mode
-    ds = load_dataset(key, args.data_dir, **options)
+    from fedpd.data.download import load_or_say_how
+
+    return key, load_or_say_how(key, args.data_dir, **options)
+
+
+def cmd_split(args) -> int:
+    key, ds = _load_for_split(args)
     labels = ds.y_train.numpy()
     parts = partition(args.partition, labels, args.clients, args.seed, alpha=args.alpha,
                       classes_per_client=args.classes_per_client, min_size=args.min_size, exponent=args.exponent,

@@ -130,6 +130,23 @@ def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, time
         raise
 
 
+def load_or_say_how(name: str, data_dir: str | os.PathLike | None = None, **options):
+    """``load_dataset(name, data_dir, **options)``; files that are missing, of a dataset this
+    module fetches, are one line that ends with the command that fetches them."""
+    from fedpd.data.loaders import NotFound, load_dataset
+
+    try:
+        return load_dataset(name, data_dir, **options)
+    except NotFound as err:
+        key = canonical_name(name)
+        if key not in FILES:
+            raise
+        import shlex
+
+        where = f" --data-dir {shlex.quote(str(data_dir))}" if data_dir is not None else ""
+        raise NotFound(f"{err}; fetch it with: fedpd data download {key}{where}", err.looked) from None
+
+
 def download(name: str, data_dir: str | os.PathLike | None = None, base_url: str | None = None, progress: bool = True,
              expected: dict[str, tuple | Expected] | None = None, timeout: float = 60.0) -> Path:
     """Fetch ``name``'s canonical files into ``<data_dir>/<name>/`` and return that folder.

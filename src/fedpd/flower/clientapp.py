@@ -19,6 +19,7 @@ Every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.Nod
 from __future__ import annotations
 
 import socket
+import sys
 import tomllib
 from pathlib import Path
 
@@ -81,8 +82,9 @@ def _handle(msg: Message, context: Context) -> Message:
         cfg = tomllib.loads(request.config["config"])
         torch.set_num_threads(int(cfg.get("run", {}).get("threads", 0)) or 1)
         reply = node_runtime(context, request).handle(request)
-    except Exception as err:  # a node that cannot even start: the server reads the reason
+    except Exception as err:  # a node that cannot even start: the server reads the reason, and its log says it
         reply = Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
+        print(f"fedpd node: {request.kind} refused: {reply.config['error']}", file=sys.stderr, flush=True)
     reply.config["host"] = _where()
     return Message(to_content(reply), reply_to=msg)
 

@@ -32,7 +32,7 @@ import torch
 from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 
-from fedpd.data import (load_dataset, load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
+from fedpd.data import (load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
                         train_test_split_per_client)
 from fedpd.data.loaders import DATASETS, canonical_name, dataset_options
 from fedpd.data.loaders.arrays import load_user_dataset, user_loader
@@ -179,7 +179,9 @@ def dataset_problem(
         if glove_path is not None and key != "sent140":
             raise ConfigError(f"problem.glove_path: word vectors need a word vocabulary; {key} has none (allowed: "
                               f"sent140)")
-        ds = load_dataset(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
+        from fedpd.data.download import load_or_say_how  # (urllib: only for a dataset of fedpd's)
+
+        ds = load_or_say_how(key, data_dir, **options)  # DataError (one line) when files are missing or corrupt
     rng = np.random.default_rng(seed)
     images = ds.x_train.is_floating_point() and ds.x_train.dim() == 4
     if augment and not images:

@@ -40,7 +40,7 @@ from fedpd.comm import CommCounter
 from fedpd.errors import ConfigError
 from fedpd.protocol import run_round
 from fedpd.remote.filestore import run_key
-from fedpd.remote.messages import Envelope, pack, unpack
+from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
 from fedpd.remote.node import NodeRuntime
 
 
@@ -208,10 +208,10 @@ class RemoteEngine:
         replies = self.exchange(requests, timeout=timeout)
         for node, reply in replies.items():
             if reply is None:
-                raise ConfigError(f"node {node}: no reply to {requests[node].kind} within {self.timeout:g} s "
+                raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
                                   f"(run.node_timeout)")
             if "error" in reply.config:
-                raise ConfigError(f"node {node}: {requests[node].kind} failed: {reply.config['error']}")
+                raise ConfigError(f"{self.node_name(node)}: {requests[node].kind} failed: {reply.config['error']}")
         return replies
 
     def exchange(self, requests: dict[int, Envelope], timeout: float | None = None,
@@ -274,6 +274,12 @@ class RemoteEngine:
             replies.setdefault(key, None)
         return replies
 
+    def node_name(self, node: int) -> str:
+        """A node as its operator knows it: the clients it hosts (its node config's hosted-clients),
+        then the transport's id for it (Flower's is a 19-digit number nobody has seen)."""
+        hosted = self.hosted.get(node)
+        return f"the node of clients {client_ranges(hosted)} (node id {node})" if hosted else f"node {node}"
+
     def _host(self, clients: list[int]) -> int | None:
         """The one node that hosts all of ``clients`` now (None: none, or they are split)."""
         hosts = {self.node_of.get(i) for i in clients}
@@ -321,18 +327,20 @@ class RemoteEngine:
             reply = replies.get(node)
             if reply is None or "error" in reply.config:
                 why = "no reply" if reply is None else reply.config["error"]
-                notice(f"node {node}: could not start the run ({why}); it will when its clients' work arrives")
+                notice(f"{self.node_name(node)}: could not start the run ({why}); it will when its clients' work "
+                       f"arrives")
         self._trained, groups = {}, []
         for node, asked in by_node.items():
             reply = replies.get(node)
             part = torch.tensor(asked, dtype=torch.int64)
             if reply is None:  # the node is gone: its clients dropped out of the round
                 self.comm.dropouts += len(asked)
-                notice(f"node {node}: no reply to train in round {round}; its {len(asked)} client(s) dropped out")
+                notice(f"{self.node_name(node)}: no reply to train in round {round + 1}; its {len(asked)} client(s) "
+                       f"dropped out")
                 continue
             problem = self._problem(reply, asked)
             if problem:  # an error, a malformed or an oversized reply: rejected, state kept
-                notice(f"node {node}: {problem} in round {round}; its {len(asked)} upload(s) rejected")
+                notice(f"{self.node_name(node)}: {problem} in round {round + 1}; its {len(asked)} upload(s) rejected")
                 groups.append((part, None))
                 continue
             self._trained[node] = asked

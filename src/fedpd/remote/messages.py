@@ -49,3 +49,14 @@ def unpack(prefix: str, arrays: dict[str, np.ndarray], device: torch.device | st
     """The tensors packed under ``prefix`` (on ``device``)."""
     start = len(prefix) + 1
     return {k[start:]: torch.from_numpy(np.array(v)).to(device) for k, v in arrays.items() if k.startswith(prefix + "/")}
+
+
+def client_ranges(ids) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (as a node config's hosted-clients says them)."""
+    ids, parts = sorted(int(i) for i in ids), []
+    for i in ids:
+        if parts and parts[-1][1] == i - 1:
+            parts[-1][1] = i
+        else:
+            parts.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in parts)

@@ -18,6 +18,7 @@ one user's simulation).
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 
 import torch
@@ -28,7 +29,7 @@ from fedpd.context import ClientContext
 from fedpd.engine import train_in_chunks
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
-from fedpd.remote.messages import Envelope, pack, unpack
+from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
 
 _BUILT: dict[tuple, tuple] = {}  # (config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
 
@@ -73,7 +74,17 @@ class NodeRuntime:
             with plugins.restricted(self.allowed):
                 return getattr(self, f"_{request.kind}")(request)
         except Exception as err:  # the server decides what a failed node means for the round
-            return Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
+            error = f"{type(err).__name__}: {err}"[:500]
+            self.log(request, error)
+            return Envelope(request.kind, {"error": error})
+
+    def log(self, request: Envelope, error: str) -> None:
+        """One line in this node's own log (its stderr) for a request it could not serve: which
+        clients, which request of which round (counted from 1, as the server's progress), why."""
+        round = request.config.get("round")
+        what = f"{request.kind} of round {int(round) + 1}" if round is not None else request.kind
+        print(f"fedpd node (clients {client_ranges(self.hosted)}): {what} refused: {error}", file=sys.stderr,
+              flush=True)
 
     def _hello(self, request: Envelope) -> Envelope:
         return Envelope("hello", {"hosted": self.hosted})

@@ -291,3 +291,4 @@ def plot_split(path: str | Path, output: str | Path = "split.png") -> Path:
     dataset = problem.info.get("dataset")
     title = f"{path.resolve().name}: {dataset or name}, {counts.shape[0]} clients"
     _write_figure(lambda f: plot_label_matrix(counts, f, title, class_names(problem, values)), output, fmt)
+    return output

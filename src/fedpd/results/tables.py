@@ -52,7 +52,8 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
                Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics))]
     for m in metrics:
         short = SHORT.get(m, m)
-        columns.append(Column(f"{m}_final", f"{short}\nfinal", True, 2 if order[m] == 0 else 4 + order[m]))
+        kept = order[m] == 0 or m.endswith("_acc")  # the first metric and a classifier's accuracies: kept first
+        columns.append(Column(f"{m}_final", f"{short}\nfinal", True, 2 if kept else 4 + order[m]))
         columns.append(Column(f"{m}_best", f"{short}\nbest", True, 40 + order[m]))
     rows = []
     for run, label in zip(runs, labels):

@@ -32,8 +32,8 @@ def user_loader(name: str):
     """The loader function ``problem.dataset`` names, or None for one of fedpd's datasets;
     :class:`~fedpd.plugins.PluginError` (one line) for a name that is neither."""
     builtins = {**DATASETS, **ALIASES}
-    if isinstance(name, str) and name.lower() in builtins:
-        return None
+    if isinstance(name, str) and name.lower() in builtins and ("dataset", name) not in plugins.entry_points():
+        return None  # (an entry point of that name too: a clash, said by resolve)
     loader = plugins.resolve("dataset", name, builtins).obj
     if not callable(loader):
         raise plugins.PluginError(f"{name} is not callable (a loader is a function of no arguments)")

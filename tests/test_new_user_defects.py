@@ -1,0 +1,155 @@
+"""What a new user met in a fresh clone (issue 33, part 4): each defect with a test that failed
+before its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fedpd
+
+from helpers import run_cli as cli
+
+
+def fedpd_process(args: list, cwd: Path, **kwargs) -> subprocess.Popen:
+    """``python -m fedpd ARGS`` as its own process, importing this fedpd."""
+    env = {**os.environ, "PYTHONPATH": str(Path(fedpd.__file__).resolve().parents[1])}
+    return subprocess.Popen([sys.executable, "-m", "fedpd", *map(str, args)], cwd=cwd, env=env, **kwargs)
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+LEAST_SQUARES = """
+[problem]
+name = "least_squares"
+clients = 4
+[algorithm]
+name = "fedavg"
+[solver]
+name = "gd"
+[run]
+rounds = {rounds}
+eval_every = 1
+"""
+
+
+# --- 1: a reader that leaves the pipe stops nothing ---------------------------------------------
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sets a pipe's size (Linux fcntl)")
+def test_a_run_whose_reader_leaves_the_pipe_runs_to_its_end(tmp_path):
+    """``fedpd run CONFIG 2>&1 | grep -m1 round``: the reader takes one line and closes the pipe
+    while the run still writes progress lines; the run goes on to its last round."""
+    import fcntl
+
+    (tmp_path / "c.toml").write_text(LEAST_SQUARES.format(rounds=120))
+    proc = fedpd_process(["run", "c.toml", "--out", "run"], tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    fcntl.fcntl(proc.stdout.fileno(), 1031, 4096)  # F_SETPIPE_SZ: the writer meets the closed pipe soon
+    assert b"round 0/120" in proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=300) == 0
+    assert [r["round"] for r in records(tmp_path / "run")] == list(range(121))
+
+
+def test_a_closed_stdout_is_said_on_stderr_after_the_run_ends(tmp_path):
+    (tmp_path / "c.toml").write_text(LEAST_SQUARES.format(rounds=3))
+    proc = fedpd_process(["run", "c.toml", "--out", "run", "--quiet"], tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader left before the final line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0 and "Traceback" not in err and "Exception ignored" not in err, err
+    assert "the reader of stdout left before fedpd run ended; it ran to its end" in err
+    assert records(tmp_path / "run")[-1]["round"] == 3
+
+
+# --- 5: no --resume offered for, nor taken by, a run directory without a checkpoint -------------
+def test_a_run_that_crashed_before_its_first_checkpoint_offers_no_resume(tmp_path, monkeypatch, capsys):
+    (tmp_path / "crashing.py").write_text("from fedpd.algorithms import FedAvg\n\n\nclass Crash(FedAvg):\n"
+                                          "    def aggregate(self, server, uploads, ctx):\n"
+                                          "        raise RuntimeError('a bug in my hook')\n")
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text(LEAST_SQUARES.format(rounds=3).replace('"fedavg"', '"crashing:Crash"'))
+    with pytest.raises(RuntimeError, match="a bug in my hook"):
+        cli(["run", config, "--out", "run", "--quiet"], capsys)
+    assert (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoint.pt").exists()
+    code, _, err = cli(["run", config, "--out", "run", "--quiet"], capsys)
+    assert code == 2 and "no checkpoint" in err and "--resume" not in err and "--overwrite" in err, err
+    before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    code, out, err = cli(["run", "--resume", "run"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "no checkpoint.pt there" in lines[0] and "nothing to resume" in lines[0]
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before  # nothing started from round 0
+
+
+# --- 8: a narrow compare table keeps a classifier's test accuracy --------------------------------
+@pytest.mark.parametrize("columns", [66, 80])
+def test_a_narrow_compare_table_keeps_test_accuracy(columns, tmp_path, monkeypatch, capsys):
+    cfg = {"problem": {"name": "synthetic", "clients": 6, "max_client_samples": 40}, "run": {"rounds": 1}}
+    for name in ("fedavg", "fedprox"):
+        fedpd.run({**cfg, "algorithm": {"name": name}}, tmp_path / f"runs-of-{name}-with-a-long-name")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = cli(["compare", *sorted(tmp_path.iterdir())], capsys)
+    header = " ".join(out.splitlines()[:2])
+    assert code == 0 and "test acc" in header and "train loss" in header, out
+    assert max(len(line) for line in out.splitlines()) <= columns
+
+
+# --- 9: switching a plug-in config to a built-in: --unset drops the plug-in's own option ---------
+Q_ALGORITHM = '''
+from pydantic import Field
+from fedpd.algorithms import FedAvg
+
+
+class QAvg(FedAvg):
+    """FedAvg with an option of its own."""
+
+    class Options(FedAvg.Options):
+        q: float = Field(0.5, gt=0)
+
+    def __init__(self, q=0.5, **options):
+        super().__init__(**options)
+        self.q = q
+'''
+
+
+def test_unset_drops_a_plugins_own_option_when_switching_to_a_built_in(tmp_path, monkeypatch, capsys):
+    (tmp_path / "q_algorithm.py").write_text(Q_ALGORITHM)
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "q.toml"
+    config.write_text(LEAST_SQUARES.format(rounds=2).replace('name = "fedavg"', 'name = "q_algorithm:QAvg"\nq = 0.3'))
+    switch = ["--set", "algorithm.name=fedavg"]
+    code, _, err = cli(["run", config, "--out", "a", "--quiet", *switch], capsys)
+    assert code == 2 and "algorithm.q: unknown key" in err and "--unset algorithm.q" in err, err
+    code, _, err = cli(["run", config, "--out", "b", "--quiet", *switch, "--unset", "algorithm.q"], capsys)
+    assert code == 0, err
+    saved = (tmp_path / "b" / "config.toml").read_text()
+    assert 'name = "fedavg"' in saved and "q = " not in saved
+    code, _, err = cli(["run", "--resume", "b", "--unset", "algorithm.q"], capsys)
+    assert code == 2 and "--unset cannot be combined with --resume" in err
+    code, _, err = cli(["run", config, "--out", "c", "--unset", "nowhere.q"], capsys)
+    assert code == 2 and "--unset nowhere.q: unknown section" in err
+    from fedpd.config import Unset, load_config
+
+    cfg = load_config(config, [Unset("algorithm.q"), "algorithm.name=fedavg", Unset("algorithm.not_there")])
+    assert cfg.names["algorithm"] == "fedavg"
+    assert "--unset SECTION.KEY" in cli(["run", "--help"], capsys)[1]
+
+
+# --- 11: a missing dataset fedpd can download says how ---------------------------------------------
+def test_a_missing_mnist_names_fedpd_data_download(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
+    config = tmp_path / "mnist.toml"
+    config.write_text('[problem]\nname = "dataset"\ndataset = "mnist"\nclients = 4\n[algorithm]\nname = "fedavg"\n'
+                      '[solver]\nname = "sgd"\n[run]\nrounds = 1\n')
+    code, _, err = cli(["run", config, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 2 and err.strip().endswith("; fetch it with: fedpd data download mnist"), err
+    code, _, err = cli(["data", "split", "mnist", "--data-dir", tmp_path / "other"], capsys)
+    assert code == 2 and f"fetch it with: fedpd data download mnist --data-dir {tmp_path / 'other'}" in err, err
+    assert not (tmp_path / "run").exists()
