@@ -380,7 +380,8 @@ def test_finite_rows():
 
 
 def test_registry_and_make_aggregator():
-    assert set(AGGREGATORS) == {"mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum", "fedplus"}
+    assert set(AGGREGATORS) == {"mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum", "bulyan",
+                               "centered_clipping", "norm_bounding", "fedplus"}
     for name, fn in AGGREGATORS.items():
         assert callable(fn) and fn.name == name and isinstance(fn.description, str) and fn.description
         assert "\n" not in fn.description and issubclass(fn.Options, Options)

@@ -10,9 +10,15 @@ All work is batched over the client axis; the only Python loops are the iteratio
 iterative solvers (Weiszfeld, Fed+'s fixed-point iteration). Aggregators assume finite input:
 screen rows first with :func:`finite_rows`.
 
-``weights`` are honoured by mean, geometric_median, coordinate_median (weighted median) and
-fedplus. trimmed_mean and krum treat every client alike, as in their papers; they accept
-``weights`` for a uniform interface, ignore it and say so in ``info["weights_ignored"]``.
+``weights`` are honoured by mean, geometric_median, coordinate_median (weighted median),
+centered_clipping, norm_bounding and fedplus. trimmed_mean, krum and bulyan treat every client
+alike, as in their papers; they accept ``weights`` for a uniform interface, ignore it and say so
+in ``info["weights_ignored"]``.
+
+The defences that clip (centered_clipping, norm_bounding) also take ``reference`` [d], the point
+the rows are clipped about: the algorithms pass the server model the round started from (for
+FedAvg the previous round's aggregate), so they need no state of their own
+(:func:`takes_reference`). Called without one, the reference is 0 (the rows are then updates).
 
 Each aggregator declares its config name, options model and description beside itself
 (:func:`fedpd.options.declares`); ``AGGREGATORS`` maps each name to its function and
@@ -44,7 +50,11 @@ __all__ = [
     "coordinate_median",
     "trimmed_mean",
     "krum",
+    "bulyan",
+    "centered_clipping",
+    "norm_bounding",
     "fedplus_aggregate",
+    "takes_reference",
 ]
 
 
@@ -115,6 +125,19 @@ class TrimmedMeanOptions(Options):
 class KrumOptions(Options):
     n_byzantine: int = Field(ge=0, description="f: Byzantine clients tolerated; needs K > 2f + 2 (required)")
     m: int = Field(1, ge=1, description="rows averaged (multi-Krum); 1 is Krum")
+
+
+class BulyanOptions(Options):
+    n_byzantine: int = Field(ge=0, description="f: Byzantine clients tolerated; needs K >= 4f + 3 (required)")
+
+
+class CenteredClippingOptions(Options):
+    tau: float = Field(gt=0, description="τ: the clipping radius about the reference (required)")
+    iterations: int = Field(1, ge=1, description="L: clipping iterations (1, as in the paper's experiments)")
+
+
+class NormBoundingOptions(Options):
+    max_norm: float = Field(gt=0, description="M: each update x_i − reference is clipped to norm M (required)")
 
 
 class FedPlusAggregateOptions(Options):
@@ -216,6 +239,121 @@ def krum(w: Tensor, n_byzantine: int, m: int = 1, weights: Tensor | None = None)
         "scores": scores.tolist(),
         "weights_ignored": weights is not None,
     }
+
+
+@declares("bulyan", BulyanOptions,
+          "Bulyan: n-2f rows by repeated Krum, then per coordinate the mean of the n-4f nearest the median "
+          "(El Mhamdi et al.)")
+def bulyan(w: Tensor, n_byzantine: int, weights: Tensor | None = None) -> tuple[Tensor, dict]:
+    """Bulyan (El Mhamdi, Guerraoui, Rouault, "The hidden vulnerability of distributed learning in
+    Byzantium", ICML 2018, §4), for n = K rows of which f = ``n_byzantine`` may be Byzantine:
+
+    1. selection: R = all rows, S = ∅; θ = n − 2f times: pick from R the row with the lowest
+       Krum score — the sum of squared distances to its |R| − f − 2 nearest others in R (at least
+       one; ties: lower index) — and move it from R to S;
+    2. aggregation: per coordinate j, the mean of the β = θ − 2f values of S closest to the
+       coordinate-wise median of S (the mean of the two middle values for even θ), i.e.
+       G_j = (1/β) Σ_{x ∈ M_j} x_j, M_j = argmin_{M ⊂ S, |M| = β} Σ_{x ∈ M} |x_j − med_j|
+       (ties: the smaller value first).
+
+    ConfigError unless n >= 4f + 3 (the paper's condition). ``weights`` is ignored.
+    info: ``selected`` (the θ row indices, in the order chosen).
+    """
+    w = _check_w(w)
+    f = _int_at_least(n_byzantine, 0, "n_byzantine")
+    K = w.shape[0]
+    if K < 4 * f + 3:
+        allowed = f"n_byzantine <= {(K - 3) // 4}" if K >= 3 else "at least 3 rows"
+        raise ConfigError(f"bulyan needs K >= 4*n_byzantine + 3; got K={K}, n_byzantine={f} (allowed: {allowed})")
+    theta, beta = K - 2 * f, K - 4 * f
+    dist2 = torch.cdist(w, w, compute_mode="donot_use_mm_for_euclid_dist").square()
+    dist2.fill_diagonal_(float("inf"))
+    remaining = torch.ones(K, dtype=torch.bool, device=w.device)
+    selected: list[int] = []
+    for _ in range(theta):
+        r = int(remaining.sum())
+        n_near = max(r - f - 2, 1)
+        d = dist2[remaining][:, remaining]  # [r, r], the diagonal inf
+        near = min(n_near, r - 1)
+        scores = d.sort(dim=1).values[:, :near].sum(dim=1) if near > 0 else torch.zeros(r, dtype=w.dtype,
+                                                                                        device=w.device)
+        pick = int(remaining.nonzero().flatten()[int(torch.argsort(scores, stable=True)[0])])
+        selected.append(pick)
+        remaining[pick] = False
+    s = w[selected].sort(dim=0).values  # [θ, d]
+    med = 0.5 * (s[(theta - 1) // 2] + s[theta // 2])
+    closest = (s - med).abs().argsort(dim=0, stable=True)[:beta]  # ties: the smaller value (sorted first)
+    agg = s.gather(0, closest).mean(dim=0)
+    return agg, {"iterations": 0, "converged": True, "selected": selected, "weights_ignored": weights is not None}
+
+
+def _reference(reference, w: Tensor) -> Tensor:
+    if reference is None:
+        return torch.zeros(w.shape[1], dtype=w.dtype, device=w.device)
+    if not isinstance(reference, Tensor) or reference.shape != (w.shape[1],):
+        shown = tuple(reference.shape) if isinstance(reference, Tensor) else type(reference).__name__
+        raise ConfigError(f"reference must be a tensor of shape [{w.shape[1]}], got {shown}")
+    return reference.to(dtype=w.dtype, device=w.device)
+
+
+def _clip_factors(diff: Tensor, bound: float) -> Tensor:
+    """min(1, bound / ‖diff_i‖) per row (1 for a zero row)."""
+    norms = torch.linalg.vector_norm(diff, dim=1)
+    return torch.where(norms > bound, bound / norms.clamp_min(torch.finfo(diff.dtype).tiny), torch.ones_like(norms))
+
+
+@declares("centered_clipping", CenteredClippingOptions,
+          "centered clipping: v <- v + mean_i clip_tau(x_i - v), L times from the last aggregate "
+          "(Karimireddy et al.)")
+def centered_clipping(w: Tensor, tau: float, iterations: int = 1, weights: Tensor | None = None,
+                      reference: Tensor | None = None) -> tuple[Tensor, dict]:
+    """Centered clipping (Karimireddy, He, Jaggi, "Learning from history for Byzantine robust
+    optimization", ICML 2021, eq. (CC)), momentum-free: from v_0 = ``reference``, L = ``iterations`` times
+
+        v_{l+1} = v_l + (1/n) Σ_i (x_i − v_l) · min(1, τ / ‖x_i − v_l‖),
+
+    the 1/n replaced by the normalised β_i with ``weights``. The paper centres on the last
+    aggregate; fedpd's algorithms pass the server model the round started from (FedAvg's last
+    aggregate), so no state is kept here. Without ``reference`` v_0 = 0 (rows taken as updates).
+    A row within τ of v enters unclipped, a farther one moves v by at most τ/n.
+    info: ``iterations`` (L), ``clipped`` (rows clipped in the last iteration).
+    """
+    w = _check_w(w)
+    tau = _positive_real(tau, "tau")
+    iterations = _int_at_least(iterations, 1, "iterations")
+    beta = _weights(weights, w)
+    v = _reference(reference, w)
+    clipped = 0
+    for _ in range(iterations):
+        diff = w - v
+        scale = _clip_factors(diff, tau)
+        clipped = int((scale < 1).sum())
+        v = v + _weighted_mean(diff * scale[:, None], beta)
+    return v, {"iterations": iterations, "converged": True, "clipped": clipped}
+
+
+@declares("norm_bounding", NormBoundingOptions,
+          "norm bounding: each update x_i - x_ref clipped to norm M, then averaged (Sun et al.)")
+def norm_bounding(w: Tensor, max_norm: float, weights: Tensor | None = None,
+                  reference: Tensor | None = None) -> tuple[Tensor, dict]:
+    """Norm bounding (Sun, Kairouz, Suresh, McMahan, "Can you really backdoor federated learning?",
+    2019, §3): each update Δ_i = x_i − x_ref is clipped to norm M = ``max_norm`` and the clipped
+    updates averaged,
+
+        x = x_ref + Σ_i β_i Δ_i / max(1, ‖Δ_i‖ / M),
+
+    β_i = 1/n (or the normalised ``weights``: the paper weighs by sample counts). x_ref =
+    ``reference``, the server model the round started from (0 without one: rows are updates).
+    info: ``clipped`` (rows whose update was longer than M).
+    """
+    w = _check_w(w)
+    bound = _positive_real(max_norm, "max_norm")
+    beta = _weights(weights, w)
+    ref = _reference(reference, w)
+    diff = w - ref
+    scale = _clip_factors(diff, bound)
+    agg = ref + _weighted_mean(diff * scale[:, None], beta)
+    return agg, {"iterations": 0, "converged": True, "clipped": int((scale < 1).sum())}
 
 
 # --- iterative solvers ---------------------------------------------------------------------
@@ -372,7 +510,16 @@ def fedplus_aggregate(
 
 # --- registry ------------------------------------------------------------------------------
 AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_median, coordinate_median, trimmed_mean,
-                                                           krum, fedplus_aggregate)}
+                                                           krum, bulyan, centered_clipping, norm_bounding,
+                                                           fedplus_aggregate)}
+
+
+def takes_reference(fn: Callable) -> bool:
+    """Whether aggregator ``fn`` takes ``reference`` (the server model the rows are clipped about)."""
+    try:
+        return "reference" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def aggregator_function(name: str) -> Callable[..., tuple[Tensor, dict]]:
@@ -392,14 +539,17 @@ def min_rows(name: str, options: dict) -> int:
     """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3)."""
     if name == "krum":
         return 2 * options["n_byzantine"] + 3
+    if name == "bulyan":
+        return 4 * options["n_byzantine"] + 3
     if name == "trimmed_mean":
         return 1  # any K: the trim is floor(ratio·K) and is checked to leave a row
     return 1
 
 
 def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
-    """``f(w, weights=None) -> (aggregate, info)`` for aggregator ``name`` (a key of AGGREGATORS)
-    with ``options`` bound by keyword. Unknown name, unknown or missing option, or an option
+    """``f(w, weights=None, reference=None) -> (aggregate, info)`` for aggregator ``name`` (a key
+    of AGGREGATORS) with ``options`` bound by keyword; ``reference`` reaches only the aggregators
+    that take it (:func:`takes_reference`). Unknown name, unknown or missing option, or an option
     value out of range → ConfigError naming it (values that depend on K are checked at call time).
     ``fedplus`` also takes its Python-only arguments (groups, init tensors) unchecked here.
     """
@@ -415,8 +565,12 @@ def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
     model = getattr(fn, "Options", NoOptions)
     bound = {**validate(model, options, "aggregator_options").model_dump(exclude_unset=True), **python_only}
 
-    def aggregate(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
-        return fn(w, weights=weights, **bound)
+    if takes_reference(fn):
+        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
+            return fn(w, weights=weights, reference=reference, **bound)
+    else:
+        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
+            return fn(w, weights=weights, **bound)  # a reference is of no use to it
 
     aggregate.__name__ = f"{name}_aggregator"
     aggregate.__doc__ = f"{plugins.describe(fn)} (options: {bound})"

@@ -300,7 +300,7 @@ class FedPlus(Algorithm):
                 sizes[ctx.ids] = uploads[SAMPLES]
                 new["sizes"] = weights = sizes
         if self.robust is not None:
-            x0, info = self.robust(rows, weights)
+            x0, info = self.robust(rows, weights, reference=server["x0"])
         else:
             init = server["x0"] if self.init == "previous" else self.init
             delta = self.delta

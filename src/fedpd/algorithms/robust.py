@@ -1,8 +1,8 @@
 """Robust server aggregation for every algorithm whose server averages models.
 
 The aggregators themselves live in one place, :mod:`fedpd.aggregators` (weighted mean, geometric
-median by smoothed Weiszfeld, coordinate-wise median, trimmed mean, Krum / multi-Krum, Fed+'s
-eq. (25)). This module is the glue an algorithm needs: the config's ``aggregator`` /
+median by smoothed Weiszfeld, coordinate-wise median, trimmed mean, Krum / multi-Krum, Bulyan,
+centered clipping, norm bounding, Fed+'s eq. (25)). This module is the glue an algorithm needs: the config's ``aggregator`` /
 ``aggregator_options`` / ``weights`` (:class:`AggregatorOptions`, checked once with the config),
 and K rows aggregated with uniform or sample-size weights. So RFA (Pillutla et al. 2022) is
 FedAvg with ``aggregator = "geometric_median"``, and Yin et al.'s median / trimmed-mean servers
@@ -91,10 +91,13 @@ class ServerAggregator:
         #: the plain unweighted mean: callers keep their exact ``rows.mean(0)`` path
         self.is_mean = name == "mean" and weights == "uniform"
 
-    def __call__(self, rows: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
+    def __call__(self, rows: Tensor, weights: Tensor | None = None,
+                 reference: Tensor | None = None) -> tuple[Tensor, dict]:
+        """``reference``: the server model the round started from, for the aggregators that clip
+        about it (centered_clipping, norm_bounding); the others ignore it."""
         if self.is_mean:
             return rows.mean(0), {"iterations": 0, "converged": True}
-        return self.fn(rows, weights=weights if self.weights == "samples" else None)
+        return self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference)
 
 
 def sample_weights(uploads: dict) -> Tensor | None:
@@ -156,11 +159,13 @@ class RobustAveraging:
         return with_sizes(upload, ctx, self.weights)
 
     def average(self, server: dict, uploads: dict, key: str = "x") -> tuple[Tensor, dict]:
-        """(the aggregate of ``uploads[key]`` [K, d], the counters to store in the server state)."""
+        """(the aggregate of ``uploads[key]`` [K, d], the counters to store in the server state).
+        The server model ``server["x0"]`` (the previous aggregate for FedAvg) is the reference the
+        clipping defences clip about."""
         rows = uploads[key]
         if self.robust is None:
             return rows.mean(0), {}
-        agg, info = self.robust(rows, sample_weights(uploads))
+        agg, info = self.robust(rows, sample_weights(uploads), reference=server.get("x0"))
         return agg, counters(server, info)
 
     def diagnostics(self, server):
