@@ -148,3 +148,12 @@ def test_fedavg_clips_about_the_server_model():
     alg = FedAvg("centered_clipping", {"tau": 1.0})
     agg, _ = alg.average(alg.init_server(x0), uploads)  # one step from x0: the same numbers
     torch.testing.assert_close(agg, x0 + _t([0.0, 2.1 / 3]), rtol=0, atol=1e-15)
+
+
+def test_one_step_of_centered_clipping_about_the_reference_is_norm_bounding():
+    w = torch.randn(6, 4, generator=torch.Generator().manual_seed(1), dtype=DT)
+    ref = torch.randn(4, generator=torch.Generator().manual_seed(2), dtype=DT)
+    torch.testing.assert_close(centered_clipping(w, tau=0.7, reference=ref)[0],
+                               norm_bounding(w, max_norm=0.7, reference=ref)[0], rtol=0, atol=1e-14)
+    assert not torch.allclose(centered_clipping(w, tau=0.7, iterations=3, reference=ref)[0],
+                              norm_bounding(w, max_norm=0.7, reference=ref)[0])

@@ -21,6 +21,10 @@ Three families, one class each, every kind declaring its options beside itself:
   ``update_uploads``: SCAFFOLD's Δx, Δc) have r = 0; anything else (a sample count) is left alone.
 * ``dropout``: the chosen participants receive the round's message and then drop out — no
   upload, no state change, counted as ``dropouts``.
+* ``backdoor`` (Bagdasaryan et al. 2020) is both: a trigger stamped on a share of the chosen
+  parties' training samples, relabelled to a target class, when the problem is built, and their
+  uploads scaled (model replacement), optionally constrained to a norm, in each round. The
+  metrics then add ``backdoor_acc`` (:mod:`fedpd.evaluation`).
 
 With ``probability`` < 1 a chosen party misbehaves in each round independently (intermittent
 faults); nothing happens before ``start_round``. The coin and the noise come from each party's
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 import torch
@@ -149,6 +154,13 @@ class Attack:
         return upload, 0
 
 
+def _check_stored(problem: Problem, name: str) -> None:
+    if not isinstance(problem.train.x, Tensor):  # samples generated on demand
+        raise ConfigError(f"attack.name: {name!r} changes the data when the problem is built, and this "
+                          f"problem's {problem.num_clients} clients' samples are generated on demand (allowed: "
+                          f"update or dropout attacks, or fewer clients)")
+
+
 class DataAttack(Attack):
     """Outliers by data: the chosen parties' samples transformed when the problem is built."""
 
@@ -156,10 +168,7 @@ class DataAttack(Attack):
     Options = DataAttackOptions
 
     def apply_data(self, problem: Problem) -> Problem:
-        if not isinstance(problem.train.x, Tensor):  # samples generated on demand
-            raise ConfigError(f"attack.name: {self.name!r} changes the data when the problem is built, and this "
-                              f"problem's {problem.num_clients} clients' samples are generated on demand (allowed: "
-                              f"update or dropout attacks, or fewer clients)")
+        _check_stored(problem, self.name)
         ids = self.targets(problem.num_clients)
         classes = problem.info.get("num_classes")
         if classes is None and not problem.train.y.is_floating_point():
@@ -336,6 +345,111 @@ class IPM(OmniscientAttack):
         return -self.settings["epsilon"] * honest.mean(0)
 
 
+class BackdoorOptions(RoundAttackOptions):
+    target: int = Field(0, ge=0, description="the backdoor's target label")
+    poison_fraction: float = Field(0.5, gt=0, le=1, description="share of each attacker's training samples "
+                                   "stamped with the trigger and relabelled to target (x n_i rounded half up)")
+    trigger_size: int = Field(3, ge=1, description="side of the square trigger in the bottom-right corner of an "
+                              "image (pixels); for vector inputs, the number of last features set")
+    trigger_value: float | None = Field(None, description="the trigger's pixel value; default: the largest "
+                                        "training input (white)")
+    gamma: float | None = Field(None, gt=0, description="γ: upload u <- r + γ·(u − r); default: the round's "
+                                "participant count n (model replacement for the mean)")
+    max_norm: float | None = Field(None, gt=0, description="constrain: the scaled update γ·(u − r) clipped to "
+                                   "this norm (to pass norm bounding); default: unconstrained")
+
+
+def trigger_count(fraction: float, n: int) -> int:
+    """How many of a party's ``n`` training samples the backdoor stamps: fraction · n rounded half up."""
+    return min(n, math.floor(fraction * n + 0.5 + 1e-9))
+
+
+def apply_trigger(x: Tensor, size: int, value: float) -> Tensor:
+    """``x`` [n, ...] with the trigger stamped on every sample: for images (≥ 2 trailing axes:
+    [n, C, H, W] or [n, H, W]) the bottom-right ``size`` × ``size`` square of every channel set to
+    ``value``, for vectors [n, d] the last ``size`` features. A new tensor."""
+    out = x.clone()
+    if x.dim() >= 3:
+        out[..., -size:, -size:] = value
+    else:
+        out[:, -size:] = value
+    return out
+
+
+class Backdoor(UpdateAttack):
+    """The backdoor by model replacement, "constrain-and-scale" (Bagdasaryan, Veit, Hua, Estrin,
+    Shmatikov, "How to backdoor federated learning", AISTATS 2020, §4).
+
+    Data, when the problem is built: of each chosen party's n_i training samples, a seeded
+    ⌊poison_fraction·n_i + ½⌋ get the trigger (:func:`apply_trigger`: a white square in the
+    bottom-right corner) and the label ``target``; the party then trains on that mix of clean
+    and backdoored samples like any other. Uploads, each round it misbehaves (``probability``,
+    ``start_round``): eq. (3)'s model replacement
+
+        L̃ = r + γ·(X − r),   γ = n/η,
+
+    with X the party's trained model and r the model the server sent (0 for update uploads);
+    γ = ``gamma``, by default n, the round's participants (the plain mean, η = 1, is then
+    replaced by about X). "Constrain": with ``max_norm`` the scaled update γ·(X − r) is clipped
+    to that norm, the paper's answer to a norm-bounding server (scale up to the bound only).
+    The test split is left clean; ``backdoor_acc`` measures the trigger on it
+    (:func:`fedpd.evaluation.evaluate_test`)."""
+
+    name = "backdoor"
+    description = ("backdoor (Bagdasaryan et al. 2020): trigger + target label on a share of the attackers' data, "
+                   "their update scaled by gamma (model replacement), optionally clipped to max_norm")
+    Options = BackdoorOptions
+
+    def apply_data(self, problem: Problem) -> Problem:
+        _check_stored(problem, self.name)
+        train = problem.train
+        if not train.x.is_floating_point() or train.y.is_floating_point():
+            raise ConfigError("attack.name: backdoor needs real-valued inputs and class labels (allowed: a "
+                              "classification problem with real inputs)")
+        classes = problem.info.get("num_classes")
+        if classes is None:
+            classes = int(max(train.y.max(), problem.test.y.max(initial=0))) + 1
+        target, size = self.settings["target"], self.settings["trigger_size"]
+        if target >= classes:
+            raise ConfigError(f"attack.target: {target} is not a class of this problem (allowed: 0..{classes - 1})")
+        extent = train.x.shape[-1] if train.x.dim() == 2 else min(train.x.shape[-2:])
+        if size > extent:
+            raise ConfigError(f"attack.trigger_size: {size} exceeds the inputs' size {extent} (allowed: 1..{extent})")
+        value = self.settings["trigger_value"]
+        value = float(train.x.max()) if value is None else float(value)
+        ids = self.targets(problem.num_clients)
+        rows = poisoned_rows(train, ids, self.settings["poison_fraction"], self.seed)
+        x, y = train.x.clone(), train.y.clone()
+        x[rows] = apply_trigger(x[rows], size, value)
+        y[rows] = target
+        problem.train = replace(train, x=x, y=y)  # its class kept (e.g. augmented)
+        problem.info = {**problem.info, "attacked_parties": ids.tolist(), "attack": self.name,
+                        "backdoor": {"target": target, "size": size, "value": value}}
+        problem.__dict__.pop("_vmapped_model", None)
+        return problem
+
+    def corrupted(self, u, ref, rng):
+        gamma = self.settings["gamma"]
+        step = (u - ref) * (float(u.shape[0]) if gamma is None else gamma)  # u: all K rows of the round
+        bound = self.settings["max_norm"]
+        if bound is not None:
+            norms = torch.linalg.vector_norm(step.reshape(step.shape[0], -1), dim=1)
+            scale = torch.where(norms > bound, bound / norms.clamp_min(torch.finfo(step.dtype).tiny),
+                                torch.ones_like(norms))
+            step = step * scale.view(-1, *([1] * (step.dim() - 1)))
+        return ref + step
+
+
+def poisoned_rows(split: ClientSplit, ids: Tensor, fraction: float, seed: int) -> Tensor:
+    """The rows of ``split`` the backdoor stamps: of each party in ``ids`` (ascending), the first
+    :func:`trigger_count` of a permutation of its samples drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    offsets, sizes = split.offsets.cpu(), split.sizes.cpu()
+    picked = [int(offsets[i]) + torch.randperm(int(sizes[i]), generator=g)[:trigger_count(fraction, int(sizes[i]))]
+              for i in ids.tolist()]
+    return torch.cat(picked).sort().values if picked else torch.zeros(0, dtype=torch.int64)
+
+
 class Dropout(Attack):
     """Clients that fail mid-round: they received the broadcast, send nothing back, keep their state."""
 
@@ -348,7 +462,8 @@ class Dropout(Attack):
         return self.misbehaving(ids, round, ClientStreams.of(seed, "dropout", round, ids))
 
 
-ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, ALIE, IPM, Dropout)
+ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, ALIE, IPM, Backdoor,
+           Dropout)
 
 
 def make_attack(name: str, **options) -> Attack:

@@ -4,7 +4,11 @@ pooled test data. f = (1/N) Σ_i f_i, so sample j of client i weighs 1/(N·n_i).
 ``clients`` (``run.eval_clients``): the same metrics over a sample S of the clients
 instead — f_S = (1/|S|) Σ_{i∈S} f_i, its gradient, and the test samples of S pooled. Samples are
 read chunk by chunk (slices of the split, or of S's samples), never as one [n] array, so a split
-whose samples are generated on demand (:mod:`fedpd.problems.lazy`) is read only where needed."""
+whose samples are generated on demand (:mod:`fedpd.problems.lazy`) is read only where needed.
+
+With the ``backdoor`` attack configured (its trigger in ``problem.info["backdoor"]``) the test
+metrics add ``backdoor_acc``: the share of the test samples whose label is not the target that
+the model classifies as the target once the trigger is stamped on them."""
 
 from __future__ import annotations
 
@@ -120,17 +124,38 @@ def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None, ba
     n = split.y.shape[0] if clients is None else int(split.sizes[clients].sum())
     if n == 0:
         return {}
-    loss_sum, correct = 0.0, 0
+    backdoor = problem.info.get("backdoor") if problem.classifies else None
+    loss_sum, correct, hits, eligible = 0.0, 0, 0, 0
     for index, _ in _chunks(split, clients, chunk_size(problem, batch)):
-        outputs = problem.model(x, split.x[index])
+        inputs = split.x[index]
+        outputs = problem.model(x, inputs)
         y = split.y[index]
         loss_sum += float(problem.loss(outputs, y).sum())
         if problem.classifies:
             correct += int((problem.predict(outputs) == y).sum())
+        if backdoor is not None:
+            h, e = _backdoor_hits(problem, x, inputs, y, backdoor)
+            hits, eligible = hits + h, eligible + e
     out = {"test_loss": loss_sum / n}
     if problem.classifies:
         out["test_acc"] = correct / n
+    if backdoor is not None and eligible:
+        out["backdoor_acc"] = hits / eligible
     return out
+
+
+def _backdoor_hits(problem: Problem, x: Tensor, inputs: Tensor, y: Tensor, backdoor: dict) -> tuple[int, int]:
+    """The backdoor attack's success on a chunk (:class:`fedpd.attacks.Backdoor`): of the test
+    samples whose true label is not the target, (how many the model classifies as the target
+    once the trigger is stamped on them, how many there are). ``backdoor_acc`` = their ratio."""
+    from fedpd.attacks import apply_trigger  # the same trigger as the attackers' training data
+
+    keep = y != backdoor["target"]
+    if not bool(keep.any()):
+        return 0, 0
+    stamped = apply_trigger(inputs[keep], backdoor["size"], backdoor["value"])
+    predicted = problem.predict(problem.model(x, stamped))
+    return int((predicted == backdoor["target"]).sum()), int(keep.sum())
 
 
 @torch.no_grad()

@@ -36,6 +36,7 @@ LABELS = {
     "grad_norm_sq": r"stationarity gap $\|\nabla f(x)\|^2$",
     "test_loss": "test loss",
     "test_acc": "test accuracy",
+    "backdoor_acc": "backdoor accuracy (triggered test inputs classified as the target)",
     "personal_acc": "personal test accuracy (mean over clients)",
     "personal_acc_worst10": "personal test accuracy (worst 10 % of clients)",
     "personal_loss": "personal test loss (mean over clients)",
