@@ -157,3 +157,34 @@ def test_one_step_of_centered_clipping_about_the_reference_is_norm_bounding():
                                norm_bounding(w, max_norm=0.7, reference=ref)[0], rtol=0, atol=1e-14)
     assert not torch.allclose(centered_clipping(w, tau=0.7, iterations=3, reference=ref)[0],
                               norm_bounding(w, max_norm=0.7, reference=ref)[0])
+
+
+def test_config_refuses_bulyan_with_too_few_participants():
+    from fedpd.build import build, build_problem
+    from fedpd.config import load_config
+
+    cfg = load_config({"problem": {"name": "least_squares", "clients": 6, "dim": 3, "samples_per_client": 4},
+                       "algorithm": {"name": "fedavg", "aggregator": "bulyan",
+                                     "aggregator_options": {"n_byzantine": 1}},
+                       "solver": {"name": "exact"}})
+    with pytest.raises(ConfigError, match="needs at least 7 uploads per round") as err:
+        build(cfg, build_problem(cfg))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"name": "fedavg", "aggregator": "norm_bounding", "aggregator_options": {"max_norm": 0.05}},
+    {"name": "fedplus", "aggregator": "centered_clipping", "aggregator_options": {"tau": 0.05, "iterations": 2}},
+])
+def test_a_clipping_server_moves_the_model_by_at_most_the_bound(algorithm):
+    """Each round the server model moves by at most the bound (a mean of updates clipped to it),
+    for FedAvg and for Fed+ (which hands its robust aggregator its w̃ as the reference)."""
+    from tests.helpers import simulation
+
+    sim = simulation(algorithm, solver={"name": "gd", "lr": 0.1, "local_steps": 2}, run={"rounds": 3})
+    bound = algorithm["aggregator_options"].get("max_norm") or algorithm["aggregator_options"]["tau"] * 2
+    for _ in range(3):
+        before = sim.server["x0"].clone()
+        sim.step()
+        moved = float(torch.linalg.vector_norm(sim.server["x0"] - before))
+        assert 0 < moved <= bound + 1e-12
