@@ -22,7 +22,9 @@ class FedAvg(RobustAveraging, Algorithm):
 
     ``aggregator`` replaces the mean by a robust aggregator of :mod:`fedpd.aggregators`
     (geometric_median: RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al.
-    2018; krum: Blanchard et al. 2017); ``weights = "samples"`` weighs clients by data size (each
+    2018; krum: Blanchard et al. 2017; bulyan: El Mhamdi et al. 2018; centered_clipping:
+    Karimireddy et al. 2021 and norm_bounding: Sun et al. 2019, both about the server model x0);
+    ``weights = "samples"`` weighs clients by data size (each
     sends n_i: one float more up). The metrics then add ``agg_iterations`` and
     ``agg_unconverged_rounds`` (rounds that hit the aggregator's ``max_iter``).
     """
