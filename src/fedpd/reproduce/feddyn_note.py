@@ -163,7 +163,7 @@ def _identical(results):
     """The largest relative distance over all rounds and seeds below 1e-10 (threshold)."""
     ds = _distances(results, "ls", "feddyn")
     if not ds:
-        return None, "not run at this budget"
+        return None, "not run (or not recorded yet) at this budget"
     d = max(ds.values())
     return d < 1e-10, f"largest relative distance over all rounds and seeds: {d:.1e} (identical: < 1e-10, float64 rounding)"
 
@@ -194,7 +194,7 @@ def _inexact(results):
     d = _distances(results, "logreg", "feddyn")
     end = _distances(results, "logreg", "feddyn", -1)
     if not d:
-        return None, "not run at this budget"
+        return None, "not run (or not recorded yet) at this budget"
     ok = all(v > 1e-8 for v in d.values()) and all(v < 1e-8 for v in end.values())
     return ok, (f"8 local GD steps, all clients, on every seed: largest relative distance "
                 f"{min(d.values()):.2g}–{max(d.values()):.2g} (differ: > 1e-8), at the last round "

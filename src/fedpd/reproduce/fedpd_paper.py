@@ -144,7 +144,7 @@ def _gmean(values):
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
 
 
-NOT_RUN = (None, "not run at this budget")
+NOT_RUN = (None, "not run (or not recorded yet) at this budget")
 
 
 def _comparable(panel, a, b):

@@ -161,7 +161,7 @@ def _falls(method, attack, below=0.5):
     def check(results):
         vals = {s: _acc(results, method, attack, s) for s in SPLITS if _present(results, method, s)}
         if not vals:
-            return None, f"{METHODS[method][0]} not run at this budget"
+            return None, f"{METHODS[method][0]} not run (or not recorded yet) at this budget"
         return all(v < below for v in vals.values()), ", ".join(f"{SPLIT_LABELS[s]} {100 * v:.1f} %" for s, v in vals.items())
     return check
 
@@ -182,7 +182,7 @@ def _losses(methods, attack, higher: bool, margin: float = 5.0):
                              higher=higher, style=".1f", margin=margin).where(f"{METHODS[m][0]}, {SPLIT_LABELS[s]}")
                  for s in SPLITS for m in methods if _present(results, m, s)]
         if not parts:
-            return None, "not run at this budget"
+            return None, "not run (or not recorded yet) at this budget"
         verdict, text = rep.all_of(parts)
         return verdict, f"accuracy lost, points: {text}"
     return check
