@@ -79,6 +79,80 @@ def test_gd_with_momentum_weight_decay_and_lr_decay_matches_torch_sgd():
         torch.testing.assert_close(sim.server["x0"], expected, rtol=0, atol=1e-12)
 
 
+def simulator_step(sim, i, x, steps, lr, weight_decay, clip, linear=None, mu=0.0, center=None):
+    """FL-Simulator's local step (client/feddyn.py; client/client.py without the terms), written
+    with torch: loss f_i(w) + ⟨w, v − μc⟩, clip_grad_norm_ to ``clip``, then SGD with weight decay
+    ``weight_decay + μ`` (the μw part of the penalty's gradient added after the clip)."""
+    A, b = client_data(sim, i)
+    w = torch.nn.Parameter(x.clone())
+    opt = torch.optim.SGD([w], lr=lr, weight_decay=weight_decay + mu)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = 0.5 * ((A @ w - b) ** 2).mean()
+        if linear is not None:
+            loss = loss + (w * (linear - mu * center)).sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([w], max_norm=clip)
+        opt.step()
+    return w.detach()
+
+
+def test_clip_norm_clips_what_the_authors_simulator_clips():
+    """solver.clip_norm: FedDyn's local objective f_i + ⟨λ_i, x⟩ + (μ/2)‖x − x0‖² stepped as the
+    simulator does (∇f_i + λ_i − μx0 clipped, then μx and weight decay), per client; FedAvg: the
+    loss gradient clipped. The clip is active (a small norm) and changes the result."""
+    from fedpd.solvers import LocalObjective
+
+    lr, clip, wd, mu = 0.1, 0.05, 0.01, 0.5
+    solver = {"name": "gd", "lr": lr, "local_steps": 4, "weight_decay": wd, "clip_norm": clip}
+    sim = simulation({"name": "feddyn", "eta": 1 / mu}, solver=solver)
+    ids = torch.arange(4)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    lam, center = torch.randn(4, 3, generator=g, dtype=torch.float64), torch.randn(4, 3, generator=g, dtype=torch.float64)
+    res = sim.solver.solve(context(sim, ids), x, LocalObjective(linear=lam, mu=mu, center=center))
+    expected = torch.stack([simulator_step(sim, i, x[i], 4, lr, wd, clip, lam[i], mu, center[i]) for i in range(4)])
+    torch.testing.assert_close(res.x, expected, rtol=0, atol=1e-12)
+    unclipped = sim.solver.with_options(clip_norm=0.0).solve(context(sim, ids), x, LocalObjective(lam, mu, center))
+    assert not torch.allclose(unclipped.x, res.x)
+    # FedAvg: clip(∇f_i), then weight decay, in every round (lr decay applied)
+    fedavg = simulation({"name": "fedavg"}, solver={**solver, "lr_decay": 0.5})
+    for t in range(2):
+        x0 = fedavg.server["x0"].clone()
+        fedavg.step()
+        expected = torch.stack([simulator_step(fedavg, i, x0, 4, lr * 0.5**t, wd, clip) for i in range(4)]).mean(0)
+        torch.testing.assert_close(fedavg.server["x0"], expected, rtol=0, atol=1e-12)
+
+
+def test_fedcm_clips_its_mixed_direction():
+    """FedCM with clip_norm c: each step x ← x − η1·clip(α∇f_i + (1 − α)Δ, c), as FL-Simulator's
+    client/fedcm.py clips the gradient of α·loss + (1 − α)⟨θ, Δ⟩."""
+    a, lr, clip = 0.3, 0.1, 0.05
+    sim = simulation({"name": "fedcm", "alpha": a}, solver={"name": "gd", "lr": lr, "local_steps": 3, "clip_norm": clip})
+    sim.step()  # round 0: Δ = 0
+    x0, delta = sim.server["x0"].clone(), sim.server["delta"].clone()
+    assert delta.norm() > 0
+    sim.step()
+    ends = []
+    for i in range(4):
+        x = x0.clone()
+        for _ in range(3):
+            v = a * ls_grad(sim, i, x) + (1 - a) * delta
+            x = x - lr * v * min(1.0, clip / (float(v.norm()) + 1e-6))
+        ends.append(x)
+    # equal up to the 1e-6 guard of the norm (fedpd clips v/α to c/α: the guard scales by α)
+    torch.testing.assert_close(sim.server["x0"], torch.stack(ends).mean(0), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("algorithm", [{"name": "fedpd_vr"}, {"name": "fedavg_plus"}, {"name": "apfl"}])
+def test_own_loops_refuse_clip_norm(algorithm):
+    from fedpd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="solver.clip_norm") as e:
+        simulation(algorithm, solver={"name": "sgd", "lr": 0.1, "batch_size": 2, "clip_norm": 10.0})
+    assert "\n" not in str(e.value)
+
+
 def test_sgd_minibatches_are_seeded_and_differ_from_full_batch():
     cfg = dict(solver={"name": "sgd", "lr": 0.1, "local_steps": 5, "batch_size": 2}, run={"seed": 3})
     a, b = simulation({"name": "fedavg"}, **cfg), simulation({"name": "fedavg"}, **cfg)

@@ -212,6 +212,25 @@ def test_cifar100_label_mode(data_dir):
     assert build_problem(load_config(config(data_dir, dataset="cifar100"))).info["num_classes"] == 100
 
 
+def test_balanced_dirichlet_is_the_same_split_on_every_engine(data_dir):
+    """problem.balanced: 3 clients of 10 samples each, label mixes ~ Dir(0.1); the split a node
+    rebuilds from the run's resolved config is the run's own, so the in-process and the loopback
+    engine (2 nodes, each building the problem from the config's TOML) give the same metrics."""
+    from fedpd.build import from_toml
+    cfg = config(data_dir, partition="dirichlet", alpha=0.1, balanced=True)
+    p = build_problem(load_config(cfg))
+    assert p.train.sizes.tolist() == [10, 10, 10]
+    per_class = build_problem(load_config(config(data_dir, partition="dirichlet", alpha=0.1)))
+    assert not torch.equal(per_class.train.y, p.train.y)  # another split than the per-class one
+    _, node_problem, _, _ = from_toml(load_config(cfg).to_toml())
+    assert torch.equal(node_problem.train.y, p.train.y) and torch.equal(node_problem.train.x, p.train.x)
+    runs = [run({**cfg, "run": {**cfg["run"], **engine}}).history
+            for engine in ({"engine": "inprocess"}, {"engine": "loopback", "nodes": 2})]
+    assert_ran(runs[0])
+    strip = [[{k: v for k, v in r.items() if k != "wall_s"} for r in h] for h in runs]
+    assert strip[0] == strip[1]
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 BAD = [
@@ -221,6 +240,9 @@ BAD = [
     (["problem.partition=zipf"], "problem.partition"),
     (["problem.clients=31"], "problem.clients"),             # more clients than samples
     (["problem.partition=dirichlet", "problem.min_size=11"], "min_size"),  # 3 x 11 > 30 samples
+    (["problem.balanced=true"], "problem.balanced"),          # iid: balanced is the dirichlet partition's
+    (["problem.partition=shards", "problem.balanced=true"], "problem.balanced"),
+    (["problem.partition=dirichlet", "problem.balanced=2"], "problem.balanced"),
     (["problem.augment=true", "problem.dataset=shakespeare", "problem.partition=natural"], "problem.augment"),
     (["problem.verify=true"], "mnist"),                      # fixture files fail the canonical check
     (["problem.test=everyone"], "problem.test"),

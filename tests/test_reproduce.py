@@ -199,6 +199,10 @@ def test_configs_only_writes_the_full_budget_configs(tmp_path, capsys):
     assert len(files) == 4 * 3 * 8  # CIFAR-10/100 x LeNet/ResNet-18, 3 splits, 8 methods (4 seeds each)
     cfg = load_config(tmp_path / "configs" / "cifar100-resnet18_gn" / "dir0.1" / "afedpdsam.toml")
     assert cfg.model["name"] == "resnet18_gn" and cfg.run.rounds == 800 and cfg.options["solver"].local_steps == 50
+    # the authors' simulator: balanced Dirichlet split, clipping at 10; Table 2's metrics, no full-data gradient
+    assert cfg.section("problem")["balanced"] and cfg.options["solver"].clip_norm == 10.0
+    assert cfg.run.eval_metrics == ["test_acc", "test_loss", "train_loss"] and cfg.run.eval_train_samples == 5000
+    assert not load_config(tmp_path / "configs" / "cifar10-lenet" / "iid" / "fedavg.toml").section("problem")["balanced"]
     assert "seeds 0, 1, 2, 3" in files[0].read_text()
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 

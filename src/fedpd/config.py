@@ -80,6 +80,12 @@ class RunOptions(Options):
                                  "the activations saved for the gradient within 32 MiB (at most 8192)")
     eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
                               "(records then carry eval_clients); 0: every client")
+    eval_metrics: list[str] | None = Field(None, description="the metrics taken at the model, any of train_loss, "
+                                           "grad_norm_sq, test_loss, test_acc (grad_norm_sq: a backward over the "
+                                           "training data); default: all")
+    eval_train_samples: int | None = Field(None, ge=1, description="train_loss (and grad_norm_sq) on a fixed seeded "
+                                           "sample of this many training samples (records then carry "
+                                           "eval_train_samples); default: every sample")
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -94,6 +100,30 @@ class RunOptions(Options):
             raise refuse("workers", f"worker processes are the inprocess engine's; run.engine = \"{self.engine}\" runs "
                          f"clients on its nodes (run.nodes; Flower: its own backend options) (allowed: \"auto\", or "
                          f"no run.workers)")
+        return self
+
+    @field_validator("eval_metrics")
+    @classmethod
+    def _known_metrics(cls, value):
+        from fedpd.evaluation import METRICS
+        if value is None:
+            return value
+        allowed = ", ".join(METRICS)
+        if not value:
+            raise ValueError(f"choose at least one metric (allowed: {allowed})")
+        for name in value:
+            if name not in METRICS:
+                raise ValueError(f"unknown metric {name!r} (allowed: {allowed})")
+        if len(set(value)) < len(value):
+            raise ValueError(f"a metric named twice in {value} (allowed: each of {allowed} once)")
+        return value
+
+    @model_validator(mode="after")
+    def _train_samples_need_a_train_metric(self):
+        if self.eval_train_samples is not None and self.eval_metrics is not None and \
+                not {"train_loss", "grad_norm_sq"} & set(self.eval_metrics):
+            raise refuse("eval_train_samples", "samples the training metrics, but run.eval_metrics has neither "
+                         "train_loss nor grad_norm_sq (allowed: no run.eval_train_samples, or add train_loss)")
         return self
 
     @field_validator("device")

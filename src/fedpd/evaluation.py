@@ -6,6 +6,10 @@ instead — f_S = (1/|S|) Σ_{i∈S} f_i, its gradient, and the test samples of 
 read chunk by chunk (slices of the split, or of S's samples), never as one [n] array, so a split
 whose samples are generated on demand (:mod:`fedpd.problems.lazy`) is read only where needed.
 
+``metrics`` / ``samples`` (``run.eval_metrics``, ``run.eval_train_samples``): only some metrics, and
+the training loss on a fixed seeded sample of the training samples — what a test-accuracy table
+needs, without the full-data gradient (FedPD's stationarity metric) that costs most.
+
 With the ``backdoor`` attack configured (its trigger in ``problem.info["backdoor"]``) the test
 metrics add ``backdoor_acc``: the share of the test samples whose label is not the target that
 the model classifies as the target once the trigger is stamped on them."""
@@ -94,27 +98,62 @@ def _inverse_sizes(split, clients: Tensor | None) -> Tensor:
     return 1.0 / (present * sizes.clamp(min=1))
 
 
-def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None, batch: int = 0) -> dict[str, float]:
+#: the metrics :func:`evaluate` can take (``run.eval_metrics`` chooses among them)
+METRICS = ("train_loss", "grad_norm_sq", "test_loss", "test_acc")
+
+
+def _sample_chunks(split, samples: Tensor, chunk: int):
+    """(positions, owner) chunks of at most ``chunk`` of the sample positions ``samples``."""
+    for start in range(0, samples.numel(), chunk):
+        pos = samples[start:start + chunk]
+        yield pos, torch.searchsorted(split.offsets, pos, right=True) - 1
+
+
+def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None, batch: int = 0,
+             metrics: tuple[str, ...] | list[str] | None = None, samples: Tensor | None = None) -> dict[str, float]:
     """The metrics at x, over chunks of ``batch`` samples (0: :func:`chunk_size`'s automatic size;
-    the chunking changes the metrics at rounding only)."""
+    the chunking changes the metrics at rounding only).
+
+    ``metrics`` (``run.eval_metrics``): which of :data:`METRICS` to take (None: all); without
+    ``grad_norm_sq`` the training data see a forward only. ``samples`` (``run.eval_train_samples``):
+    sample positions of the training split (a uniform draw without replacement from the P samples
+    of ``clients``, or of every client): f is then estimated as (P/m) Σ_{j∈S} ℓ_j / (N·n_i(j)) over
+    the m drawn samples, unbiased, and equal to their plain mean loss when every n_i is the same."""
+    chosen = METRICS if metrics is None else tuple(metrics)
+    out: dict[str, float] = {}
     chunk = chunk_size(problem, batch)
-    x = x.detach().requires_grad_(True)
-    split = problem.train
-    inverse = _inverse_sizes(split, clients)
-    loss_total, grad_total = 0.0, torch.zeros_like(x)
-    for index, owner in _chunks(split, clients, chunk):
-        per_sample = problem.loss(problem.model(x, split.x[index]), split.y[index])
-        value = (per_sample * inverse[owner].to(per_sample.dtype)).sum()
-        (g,) = torch.autograd.grad(value, x)
-        loss_total += float(value.detach())
-        grad_total += g
-    if problem.regularizer is not None:
-        value = problem.regularizer(x)
-        (g,) = torch.autograd.grad(value, x)
-        loss_total += float(value.detach())
-        grad_total += g
-    out = {"train_loss": loss_total, "grad_norm_sq": float((grad_total * grad_total).sum())}
-    out.update(evaluate_test(problem, x.detach(), clients, chunk))
+    if "train_loss" in chosen or "grad_norm_sq" in chosen:
+        gradient = "grad_norm_sq" in chosen
+        split = problem.train
+        inverse = _inverse_sizes(split, clients)
+        if samples is None:
+            chunks, scale = _chunks(split, clients, chunk), 1.0
+        else:
+            pool = split.y.shape[0] if clients is None else int(split.sizes[clients].sum())
+            chunks, scale = _sample_chunks(split, samples, chunk), pool / samples.numel()
+        x_eval = x.detach().requires_grad_(gradient)
+        loss_total, grad_total = 0.0, torch.zeros_like(x_eval) if gradient else None
+        with torch.set_grad_enabled(gradient):
+            for index, owner in chunks:
+                per_sample = problem.loss(problem.model(x_eval, split.x[index]), split.y[index])
+                value = (per_sample * (inverse[owner] * scale).to(per_sample.dtype)).sum()
+                if gradient:
+                    (g,) = torch.autograd.grad(value, x_eval)
+                    grad_total += g
+                loss_total += float(value.detach())
+            if problem.regularizer is not None:
+                value = problem.regularizer(x_eval)
+                if gradient:
+                    (g,) = torch.autograd.grad(value, x_eval)
+                    grad_total += g
+                loss_total += float(value.detach())
+        if "train_loss" in chosen:
+            out["train_loss"] = loss_total
+        if gradient:
+            out["grad_norm_sq"] = float((grad_total * grad_total).sum())
+    if "test_loss" in chosen or "test_acc" in chosen:
+        test = evaluate_test(problem, x.detach(), clients, chunk)
+        out.update({k: v for k, v in test.items() if k in chosen or k == "backdoor_acc"})  # the attack asked for it
     return out
 
 

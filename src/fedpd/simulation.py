@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import torch
 from torch import Tensor
 
 from fedpd.algorithms.base import Algorithm
@@ -111,6 +112,29 @@ class Simulation:
             self._eval_ids = drawn.to(self.problem.train.offsets.device)
         return self._eval_ids
 
+    def eval_train_sample(self, clients: Tensor | None) -> Tensor | None:
+        """The training samples ``run.eval_train_samples`` takes the training metrics on: m of the
+        P samples of ``clients`` (or of every client), drawn uniformly without replacement once
+        from the server's stream ("eval_train_samples", 0) and kept for the whole run, as positions
+        of the training split in ascending order; None for every sample (unset, or m >= P)."""
+        m = self.cfg.run.eval_train_samples
+        if m is None:
+            return None
+        if getattr(self, "_eval_samples", None) is None:
+            split = self.problem.train
+            if clients is None:
+                pool = torch.arange(split.y.shape[0], device=split.offsets.device)
+            else:
+                sizes = split.sizes[clients]
+                start = torch.repeat_interleave(split.offsets[clients] - (torch.cumsum(sizes, 0) - sizes), sizes)
+                pool = start + torch.arange(int(sizes.sum()), device=split.offsets.device)
+            if m >= pool.numel():
+                self._eval_samples = pool[:0]  # empty: every sample
+            else:
+                g = server_generator(self.cfg.run.seed, "eval_train_samples", 0)
+                self._eval_samples = pool[torch.randperm(pool.numel(), generator=g)[:m].to(pool.device)].sort().values
+        return self._eval_samples if self._eval_samples.numel() else None
+
     def model(self) -> Tensor:
         """The model the metrics are taken at (the evaluation path)."""
         return self.algorithm.evaluation_model(self.server, self.store)
@@ -122,7 +146,10 @@ class Simulation:
         if clients is not None:
             record["eval_clients"] = int(clients.numel())
         batch = self.cfg.run.eval_batch_size
-        record.update(evaluate(self.problem, self.model(), clients, batch))
+        samples = self.eval_train_sample(clients)
+        if samples is not None:
+            record["eval_train_samples"] = int(samples.numel())
+        record.update(evaluate(self.problem, self.model(), clients, batch, self.cfg.run.eval_metrics, samples))
         record.update(self.algorithm.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)

@@ -42,6 +42,8 @@ class GDOptions(Options):
     lr_decay: float = Field(1.0, gt=0, le=1, description="step size of round t: lr · lr_decay^t")
     straggler_fraction: float = Field(0.0, ge=0, le=1, description="chance a participant takes a uniform number of steps in [1, Q]")
     sam_radius: float = Field(0.0, ge=0, description="SAM perturbation radius r; 0: plain gradients")
+    clip_norm: float = Field(0.0, ge=0, description="clip each step's ∇f_i + v_i − μc_i (all but the μx and weight "
+                             "decay terms) to this norm, per client, as FL-Simulator (10); 0: no clipping")
 
 
 class SGDOptions(GDOptions):
@@ -71,6 +73,19 @@ class LocalObjective:
         if self.mu:
             g = g + self.mu * (x - self.center)
         return g
+
+    def add_grad_clipped(self, g: Tensor, x: Tensor, max_norm: float) -> Tensor:
+        """As :meth:`add_grad`, with g + v − μc (the gradient of f_i + ⟨v − μc, x⟩) clipped to
+        ``max_norm`` per client before μx is added. This is what the A-FedPD authors' simulator
+        clips (FL-Simulator, ``client/feddyn.py``, ``client/fedspeed.py``: ``clip_grad_norm_(…, 10)``
+        on the gradient of loss + ρ⟨θ, h_i − θ^t⟩; the SGD's weight decay adds (wd + ρ)θ after it;
+        ``client/client.py``, FedAvg: the loss gradient alone; ``client/scaffold.py``: with its
+        correction). Rows are scaled by min(1, max_norm / (‖·‖ + 1e-6)), as torch's clip_grad_norm_."""
+        v = g if self.linear is None else g + self.linear
+        if self.mu:
+            v = v - self.mu * self.center
+        v = v * (max_norm / (v.norm(dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
+        return v + self.mu * x if self.mu else v
 
 
 @dataclass
@@ -181,7 +196,9 @@ class LocalRun:
 class GradientSolver:
     """Q steps of gradient descent on the local objective (full batch: FedPD's Oracle I, GD).
 
-    Momentum and weight decay follow ``torch.optim.SGD`` (momentum buffer reset every round). The
+    Momentum and weight decay follow ``torch.optim.SGD`` (momentum buffer reset every round).
+    ``clip_norm``: see :meth:`LocalObjective.add_grad_clipped` (algorithms with their own local loop
+    refuse it). The
     step size of round t is ``lr · lr_decay^t``. Stragglers: each participant is, with probability
     ``straggler_fraction``, a straggler that takes a uniform number of steps in [1, Q] (drawn
     from its own stream). SAM (FedSAM, FedSpeed, A-FedPDSAM): see :meth:`LocalRun.sam`; only f_i
@@ -189,7 +206,7 @@ class GradientSolver:
     """
 
     name = "gd"
-    description = "full-batch gradient descent, local_steps steps per round (momentum, weight decay, lr decay, SAM)"
+    description = "full-batch gradient descent, local_steps steps per round (momentum, weight decay, lr decay, SAM, clipping)"
     Options = GDOptions
 
     lr: float = 0.01
@@ -199,6 +216,7 @@ class GradientSolver:
     lr_decay: float = 1.0
     straggler_fraction: float = 0.0
     sam_radius: float = 0.0
+    clip_norm: float = 0.0
     batch_size: int | None = None
 
     def lr_at(self, round: int) -> float:
@@ -234,7 +252,7 @@ class GradientSolver:
         g_out = torch.empty_like(x)  # where each step's ∇f_i may be written (per-client execution)
         # a step that is x − lr·∇f_i(x) alone (FedAvg's) needs no flat gradient: LocalRun.descend
         plain = (objective.linear is None and not objective.mu and not tol
-                 and not (self.weight_decay or self.momentum or self.sam_radius))
+                 and not (self.weight_decay or self.momentum or self.sam_radius or self.clip_norm))
         for q in range(run.rounds):
             if q >= run.rounds:  # every client met its criterion
                 break
@@ -252,7 +270,8 @@ class GradientSolver:
                     start_gap = gap
                 if tol:
                     run.steps = torch.where((gap <= tol).cpu() & (run.steps > q), q, run.steps)
-            g = objective.add_grad(run.sam(x, g_f, batch, q), x)
+            g = run.sam(x, g_f, batch, q)
+            g = objective.add_grad_clipped(g, x, self.clip_norm) if self.clip_norm else objective.add_grad(g, x)
             if self.weight_decay:
                 g = g + self.weight_decay * x
             if self.momentum:
@@ -272,7 +291,7 @@ class SGDSolver(GradientSolver):
     uniformly with replacement from each client's own stream (FedPD's Oracle I, SGD)."""
 
     name = "sgd"
-    description = "minibatch SGD (momentum, weight decay, per-round lr decay, SAM, stragglers)"
+    description = "minibatch SGD (momentum, weight decay, per-round lr decay, SAM, clipping, stragglers)"
     Options = SGDOptions
 
     batch_size: int | None = 32

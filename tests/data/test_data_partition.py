@@ -118,3 +118,54 @@ def test_label_matrix_and_text():
     assert "100 clients" in summary and "samples per client" in summary and len(summary.splitlines()) < 10
     wide = format_label_matrix(np.eye(3, 62, dtype=np.int64) * 4)
     assert "top 0:4" in wide and len(wide.splitlines()) == 4
+
+
+# ---------------------------------------------------------------------------------------------- balanced
+
+def _priors(seed, alpha, n_clients, n_classes):
+    """The clients' label mixes a balanced split of ``seed`` draws first (its first draws)."""
+    from fedpd.data.partition import _dirichlet_weights
+    rng = np.random.default_rng(seed)
+    return np.stack([_dirichlet_weights(rng, alpha, n_classes) for _ in range(n_clients)])
+
+
+@pytest.mark.parametrize("alpha", [0.1, 1.0])
+def test_balanced_dirichlet_equal_sizes_and_the_drawn_mixes(alpha):
+    """FL-Simulator's split: 50 000 CIFAR-10-sized labels, 100 clients of exactly 500 samples, each
+    client's histogram the multinomial of its own Dir(alpha) draw, up to the draws a class that ran
+    out moved elsewhere (a few per cent; the multinomial's own spread is about 0.1 in L1)."""
+    labels = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 5000))
+    parts = dirichlet(labels, 100, alpha, seed=3, balanced=True)
+    assert_partition(parts, 50000, min_size=500)
+    assert {len(p) for p in parts} == {500}
+    m = label_matrix(labels, parts, 10)
+    p = _priors(3, alpha, 100, 10)
+    l1 = np.abs(m / 500 - p).sum(1)
+    assert np.median(l1) < 0.2 and l1.max() < 0.6, (np.median(l1), l1.max())
+    assert np.abs(m - 500 * p).sum() / 2 < 0.12 * 50000  # draws moved, with the multinomial's noise
+    # a client holds almost nothing of a class its mix gives ~0 (only what an exhausted class moved)
+    assert m[p < 1e-6].sum() < 0.03 * 50000
+    # the mix follows the draw, not the size: a per-class split has unequal sizes at the same alpha
+    assert len({len(q) for q in dirichlet(labels, 100, alpha, seed=3)}) > 1
+
+
+def test_balanced_dirichlet_seeded_uneven_and_small():
+    y = np.arange(1003) % 7
+    a = dirichlet(y, 10, 0.5, seed=1, balanced=True)
+    assert all(np.array_equal(u, v) for u, v in zip(a, dirichlet(y, 10, 0.5, seed=np.random.default_rng(1),
+                                                                  balanced=True)))
+    assert_partition(a, 1003)
+    assert sorted(len(p) for p in a) == [100] * 7 + [101] * 3
+    for alpha in (0.01, 1e-3):  # mixes on one class: late clients take what is left, still disjoint
+        assert_partition(dirichlet(LABELS, 40, alpha, seed=0, balanced=True), 1000, min_size=25)
+    assert_partition(partition("dirichlet", LABELS, 8, 2, alpha=0.3, balanced=True), 1000, min_size=125)
+
+
+def test_balanced_bad_options_are_one_line():
+    for call in (lambda: partition("iid", LABELS, 4, balanced=True),
+                 lambda: partition("shards", LABELS, 4, balanced=True),
+                 lambda: dirichlet(LABELS, 4, 0.5, 0, balanced="yes"),
+                 lambda: dirichlet(LABELS, 1001, 0.5, 0, balanced=True)):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert "\n" not in str(e.value)

@@ -30,7 +30,8 @@ class FedCM(Algorithm):
 
     In the solver layer v = α(∇f_i(x) + ⟨((1 − α)/α)Δ, ·⟩'s gradient): the configured gradient
     solver runs with step α·η1 and the linear term ((1 − α)/α)·Δ, so momentum, minibatches, SAM
-    and stragglers work unchanged (weight decay counts as part of f_i and is scaled by α too).
+    and stragglers work unchanged (weight decay counts as part of f_i and is scaled by α too;
+    ``solver.clip_norm`` clips v itself, as FL-Simulator's ``client/fedcm.py``).
     Per participant: 2d floats down (x0, Δ), d up. The server's η1 (with its schedule) and Q are
     the run's solver settings, which the server knows from the config: taken once in ``setup``,
     never from a client. With stragglers (``solver.straggler_fraction``) a participant also sends
@@ -58,7 +59,8 @@ class FedCM(Algorithm):
 
     def local(self, message, clients, ctx: ClientContext):
         k, a = ctx.ids.numel(), self.alpha
-        solver = ctx.solver.with_options(lr=ctx.solver.lr * a)  # v = α(∇f_i + ((1 − α)/α)Δ), stepped with η1
+        # v = α(∇f_i + ((1 − α)/α)Δ), stepped with η1; clipping v to c is clipping v/α to c/α
+        solver = ctx.solver.with_options(lr=ctx.solver.lr * a, clip_norm=ctx.solver.clip_norm / a)
         objective = LocalObjective(linear=expand(message["delta"], k) * ((1 - a) / a))
         res = solver.solve(ctx, expand(message["x0"], k), objective)
         upload = {"x": res.x}

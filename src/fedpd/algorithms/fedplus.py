@@ -162,7 +162,7 @@ class FedPlus(Algorithm):
     name = "fedplus"
     description = "Fed+: personalised w_k pulled to w~ + prox(w_k - w~); robust aggregation (choose psi yourself)"
     Options = FedPlusOptions
-    unused_solver_options = ("momentum",)  # eq. (14) has no momentum
+    unused_solver_options = ("momentum", "clip_norm")  # eq. (14) has no momentum; its own loop
 
     def __init__(self, psi: str = "l2", sigma: float = 1.0, delta: float = 0.1, lam: float = 0.0,
                  groups: list | tuple = (), aggregator: str = "fedplus", aggregator_options: dict | None = None,

@@ -47,7 +47,7 @@ class _OwnLoop:
     """Marks an algorithm that runs its own loop over the gradient solver's pieces."""
 
     needs_gradient_solver = True
-    unused_solver_options = ("momentum",)
+    unused_solver_options = ("momentum", "clip_norm")
 
 
 class LocalOnly(Algorithm):

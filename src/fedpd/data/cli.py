@@ -50,6 +50,8 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet concentration (default 0.5)")
     q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards per client (default 2)")
     q.add_argument("--min-size", type=int, default=1, metavar="M", help="minimum samples per client (default 1)")
+    q.add_argument("--balanced", action="store_true",
+                   help="dirichlet only: every client the same number of samples, its label mix ~ Dir(alpha)")
     q.add_argument("--exponent", type=float, default=1.5, help="power_law Pareto exponent (default 1.5)")
     q.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the partition (default 0)")
     data_dir(q)
@@ -198,7 +200,7 @@ def cmd_split(args) -> int:
     labels = ds.y_train.numpy()
     parts = partition(args.partition, labels, args.clients, args.seed, alpha=args.alpha,
                       classes_per_client=args.classes_per_client, min_size=args.min_size, exponent=args.exponent,
-                      user_ids=None if ds.train_users is None else ds.train_users.numpy())
+                      balanced=args.balanced, user_ids=None if ds.train_users is None else ds.train_users.numpy())
     if args.partition == "natural" and args.clients is not None and args.clients != len(parts):
         print(f"note: natural partition has one client per user ({len(parts)}); --clients {args.clients} ignored")
     matrix = label_matrix(labels, parts, ds.num_classes)

@@ -7,6 +7,7 @@ so a seed gives the same partition every time. None of them retries: they finish
 * ``iid``: uniform shuffle, equal sizes (+-1).
 * ``dirichlet``: per class, client shares ~ Dir(alpha) (Hsu, Qi & Brown 2019; Yurochkin et al. 2019);
   clients under ``min_size`` then take samples from the largest clients, deterministically.
+  ``balanced``: equal client sizes, each client's label mix ~ Dir(alpha) (FL-Simulator's ``dataset.py``).
 * ``shards``: sort by label, cut into ``n_clients * classes_per_client`` shards, deal them out
   (McMahan et al. 2017, "pathological non-IID").
 * ``power_law``: client sizes from a Pareto law, labels i.i.d. (Li et al. 2020, FedProx).
@@ -112,15 +113,31 @@ def _enforce_min_size(owner: np.ndarray, n_clients: int, min_size: int, rng: np.
                 heapq.heappush(heap, (-int(sizes[d]), d))
 
 
-def dirichlet(labels, n_clients: int, alpha: float = 0.5, seed=0, min_size: int = 1) -> list[np.ndarray]:
+def dirichlet(labels, n_clients: int, alpha: float = 0.5, seed=0, min_size: int = 1,
+              balanced: bool = False) -> list[np.ndarray]:
     """Label-skewed partition: for each class, client shares ~ Dir(alpha); small alpha = few classes per client.
 
-    Clients left with fewer than ``min_size`` samples get random samples moved from the largest clients."""
+    Clients left with fewer than ``min_size`` samples get random samples moved from the largest clients.
+
+    ``balanced``: the split of the A-FedPD / FedSpeed authors' simulator (FL-Simulator,
+    ``dataset.py``, rule ``Dirichlet``): every client holds n/N samples (+-1) and its label mix
+    p_i ~ Dir(alpha) over the C classes. The n places are filled in a random order; each place's
+    client draws a class from p_i restricted to the classes that still have samples (renormalised;
+    from the remaining supply when p_i has no mass left there), and takes a random sample of that class
+    not yet given out. So a client's label histogram is multinomial(n/N, p_i) up to the draws moved
+    because a class ran out. The simulator instead refills a class that runs out (its samples
+    are then held twice and others by nobody); here the split stays disjoint and covers every
+    sample (the late draws of an exhausted class go to the classes left). ``min_size`` is met
+    whenever ``_check`` passes (n/N >= min_size)."""
     y = _as_labels(labels, "dirichlet")
     _check(len(y), n_clients, min_size, "dirichlet")
     if not np.isfinite(alpha) or alpha <= 0:
         raise ConfigError(f"dirichlet: alpha={alpha!r}, expected a number > 0")
+    if not isinstance(balanced, (bool, np.bool_)):
+        raise ConfigError(f"dirichlet: balanced={balanced!r}, expected true or false")
     rng = _rng(seed)
+    if balanced:
+        return _groups(_balanced_owner(y, n_clients, float(alpha), rng), n_clients)
     owner = np.empty(len(y), np.int64)
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))
@@ -128,6 +145,42 @@ def dirichlet(labels, n_clients: int, alpha: float = 0.5, seed=0, min_size: int 
         owner[idx] = np.repeat(np.arange(n_clients), counts)
     _enforce_min_size(owner, n_clients, max(min_size, 1), rng)
     return _groups(owner, n_clients)
+
+
+def _balanced_owner(y: np.ndarray, n_clients: int, alpha: float, rng: np.random.Generator) -> np.ndarray:
+    """Owner of every sample for ``dirichlet(..., balanced=True)``; see :func:`dirichlet`."""
+    n = len(y)
+    classes, y_idx = np.unique(y, return_inverse=True)
+    c = len(classes)
+    priors = np.stack([_dirichlet_weights(rng, alpha, c) for _ in range(n_clients)])  # [N, C] the clients' mixes
+    sizes = np.full(n_clients, n // n_clients)
+    sizes[:n % n_clients] += 1
+    slots = rng.permutation(np.repeat(np.arange(n_clients), sizes))  # the order the n places are filled in
+    u = rng.random(n)
+    left = np.bincount(y_idx, minlength=c)  # samples of each class not yet given out
+    label = np.empty(n, np.int64)
+    start = 0
+    while start < n:  # one pass per class that runs out: at most C passes
+        w = priors[slots[start:]] * (left > 0)
+        empty = w.sum(1) <= 0  # a client whose whole mix is on classes that ran out: by what is left
+        w[empty] = left
+        cdf = np.cumsum(w, 1)
+        last = c - 1 - np.argmax(w[:, ::-1] > 0, 1)  # u·total rounded up to the total: the last open class
+        draw = np.minimum((u[start:, None] * cdf[:, -1:] >= cdf).sum(1), last)
+        order = np.argsort(draw, kind="stable")  # the slots of each class, in filling order
+        first = np.searchsorted(draw[order], np.arange(c))
+        rank = np.empty(len(draw), np.int64)
+        rank[order] = np.arange(len(draw)) - first[draw[order]]
+        over = np.flatnonzero(rank >= left[draw])  # slots whose class has run out by then
+        stop = len(draw) if not len(over) else int(over[0])
+        label[start:start + stop] = draw[:stop]
+        left -= np.bincount(draw[:stop], minlength=c)
+        start += stop
+    owner = np.empty(n, np.int64)
+    by_class = np.argsort(label, kind="stable")  # the filled places, grouped by class in filling order
+    samples = np.concatenate([rng.permutation(np.flatnonzero(y_idx == k)) for k in range(c)])
+    owner[samples] = slots[by_class]
+    return owner
 
 
 def shards(labels, n_clients: int, classes_per_client: int = 2, seed=0) -> list[np.ndarray]:
@@ -169,8 +222,11 @@ def natural(user_ids) -> list[np.ndarray]:
 
 def partition(method: str, labels, n_clients: int | None = None, seed=0, *, alpha: float = 0.5,
               classes_per_client: int = 2, min_size: int = 1, exponent: float = 1.5,
-              user_ids=None) -> list[np.ndarray]:
-    """Dispatch by name (one of ``PARTITIONS``); ``natural`` uses ``user_ids`` and ignores ``n_clients``."""
+              user_ids=None, balanced: bool = False) -> list[np.ndarray]:
+    """Dispatch by name (one of ``PARTITIONS``); ``natural`` uses ``user_ids`` and ignores ``n_clients``;
+    ``balanced`` is the dirichlet partition's only (equal client sizes)."""
+    if balanced and method != "dirichlet":
+        raise ConfigError(f"balanced: applies to the dirichlet partition only, not {method!r} (allowed: false)")
     if method == "natural":
         if user_ids is None:
             raise ConfigError("natural partition needs per-sample user ids (LEAF datasets: femnist, shakespeare, sent140)")
@@ -182,7 +238,7 @@ def partition(method: str, labels, n_clients: int | None = None, seed=0, *, alph
     if method == "iid":
         return iid(labels, n_clients, seed)
     if method == "dirichlet":
-        return dirichlet(labels, n_clients, alpha, seed, min_size)
+        return dirichlet(labels, n_clients, alpha, seed, min_size, balanced)
     if method == "shards":
         return shards(labels, n_clients, classes_per_client, seed)
     return power_law(labels, n_clients, seed, exponent, min_size)

@@ -2,7 +2,8 @@
 over clients, pick the test data, and build the model from the config's ``[model]`` section.
 
 Partitions (``fedpd.data.partition``): iid, dirichlet (label skew, Hsu et al. 2019, concentration
-``alpha``), shards (``classes_per_client`` labels each, McMahan et al. 2017), power_law (size skew)
+``alpha``; ``balanced``: equal client sizes, each client's label mix ~ Dir(alpha), as FL-Simulator's
+``dataset.py``), shards (``classes_per_client`` labels each, McMahan et al. 2017), power_law (size skew)
 and natural (one client per LEAF user). Test data: ``pooled`` uses the dataset's own test set (for
 natural partitions each user's own test samples; otherwise dealt IID over the clients so that
 per-client metrics stay defined — pooled metrics do not depend on the deal); ``per_client`` splits
@@ -93,6 +94,8 @@ class DatasetOptions(Options):
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
     classes_per_client: int = Field(2, ge=1, description="shards: labels per client")
     min_size: int = Field(1, ge=0, description="dirichlet / power_law: fewest samples per client")
+    balanced: bool = Field(False, description="dirichlet: every client n/N samples, its label mix ~ Dir(alpha) "
+                           "(the A-FedPD authors' FL-Simulator split)")
     exponent: float = Field(1.5, gt=0, description="power_law exponent")
     test: Literal["pooled", "per_client"] = Field("pooled", description='pooled: one test set for the server model; per_client: a test split per client')
     test_fraction: float = Field(0.2, ge=0, lt=1, description="per_client: share of each client's samples")
@@ -118,6 +121,13 @@ class DatasetOptions(Options):
         return value
 
     @model_validator(mode="after")
+    def _balanced_dirichlet(self):
+        if self.balanced and self.partition != "dirichlet":
+            raise refuse("balanced", f"equal client sizes with label mixes ~ Dir(alpha) are the dirichlet partition's; "
+                         f"partition = \"{self.partition}\" (allowed: false, or partition = \"dirichlet\")")
+        return self
+
+    @model_validator(mode="after")
     def _loader_options(self):
         for option in FILE_OPTIONS if user_loader(self.dataset) is not None else ():
             if getattr(self, option) is not None:
@@ -135,6 +145,7 @@ def dataset_problem(
     alpha: float = 0.5,
     classes_per_client: int = 2,
     min_size: int = 1,
+    balanced: bool = False,
     exponent: float = 1.5,
     test: str = "pooled",
     test_fraction: float = 0.2,
@@ -204,7 +215,7 @@ def dataset_problem(
                           f"(allowed: 1..{len(labels)})")
     try:
         parts = make_partition(partition, labels, clients, seed, alpha=alpha, classes_per_client=classes_per_client,
-                               min_size=min_size, exponent=exponent,
+                               min_size=min_size, exponent=exponent, balanced=balanced,
                                user_ids=u_tr.numpy() if u_tr is not None else None)
     except ConfigError as err:  # e.g. clients x min_size > samples: say which section it comes from
         raise ConfigError(f"problem.partition: {err}") from None

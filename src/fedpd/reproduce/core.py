@@ -249,7 +249,7 @@ def recorded_command(args: list[str]) -> str:
 
 #: problem options that change what the data are, not how much work a round is: settings that differ
 #: only in these (and the seeds) are measured once by :func:`estimate`
-COST_FREE = ("seed", "partition", "alpha", "heterogeneity", "non_iid", "variant")
+COST_FREE = ("seed", "partition", "alpha", "balanced", "heterogeneity", "non_iid", "variant")
 
 
 def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str | None = None,

@@ -15,9 +15,10 @@ from __future__ import annotations
 #: (a loaded machine measures high: fedpd_femnist's 14–22 s per round against 10.6 s on 2026-11-23)
 ESTIMATE = "`fedpd reproduce {name} --budget medium --estimate {rounds}` (CPU time, 2026-11-25, load average {load})"
 MEASURED: dict[str, tuple[float, str]] = {
-    "afedpd_table2": (50.6, ESTIMATE.format(name="afedpd_table2", rounds=2, load="5–14")
-                      + ": per run 12 s of set-up, 32–34 s per round (FedSAM, A-FedPDSAM 62–65 s) and 66–72 s per "
-                      "evaluation"),
+    "afedpd_table2": (44.5, "`fedpd reproduce afedpd_table2 --budget medium --estimate 1` (CPU time, 2026-11-26, "
+                      "load average 4–5): per run 11–15 s of set-up, 32–35 s per round (FedSAM, A-FedPDSAM 62–64 s) "
+                      "and 9 s per evaluation (test accuracy and loss, the training loss on 5 000 images; before the "
+                      "runs chose their metrics: 66–72 s, 50.6 core-hours)"),
     "fedpd_femnist": (9.5, ESTIMATE.format(name="fedpd_femnist", rounds=2, load="5–7")
                       + ": 14–22 s per round; the reduced runs' 10.6 s per round (2026-11-23) give 5.3"),
     "fedplus_table2": (1.6, ESTIMATE.format(name="fedplus_table2", rounds=3, load="7")),
