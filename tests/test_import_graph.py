@@ -95,7 +95,7 @@ def test_the_run_is_built_below_the_engines():
     assert "fedpd.build" in reach("fedpd.remote.node")
     assert {m for m, deps in graph.items() if "fedpd.runner" in deps} <= {
         "fedpd", "fedpd.cli", "fedpd.demo", "fedpd.flower.serverapp", "fedpd.reproduce.execute",
-        "fedpd.results.figures", "fedpd.sweep"}
+        "fedpd.reproduce.verify", "fedpd.results.figures", "fedpd.sweep"}
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:

@@ -17,7 +17,10 @@ from fedpd.errors import ConfigError
 from fedpd.io import atomic_write_text
 from fedpd.reproduce import report as rep
 from fedpd.reproduce import records
-from fedpd.reproduce.execute import _environment, default_jobs, plan, run_jobs, validate
+from fedpd.config import load_config
+from fedpd.io import read_jsonl
+from fedpd.reproduce.execute import (CONFIG, METRICS, TRAJECTORY, _environment, default_jobs, plan, run_jobs,
+                                     validate)
 from fedpd.reproduce.spec import BUDGETS, Experiment
 
 
@@ -170,20 +173,22 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     command = command or recorded_command(sys.argv[2:])  # the command line, with no path of this machine
     commit = rep.git_commit(Path(__file__).resolve().parent)
 
-    def record(job, seconds, ran_on) -> None:
-        recorded[job.spec.key] = records.write(out / "records", job.spec, b.name, job.path, records.provenance(
-            command, started, seconds, ran_on, commit))
+    def record(job, provenance: dict) -> None:
+        recorded[job.spec.key] = records.write(
+            out / "records", job.spec, b.name, load_config(job.path / CONFIG).resolved(),
+            read_jsonl(job.path / METRICS), provenance, job.path / TRAJECTORY if job.spec.trace else None)
 
     logged = _logged_invocations(out)
     for job in work:
         if job.status == "complete":  # finished before records existed, or its record was lost: record it now
             inv = logged.get(job.spec.key, {})
-            recorded[job.spec.key] = records.write(out / "records", job.spec, b.name, job.path, records.provenance(
-                inv.get("command", command), inv.get("started", started), None,
-                records.machine(job.cfg.run.threads, job.cfg.run.device), inv.get("commit", ""), adopted=True))
+            record(job, records.provenance(inv.get("command", command), inv.get("started", started), None,
+                                           records.machine(job.cfg.run.threads, job.cfg.run.device),
+                                           inv.get("commit", ""), adopted=True))
     try:
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
-                 cluster=cluster, on_done=record)
+                 cluster=cluster, on_done=lambda job, seconds, ran_on: record(
+                     job, records.provenance(command, started, seconds, ran_on, commit)))
     finally:  # also after a failure: the report shows what is recorded so far
         readme = write_report(exp, b, specs, out, recorded)
     return readme
@@ -192,8 +197,6 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
 def _logged_invocations(out: Path) -> dict[str, dict]:
     """{run key: the invocation that completed it} from the log older versions kept
     (``invocations.jsonl``), for run directories recorded afterwards."""
-    from fedpd.io import read_jsonl
-
     path = out / "invocations.jsonl"
     found: dict[str, dict] = {}
     for inv in read_jsonl(path) if path.is_file() else []:
@@ -265,7 +268,6 @@ def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str |
     import torch
 
     from fedpd.build import build_problem  # noqa: F401  (imported before timing: not a cost of the runs)
-    from fedpd.config import load_config
     from fedpd.reproduce.spec import merge
     from fedpd.simulation import Simulation
 

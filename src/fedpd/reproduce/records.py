@@ -33,7 +33,7 @@ from pathlib import Path
 
 from fedpd.config import first_difference, load_config
 from fedpd.errors import ConfigError
-from fedpd.io import atomic_write_bytes, read_jsonl
+from fedpd.io import atomic_write_bytes
 
 FORMAT = 1
 SUFFIX, TRAJECTORY_SUFFIX = ".json.gz", ".trajectory.pt"
@@ -103,21 +103,19 @@ def load(folder: Path) -> dict[str, Record]:
     return out
 
 
-def write(folder: Path, spec, budget: str, run_dir: Path, provenance: dict) -> Record:
-    """The record of the finished run ``spec`` (its run directory ``run_dir``) into ``folder``."""
-    from fedpd.reproduce.execute import CONFIG, METRICS, TRAJECTORY
-
-    run_dir = Path(run_dir)
-    config = load_config(run_dir / CONFIG).resolved()
-    metrics = read_jsonl(run_dir / METRICS)
+def write(folder: Path, spec, budget: str, config: dict, metrics: list[dict], provenance: dict,
+          trajectory: Path | None = None) -> Record:
+    """The record of the finished run ``spec`` into ``folder``: the ``config`` it ran (resolved), its
+    ``metrics`` history and ``provenance`` (:func:`provenance`; its own compute is added from the
+    metrics); ``trajectory``: the file of a traced run's models, copied beside the record."""
     provenance = {**provenance, "compute_s": float((metrics[-1] if metrics else {}).get("wall_s") or 0.0)}
     record = Record(spec.key, spec.group, spec.seed, dict(spec.labels), budget, config, metrics, provenance)
     target = path_of(folder, spec.key)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if spec.trace:
+    if trajectory is not None:
         traj = Path(str(target)[: -len(SUFFIX)] + TRAJECTORY_SUFFIX)
         tmp = traj.with_name(traj.name + ".tmp")
-        shutil.copyfile(run_dir / TRAJECTORY, tmp)
+        shutil.copyfile(trajectory, tmp)
         os.replace(tmp, traj)
         record.trajectory = traj
     text = json.dumps(record.to_json(), separators=(",", ":"), sort_keys=False)
