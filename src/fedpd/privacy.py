@@ -214,12 +214,11 @@ class _Private:
 
 def _refusal(algorithm: Algorithm, sampler_name: str) -> str:
     """Why client-level DP's guarantee would not hold for this algorithm ("" when it does)."""
-    opts = getattr(algorithm, "__dict__", {})
+    if getattr(algorithm, "weights", "uniform") == "samples":
+        return "weights = \"samples\" uploads each client's sample count unclipped (allowed: weights = \"uniform\")"
     if getattr(algorithm, "robust", None) is not None:
         return ("a robust aggregator reads every upload, not their sum: the clipped sum's sensitivity bound does not "
                 "hold (allowed: algorithm.aggregator = \"mean\")")
-    if opts.get("weights") == "samples":
-        return "weights = \"samples\" uploads each client's sample count unclipped (allowed: weights = \"uniform\")"
     if not streams_means(algorithm):
         return ("its server step reads every upload, not only their mean (e.g. Fed+'s robust aggregate, a per-row "
                 "rule), so no noised sum can stand for them")
