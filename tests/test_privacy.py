@@ -192,3 +192,27 @@ def test_the_loopback_engine_gives_the_in_process_numbers():
     inprocess = run(config(**ADAPTIVE))
     loopback = run(config(**ADAPTIVE), overrides=["run.engine=loopback", "run.nodes=2"])
     assert _metrics(loopback.history) == _metrics(inprocess.history)
+
+
+# --- docs/privacy.md's worked example, run as written -------------------------------------------
+def test_the_worked_example_runs_as_written_and_spends_the_epsilon_the_page_shows(tmp_path):
+    import json
+    import re
+    import shutil
+    from pathlib import Path
+
+    from doc_blocks import bash_blocks, clean_env, run_script
+
+    root = Path(__file__).resolve().parents[1]
+    doc = root / "docs" / "privacy.md"
+    [block] = bash_blocks(doc, "Worked example")
+    work = tmp_path / "clone"
+    shutil.copytree(root / "examples", work / "examples")
+    done = run_script(block, work, clean_env(tmp_path / "home"))
+    assert done.returncode == 0, done.stdout[-3000:]
+    last = json.loads((work / "runs/fedavg-dp/metrics.jsonl").read_text().splitlines()[-1])
+    assert last["round"] == 100
+    assert last["dp_epsilon"] == pytest.approx(epsilon("bernoulli", 1.0, 100, 1e-5, num_clients=1000, q=0.05))
+    shown = float(re.search(r"spent ε = ([\d.]+) at δ = 1e-5", doc.read_text()).group(1))
+    assert last["dp_epsilon"] == pytest.approx(shown, abs=0.005)
+    assert "ε" in done.stdout and f"{last['dp_epsilon']:.4g}" in done.stdout  # the compare table's column

@@ -217,8 +217,8 @@ def _refusal(algorithm: Algorithm, sampler_name: str) -> str:
     if getattr(algorithm, "weights", "uniform") == "samples":
         return "weights = \"samples\" uploads each client's sample count unclipped (allowed: weights = \"uniform\")"
     if getattr(algorithm, "robust", None) is not None:
-        return ("a robust aggregator reads every upload, not their sum: the clipped sum's sensitivity bound does not "
-                "hold (allowed: algorithm.aggregator = \"mean\")")
+        return ("a robust aggregator (or Fed+'s aggregate) reads every upload, not their sum: the clipped sum's "
+                "sensitivity bound does not hold (allowed: algorithm.aggregator = \"mean\" on a FedAvg-type rule)")
     if not streams_means(algorithm):
         return ("its server step reads every upload, not only their mean (e.g. Fed+'s robust aggregate, a per-row "
                 "rule), so no noised sum can stand for them")
