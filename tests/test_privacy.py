@@ -216,3 +216,9 @@ def test_the_worked_example_runs_as_written_and_spends_the_epsilon_the_page_show
     shown = float(re.search(r"spent ε = ([\d.]+) at δ = 1e-5", doc.read_text()).group(1))
     assert last["dp_epsilon"] == pytest.approx(shown, abs=0.005)
     assert "ε" in done.stdout and f"{last['dp_epsilon']:.4g}" in done.stdout  # the compare table's column
+
+
+def test_fedpd_show_privacy_lists_the_options():
+    from fedpd.cli import main
+
+    assert main(["show", "privacy"]) == 0
