@@ -137,7 +137,7 @@ def build(cfg: Config, problem: Problem):
                               f"least {need} uploads per round; the sampler gives {sampler.per_round} (allowed: "
                               f"fewer Byzantine clients or more participants)")
     algorithm.setup(federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
-    algorithm = privatise(cfg, algorithm, sampler, num_clients)  # [privacy]: DP-FedAvg's clipped, noised sum
+    algorithm = privatise(cfg, algorithm, sampler, num_clients, problem.x_init)  # [privacy]: DP-FedAvg's clipped, noised sum
     return algorithm, solver, sampler
 
 

@@ -212,7 +212,7 @@ class _Private:
         return out
 
 
-def _refusal(algorithm: Algorithm, sampler_name: str) -> str:
+def _refusal(algorithm: Algorithm, sampler_name: str, x0: torch.Tensor) -> str:
     """Why client-level DP's guarantee would not hold for this algorithm ("" when it does)."""
     if getattr(algorithm, "weights", "uniform") == "samples":
         return "weights = \"samples\" uploads each client's sample count unclipped (allowed: weights = \"uniform\")"
@@ -224,7 +224,7 @@ def _refusal(algorithm: Algorithm, sampler_name: str) -> str:
                 "rule), so no noised sum can stand for them")
     if type(algorithm).participants is not Algorithm.participants:
         return "its rounds choose their own participants, outside the sampler the accountant assumes"
-    probe = algorithm.broadcast(algorithm.init_server(torch.zeros(1)))
+    probe = algorithm.broadcast(algorithm.init_server(x0))
     if "x0" not in probe:
         return ("its uploads are not relative to a model the server sent (FedPD's clients keep their own anchors), "
                 "so their change cannot be clipped")
@@ -236,8 +236,9 @@ def _refusal(algorithm: Algorithm, sampler_name: str) -> str:
     return ""
 
 
-def privatise(cfg, algorithm: Algorithm, sampler, num_clients: int) -> Algorithm:
-    """``algorithm`` with ``[privacy]`` applied (itself when ``privacy.clip = "none"``); a
+def privatise(cfg, algorithm: Algorithm, sampler, num_clients: int, x0: torch.Tensor) -> Algorithm:
+    """``algorithm`` with ``[privacy]`` applied (itself when ``privacy.clip = "none"``; ``x0``: the
+    model's initial point, to see what the algorithm broadcasts); a
     combination whose guarantee would not hold is refused in one line (ConfigError)."""
     opts: PrivacyOptions = cfg.options["privacy"]
     if opts.clip == "none":
@@ -245,7 +246,7 @@ def privatise(cfg, algorithm: Algorithm, sampler, num_clients: int) -> Algorithm
     name = cfg.names["sampler"]
     if name not in SAMPLERS:
         raise ConfigError(f"privacy.clip: sampler '{name}' has no accountant (allowed samplers: {', '.join(SAMPLERS)})")
-    why = _refusal(algorithm, name)
+    why = _refusal(algorithm, name, x0)
     if why:
         raise ConfigError(f"privacy.clip: algorithm '{cfg.names['algorithm']}': {why}")
     if isinstance(algorithm, _Private):
