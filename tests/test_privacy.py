@@ -65,8 +65,8 @@ def test_fixed_clipping_noises_the_sum_of_the_clipped_updates():
 
 
 def test_adaptive_clipping_steps_toward_the_target_quantile():
-    """Andrew et al. 2021, Alg. 1: S ← S·exp(−η_C(b̄ − γ)), b̄ = (Σ 1[‖Δ_i‖ ≤ S] + N(0, σ_b²))/m, and
-    the update noise z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) (their Thm. 1)."""
+    """Andrew et al. 2021, Alg. 1: S ← S·exp(−η_C(b̄ − γ)), b̄ = (Σ 1[‖Δ_i‖ ≤ S] + N(0, σ_b²))/m,
+    and the update noise z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2) (their Thm. 1)."""
     opts = {"clip": "adaptive", "clip_norm": 1.0, "noise_multiplier": 1.0, "quantile_noise": 2.0,
             "target_quantile": 0.5, "clip_lr": 0.2}
     sim = Simulation(load_config(config(privacy=opts)))

@@ -186,7 +186,8 @@ class _Private:
         dp, count, S = self._dp, ctx.ids.numel(), server["dp_clip"]
         keys = [k[len(_SUM):] for k in means if k.startswith(_SUM)]
         sizes = [means[_SUM + k].numel() for k in keys]
-        xi = ClientStreams.of(dp.seed, "privacy", ctx.round, torch.zeros(1, dtype=torch.int64)).normal(sum(sizes) + 1)[0]
+        server_row = torch.zeros(1, dtype=torch.int64)  # one stream: the server's ("privacy", round)
+        xi = ClientStreams.of(dp.seed, "privacy", ctx.round, server_row).normal(sum(sizes) + 1)[0]
         noise = dict(zip(keys, xi[:-1].split(sizes)))
         row = {}
         for k in keys:
