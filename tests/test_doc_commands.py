@@ -57,6 +57,7 @@ BLOCKS = {
         "validates the configs"),
     ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
         "exempt", "a timing on FEMNIST, run by hand"),
+    ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),

@@ -130,8 +130,8 @@ def _cmd_list(args) -> int:
         if i:
             print()
         if name is None:
-            if section == "run":
-                describe.show("run", None)
+            if section in ("run", "privacy"):
+                describe.show(section, None)
             else:
                 describe.print_list(section)
         else:

@@ -1,7 +1,8 @@
 """Configs: TOML in, every value validated before anything runs.
 
 Sections ``[problem] [model] [algorithm] [solver] [sampler] [run]`` and the optional
-``[attack]`` (faults and attacks, :mod:`fedpd.attacks`; default none). ``problem.name``,
+``[attack]`` (faults and attacks, :mod:`fedpd.attacks`; default none) and ``[privacy]``
+(client-level differential privacy, :mod:`fedpd.privacy`; default off). ``problem.name``,
 ``algorithm.name``, ``solver.name``, ``sampler.name``, ``attack.name`` and ``model.name`` pick a
 built-in entry of :mod:`fedpd.registry` or a plug-in (an import path ``package.module:Attribute``
 or an installed entry point, :mod:`fedpd.plugins`, searched for on the config's plug-in path);
@@ -25,13 +26,14 @@ from fedpd import plugins, registry
 from fedpd.errors import ConfigError
 from fedpd.models import check_model_options
 from fedpd.options import SEED_MAX, Options, refuse, validate
+from fedpd.privacy import PrivacyOptions
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack")
+SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack", "privacy")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
 RESUMABLE = ("rounds", "device", "threads", "workers", "engine", "nodes", "node_timeout", "client_chunk",
              "allow_nonfinite", "tensorboard", "store_dir")
@@ -241,6 +243,7 @@ class Config:
                 self.names[section] = name
                 self.options[section] = validate(self.entries[section].options, values, section, also=("name",))
             self.options["run"] = validate(RunOptions, self.raw["run"], "run")
+            self.options["privacy"] = validate(PrivacyOptions, self.raw["privacy"], "privacy")
             self.model = dict(self.raw["model"])
             name = self.model.get("name", "auto")
             if name != "auto":  # the factory and its options, checked before anything is built
@@ -261,7 +264,16 @@ class Config:
         return {"name": self.names[name], **opts} if name in self.names else opts
 
     def resolved(self) -> dict:
-        return {s: self.section(s) for s in SECTIONS if s != "model" or self.model}
+        return {s: self.section(s) for s in SECTIONS if self._shown(s)}
+
+    def _shown(self, section: str) -> bool:
+        """Whether the resolved config holds ``section``: [model] when given, [privacy] when on
+        (so a run without differential privacy reads and resumes as before it existed)."""
+        if section == "model":
+            return bool(self.model)
+        if section == "privacy":
+            return self.options["privacy"].clip != "none"
+        return True
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.resolved())

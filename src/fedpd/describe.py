@@ -31,7 +31,8 @@ from fedpd.plugins import is_import_path
 
 #: words for a section in `fedpd list` (plural) and `fedpd show` (singular)
 PLURAL = {"problem": "problems", "algorithm": "algorithms", "solver": "solvers", "sampler": "samplers",
-          "attack": "attacks", "model": "models", "aggregator": "aggregators", "dataset": "datasets", "run": "run"}
+          "attack": "attacks", "model": "models", "aggregator": "aggregators", "dataset": "datasets", "run": "run",
+          "privacy": "privacy"}
 
 
 @dataclass
@@ -70,7 +71,7 @@ def entry_description(section: str, entry) -> str:
 
 
 def section_names() -> list[str]:
-    return [*tables(), "run"]
+    return [*tables(), "run", "privacy"]
 
 
 def _section_key(word: str) -> str | None:
@@ -261,6 +262,13 @@ def show(section: str, name: str | None, file=None) -> None:
         print("[run]: the options every run has", file=out)
         _print_options(option_rows("run", None, RunOptions), width, out)
         return
+    if section == "privacy":
+        from fedpd.privacy import PrivacyOptions
+
+        print(_wrap("[privacy]: client-level differential privacy for any run (off unless clip is set; "
+                    "docs/privacy.md)", width, 2, ""), file=out)
+        _print_options(option_rows("privacy", None, PrivacyOptions), width, out)
+        return
     entry = lookup(section, name)
     description = entry_description(section, entry)
     print(_wrap(f"{section} {name}: {description}", width, 2, ""), file=out)
@@ -302,7 +310,7 @@ def resolve(word: str) -> list[tuple[str, str | None]]:
         return found
     if is_import_path(word):  # what it is depends on the key a config gives it to
         raise ConfigError(f"fedpd list: {word!r} is an import path; show it with its section: fedpd show SECTION "
-                          f"{word} (sections: {', '.join(s for s in section_names() if s != 'run')})")
+                          f"{word} (sections: {', '.join(s for s in section_names() if s not in ('run', 'privacy'))})")
     names = sorted({n for t in tables().values() for n in t} | set(section_names())
                    | {PLURAL.get(s, s + "s") for s in section_names()})
     lower = {n.lower(): n for n in names}  # names are lower case: FedPD means fedpd
@@ -317,9 +325,9 @@ def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
     if section is None:
         raise ConfigError(f"fedpd show: unknown section {section_word!r} "
                           f"(allowed: {', '.join(section_names())})")
-    if section == "run":
+    if section in ("run", "privacy"):
         if name is not None:
-            raise ConfigError("fedpd show run: takes no NAME ([run] has no entries)")
+            raise ConfigError(f"fedpd show {section}: takes no NAME ([{section}] has no entries)")
         return section, None
     table = tables()[section]
     if name is None:

@@ -260,6 +260,9 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
 def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str,
           on_checkpoint=None) -> RunResult:
     rounds, every = cfg.run.rounds, cfg.run.eval_every
+    dp = getattr(sim.algorithm, "_dp", None)  # [privacy]: stop before a round would pass target_epsilon
+    if dp is not None:
+        rounds = max(min(rounds, dp.round_limit(rounds)), min(sim.round, rounds))
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
     tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too

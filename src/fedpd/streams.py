@@ -17,7 +17,8 @@ Purposes used by fedpd (a new purpose never disturbs the existing ones):
 
     server:  "sampler" (who takes part), "communication" (FedPD's coin),
              "eval_clients" (round 0: the clients run.eval_clients evaluates),
-             "eval_train_samples" (round 0: the training samples run.eval_train_samples evaluates)
+             "eval_train_samples" (round 0: the training samples run.eval_train_samples evaluates),
+             "privacy" ([privacy]'s noise on the round's clipped sum, fedpd.privacy)
     problem: "synthetic" (client k's data, keyed by the problem's seed: fedpd.problems.lazy)
     client:  "batches" (minibatches, their augmentation, SAGA's sample choice),
              "stragglers" (local step counts), "attack" (update attacks' coin and noise),

@@ -130,6 +130,8 @@ class PrimalDual(Algorithm):
         self.eta, self.participation, self.dual_mean = eta, participation, dual_mean
         self.virtual_dual, self.start, self.p, self.skip = virtual_dual, start, p, skip
         self.output, self.local_tol = output, local_tol
+        # dual_mean = "all" weighs the round by |P|/N (fedpd.privacy: private under Poisson sampling)
+        self.reads_participant_count = dual_mean == "all"
         # FedPD's clients keep their own anchor x0_i between communications.
         self.own_anchor = participation == "all"
 

@@ -30,6 +30,9 @@ class Scaffold(Algorithm):
     needs_gradient_solver = True
     means_only = True  # the server step reads means only (mean_terms, aggregate_means)
     update_uploads = ("dx", "dc")
+    #: the server step uses how many clients took part (c ← c + (|P|/N)·mean Δc): fedpd.privacy
+    #: refuses it under Poisson sampling, where that count is private
+    reads_participant_count = True
 
     def __init__(self, server_lr: float = 1.0):
         self.server_lr = server_lr

@@ -50,6 +50,9 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
     columns = [Column("run", "run", False, 0), Column("algorithm", "algorithm", False, 1),
                Column("rounds", "rounds", True, 20 + len(metrics)), Column("comm_rounds", "comm\nrounds", True, 3),
                Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics))]
+    private = any("dp_epsilon" in r.records[-1] for r in runs)  # [privacy]: the ε spent, at the run's delta
+    if private:
+        columns.append(Column("dp_epsilon", "ε\nspent", True, 3))
     for m in metrics:
         short = SHORT.get(m, m)
         kept = order[m] == 0 or m.endswith("_acc")  # the first metric and a classifier's accuracies: kept first
@@ -61,6 +64,8 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
         row = {"run": label, "path": str(run.path), "algorithm": run.cfg.get("algorithm", {}).get("name", "?"),
                "rounds": last.get("round"), "comm_rounds": last.get("comm_rounds"),
                "uplink_floats": last.get("uplink_floats")}
+        if private:
+            row["dp_epsilon"] = last.get("dp_epsilon")
         for m in metrics:
             row[f"{m}_final"] = last.get(m) if finite(last.get(m)) else None
             row[f"{m}_best"] = best(run.records, m)
