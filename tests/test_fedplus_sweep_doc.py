@@ -23,7 +23,7 @@ def test_the_sweep_commands_run_as_written(tmp_path):
     done = run_script(block, tmp_path, clean_env(tmp_path, ROUNDS="2"), timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:]
     tables = sorted((tmp_path / "fedplus_sweep").glob("*.csv"))
-    assert len(tables) == 13 + 3 * (6 + 2 + 2), tables
+    assert len(tables) == 13 + 3 * (6 + 2 + 5), tables
     for table in tables:
         rows = list(csv.DictReader(table.open()))
         assert sorted(r["algorithm"] for r in rows) == ["fedavg_plus", "fedgeomed_plus"], table
