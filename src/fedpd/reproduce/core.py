@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import itertools
@@ -134,7 +135,7 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
         raise ConfigError(f"--out {str(out)!r}: exists and is not a directory")
     held = records.load(out / "records") if out is not None else {}
     if budget is None:
-        budget = _budget_of(name, held) if report_only else "reduced"
+        budget = budget_of(name, held) if report_only else "reduced"
     if budget not in exp.budgets:
         raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
     b = exp.budgets[budget]
@@ -189,9 +190,12 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
                  cluster=cluster, on_done=lambda job, seconds, ran_on: record(
                      job, records.provenance(command, started, seconds, ran_on, commit)))
-    finally:  # also after a failure: the report shows what is recorded so far
-        readme = write_report(exp, b, specs, out, recorded)
-    return readme
+    except BaseException:  # a failure or Ctrl-C: the report shows what is recorded so far, and the error goes on
+        if recorded:
+            with contextlib.suppress(Exception):
+                write_report(exp, b, specs, out, recorded)
+        raise
+    return write_report(exp, b, specs, out, recorded)
 
 
 def _logged_invocations(out: Path) -> dict[str, dict]:
@@ -205,7 +209,7 @@ def _logged_invocations(out: Path) -> dict[str, dict]:
     return found
 
 
-def _budget_of(name: str, held: dict) -> str:
+def budget_of(name: str, held: dict) -> str:
     """The budget a report folder's records were made at (one line when none or several)."""
     budgets = sorted({r.budget for r in held.values()})
     if len(budgets) != 1:

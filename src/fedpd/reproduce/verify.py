@@ -120,7 +120,7 @@ def verify(name: str, out: str | Path, k: int, budget: str | None = None, rounds
         raise ConfigError(f"reproduce --verify {k} (allowed: 1 or more records)")
     exp = core.get(name)
     held = records.load(Path(out) / "records")
-    budget = budget or core._budget_of(name, held)
+    budget = budget or core.budget_of(name, held)
     if budget not in exp.budgets:
         raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
     specs = exp.runs(exp.budgets[budget])
