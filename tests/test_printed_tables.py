@@ -61,7 +61,8 @@ def test_list_shows_the_aggregators_under_their_own_heading(capsys, monkeypatch)
     code, out, _ = cli(["list"], capsys)
     assert code == 0 and widest(out) <= 80
     section = out.split("\naggregators:\n", 1)[1].split("\nsolvers:", 1)[0]
-    assert set(AGGREGATORS) == {"mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum"}
+    assert set(AGGREGATORS) == {"mean", "geometric_median", "coordinate_median", "trimmed_mean", "krum", "bulyan",
+                                "centered_clipping", "norm_bounding"}
     for name, entry in AGGREGATORS.items():
         assert f"  {name}  " in section, name
         assert " ".join(entry.description.split()[:3]) in " ".join(section.split()), name

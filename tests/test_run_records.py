@@ -116,11 +116,12 @@ def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys
     assert not any(tmp_path.iterdir())  # nothing written
 
 
-def test_a_report_of_part_of_the_budget_names_what_is_missing(tmp_path):
-    _smoke("fedpd_fig2", tmp_path)
-    keys = _keys("fedpd_fig2")
+@pytest.mark.parametrize("name", ["fedpd_fig2", "feddyn_fedpd"])
+def test_a_report_of_part_of_the_budget_names_what_is_missing(name, tmp_path):
+    _smoke(name, tmp_path)
+    keys = _keys(name)
     records.path_of(tmp_path / "records", keys[0]).unlink()
-    assert main(["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path), "--budget", "smoke"]) == 0
+    assert main(["reproduce", name, "--report-only", "--out", str(tmp_path), "--budget", "smoke"]) == 0
     text = (tmp_path / "README.md").read_text()
     assert f"**1 of the {len(keys)} runs are not recorded yet**" in text and f"`{keys[0]}`" in text
 

@@ -74,8 +74,7 @@ class FedDynFedPD(Experiment):
         rows, curves = [], {}
         for prob, run in COMPARISONS:
             dists = []
-            for a in results.select(problem=prob, variant=run):
-                b = next(r for r in results.select(problem=prob, variant="fedpd") if r.seed == a.seed)
+            for a, b in _pairs(results, prob, run):
                 ta, tb = a.trajectory(), b.trajectory()
                 d = ((ta - tb).norm(dim=1) / tb.norm(dim=1).clamp(min=1e-300)).tolist()
                 dists.append(d)
@@ -88,7 +87,7 @@ class FedDynFedPD(Experiment):
         for col, prob in enumerate(PROBLEMS):
             ax = axes[0][col]
             for (p, run), dists in curves.items():
-                if p != prob:
+                if p != prob or not dists:
                     continue
                 rounds = list(range(1, len(dists[0])))
                 mid = [math.exp(statistics.fmean(math.log(max(d[t], 1e-300)) for d in dists)) for t in rounds]
@@ -130,11 +129,16 @@ EXPECT = {("ls", "feddyn"): "identical (§3)", ("ls", "feddyn-k10"): "not covere
           ("logreg", "feddyn-k4"): "not covered"}
 
 
+def _pairs(results, prob, run):
+    """(run, FedPD p = 0's run) of each seed where both are recorded (a report of part of its budget)."""
+    ref = {r.seed: r for r in results.select(problem=prob, variant="fedpd") if r.records}
+    return [(a, ref[a.seed]) for a in results.select(problem=prob, variant=run) if a.records and a.seed in ref]
+
+
 def _distances(results, prob, run, which=max) -> dict[int, float]:
     """{seed: ``which`` (max, or a round index) of the relative distance to FedPD, p = 0}."""
     out = {}
-    for a in results.select(problem=prob, variant=run):
-        b = next(r for r in results.select(problem=prob, variant="fedpd") if r.seed == a.seed)
+    for a, b in _pairs(results, prob, run):
         ta, tb = a.trajectory(), b.trajectory()
         d = ((ta - tb).norm(dim=1) / tb.norm(dim=1).clamp(min=1e-300))
         out[a.seed] = d.max().item() if which is max else d[which].item()
