@@ -335,7 +335,7 @@ def trajectories(tmp_path, distances: dict, n: int = 3, rounds: int = 20) -> rep
             path = tmp_path / prob / "fedpd" / str(s)
             path.mkdir(parents=True)
             torch.save(base, path / "trajectory.pt")
-            out.append(run({"problem": prob, "variant": "fedpd"}, s, [], path))
+            out.append(run({"problem": prob, "variant": "fedpd"}, s, [{"round": rounds}], path))
     for (prob, variant), d in distances.items():
         for s in range(n):
             largest, last = d(s) if callable(d) else d
@@ -344,7 +344,7 @@ def trajectories(tmp_path, distances: dict, n: int = 3, rounds: int = 20) -> rep
             path = tmp_path / prob / variant / str(s)
             path.mkdir(parents=True)
             torch.save(base + shift, path / "trajectory.pt")
-            out.append(run({"problem": prob, "variant": variant}, s, [], path))
+            out.append(run({"problem": prob, "variant": variant}, s, [{"round": rounds}], path))
     return rep.Results(out)
 
 
