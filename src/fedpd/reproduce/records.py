@@ -41,6 +41,9 @@ SUFFIX, TRAJECTORY_SUFFIX = ".json.gz", ".trajectory.pt"
 
 @dataclass
 class Record:
+    """One finished run: its spec's key, group, seed and labels, the budget it ran at, the resolved
+    config, the metrics history (one dict per evaluation) and where, when and by what it ran."""
+
     key: str
     group: str
     seed: int
@@ -81,6 +84,10 @@ def path_of(folder: Path, key: str) -> Path:
     return Path(folder) / f"{key}{SUFFIX}"
 
 
+def trajectory_of(folder: Path, key: str) -> Path:
+    return Path(folder) / f"{key}{TRAJECTORY_SUFFIX}"
+
+
 def load(folder: Path) -> dict[str, Record]:
     """Every record under ``folder`` by key ({} when there is none); a file that is not a record is
     one line naming it."""
@@ -94,7 +101,7 @@ def load(folder: Path) -> dict[str, Record]:
             if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r} (this fedpd reads {FORMAT})")
             key = data["key"]
-            traj = Path(str(path)[: -len(SUFFIX)] + TRAJECTORY_SUFFIX)
+            traj = trajectory_of(folder, key)
             out[key] = Record.from_json(data, traj if traj.is_file() else None)
         except (OSError, ValueError, KeyError, TypeError, EOFError, gzip.BadGzipFile) as err:
             raise ConfigError(f"{path}: not a run record ({type(err).__name__}: {err})") from None
@@ -113,7 +120,7 @@ def write(folder: Path, spec, budget: str, config: dict, metrics: list[dict], pr
     target = path_of(folder, spec.key)
     target.parent.mkdir(parents=True, exist_ok=True)
     if trajectory is not None:
-        traj = Path(str(target)[: -len(SUFFIX)] + TRAJECTORY_SUFFIX)
+        traj = trajectory_of(folder, spec.key)
         tmp = traj.with_name(traj.name + ".tmp")
         shutil.copyfile(trajectory, tmp)
         os.replace(tmp, traj)
