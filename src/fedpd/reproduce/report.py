@@ -504,11 +504,6 @@ def provenance_table(records: Sequence) -> str:
     return md_table(["command", "fedpd commit", "machine", "runs", "finished (UTC)", "core-hours"], rows)
 
 
-def compute_seconds(results: Results) -> float:
-    """Seconds the runs computed, from their own ``wall_s`` (rounds and evaluations, one thread)."""
-    return sum(float(r.last.get("wall_s") or 0.0) for r in results.runs)
-
-
 VERDICTS = {True: "holds", False: "**fails**", None: "inconclusive at this budget"}
 
 

@@ -61,6 +61,7 @@ def agree(recorded, rerun, dtype: str) -> bool:
 
 def verify_record(record, rounds: int = 3) -> Verified:
     """Re-run ``record``'s config to its first evaluation at or after round ``rounds`` and compare."""
+    from fedpd.io import read_jsonl
     from fedpd.reproduce.spec import merge
     from fedpd.runner import run
 
@@ -72,8 +73,6 @@ def verify_record(record, rounds: int = 3) -> Verified:
     config = merge(record.config, {"run": {"rounds": max(upto, 1), "tensorboard": False}})
     with tempfile.TemporaryDirectory(prefix="fedpd-verify-") as tmp:
         run(config, Path(tmp) / "run", overwrite=True, progress=False)
-        from fedpd.io import read_jsonl
-
         again = {int(m["round"]): m for m in read_jsonl(Path(tmp) / "run" / "metrics.jsonl")}
     compared = 0
     for row in record.metrics:
