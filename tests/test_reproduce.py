@@ -271,3 +271,19 @@ def test_committed_reports_name_no_path_of_the_machine_that_made_them(report):
     lines += [r.provenance["command"] for r in records.load(report.parent / "records").values()]
     for line in lines:
         assert not re.search(r"--(data-dir|out)[= ]['\"]?(/|~)", line), f"{report.parent.name}: {line[:160]}"
+
+
+def test_runs_go_seed_by_seed(tmp_path, monkeypatch):
+    """A budget stopped part-way leaves whole seeds of every setting (what a paired report reads),
+    not every seed of the first settings: the runs go seed 0 of every setting, then seed 1, ..."""
+    order = []
+
+    def capture(work, *args, **kwargs):
+        order.extend(job.spec.seed for job in work)
+        raise KeyboardInterrupt  # nothing runs
+
+    monkeypatch.setattr(core, "run_jobs", capture)
+    with pytest.raises(KeyboardInterrupt):
+        core.reproduce("fedpd_fig2", "reduced", out=tmp_path / "r", jobs=1, progress=False)
+    assert len(order) == 28 and set(order) == {0, 1}
+    assert order == sorted(order)

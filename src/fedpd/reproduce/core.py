@@ -160,7 +160,9 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     if stale and progress:
         print(f"{len(stale)} records hold another config and are run again (first: {stale[0][0]}, {stale[0][1]} "
               "differs)", file=sys.stderr)
-    work = plan([s for s in specs if s.key not in recorded], out / "runs")
+    # seed-major: a budget stopped part-way leaves whole seeds of every setting, which a paired
+    # report can already read, rather than every seed of the first settings and none of the rest
+    work = plan(sorted((s for s in specs if s.key not in recorded), key=lambda s: s.seed), out / "runs")
     if not configs_only and cluster is None:  # on a cluster the nodes read the data, not this machine
         check_data(exp, b, data_dir)  # before anything is written
     out.mkdir(parents=True, exist_ok=True)
