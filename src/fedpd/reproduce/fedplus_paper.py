@@ -165,11 +165,16 @@ class FedPlusTable2(Experiment):
         rows = []
         for d in datasets:
             lower = d == "regression"
-            order = lambda vals: " > ".join(METHODS[m] for m in sorted(METHODS, key=lambda m: vals[m], reverse=not lower))  # noqa: E731
+            def order(vals):  # a method not recorded yet (nan) leaves no ranking
+                missing = sum(math.isnan(v) for v in vals.values())
+                if missing:
+                    return f"— ({len(vals) - missing} of {len(vals)} methods recorded)"
+                return " > ".join(METHODS[m] for m in sorted(METHODS, key=lambda m: vals[m], reverse=not lower))
             paper = order(dict(zip(METHODS, PAPER[d])))
             ours = {s: order({m: means[(s, d, m)] for m in METHODS}) for s in SETTINGS}
+            complete = not any(o.startswith("—") for o in ours.values())
             rows.append([DATASETS[d][0], paper, ours["paper"], ours["project"],
-                         "same" if ours["paper"] == ours["project"] else "**differ**"])
+                         "—" if not complete else "same" if ours["paper"] == ours["project"] else "**differ**"])
         sections.append("## Rankings (best first)\n\n" + rep.md_table(
             ["data set", "the paper's Table 2", "ours, paper setting", "ours, project setting",
              "paper vs project setting"], rows))

@@ -127,10 +127,9 @@ def seeds_of(runs: Iterable[Run]) -> str:
     """How many seeds the runs of each group have, for a table's caption: "3 seeds" (or "2–3 seeds
     per cell" when some runs are missing)."""
     counts: dict[str, int] = {}
-    for r in runs:
-        if r.records:
-            counts[r.spec.group] = counts.get(r.spec.group, 0) + 1
-    if not counts:
+    for r in runs:  # a group none of whose runs is recorded yet counts as 0
+        counts[r.spec.group] = counts.get(r.spec.group, 0) + bool(r.records)
+    if not any(counts.values()):
         return "no runs"
     lo, hi = min(counts.values()), max(counts.values())
     return f"n = {hi} seed{'s' * (hi != 1)}" if lo == hi else f"n = {lo}–{hi} seeds per cell"
