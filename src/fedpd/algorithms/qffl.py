@@ -55,6 +55,7 @@ class QFFL(Algorithm):
     means_only = True  # Σ Δ_k / Σ h_k = mean Δ_k / mean h_k
     model_uploads = ()
     update_uploads = ("delta",)  # Δ_k is an update (about w^t); h_k a scalar attacks leave alone
+    statistic_uploads = ("h",)  # neither a model nor an update: client-level DP cannot clip it (refused)
 
     def __init__(self, q: float = 1.0, lipschitz: float = 0.0):
         self.q, self.lipschitz = q, lipschitz
