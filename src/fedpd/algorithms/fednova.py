@@ -41,6 +41,7 @@ import torch
 from pydantic import Field
 
 from fedpd.algorithms import Algorithm, LocalObjective, Options, expand
+from fedpd.errors import ConfigError  # fedpd.ConfigError, from where it is defined (fedpd imports the built-ins)
 
 
 class FedNovaOptions(Options):
@@ -77,8 +78,6 @@ class FedNova(Algorithm):
     def setup(self, info, solver):
         self.local_solver = solver  # whether the participants send ‖a_i‖₁ (stragglers), known from the config
         if self.mu and solver.momentum:
-            from fedpd import ConfigError  # here: fedpd's package imports the algorithms
-
             raise ConfigError(f"algorithm.mu = {self.mu:g} with solver.momentum = {solver.momentum:g}: FedNova's "
                               f"a_i covers momentum or the proximal term, not both (allowed: one of them 0)")
 
