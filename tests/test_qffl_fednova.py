@@ -50,7 +50,8 @@ def run_pair(a: dict, b: dict, solver: dict, rounds: int = 3):
 def test_qffl_two_rounds_by_hand(q, lipschitz):
     """Δw_k = L(w − w̄_k), Δ_k = F_k^q(w)Δw_k, h_k = qF_k^{q−1}(w)‖Δw_k‖² + L F_k^q(w),
     w ← w − Σ_k Δ_k / Σ_k h_k over the round's participants; L = 1/η unless given."""
-    sim = simulation({"name": "qffl", "q": q, "lipschitz": lipschitz}, solver={"name": "gd", "lr": LR, "local_steps": Q},
+    solver = {"name": "gd", "lr": LR, "local_steps": Q}
+    sim = simulation({"name": "qffl", "q": q, "lipschitz": lipschitz}, solver=solver,
                      sampler={"name": "uniform", "clients_per_round": 3})
     L = lipschitz or 1 / LR
     w = sim.server["x0"].clone()

@@ -5,16 +5,17 @@ federated optimization", NeurIPS 2020. A client i that takes τ_i local steps fr
 
     Δ_i = x_i − x^{(t,0)} = −η G_i a_i,
 
-G_i = [g_i(x^{(t,0)}), …, g_i(x^{(t,τ_i−1)})] its stochastic gradients and a_i ∈ R^{τ_i} the weights
-its local solver gives them (Sec. 4, the general framework). FedAvg's x ← x + Σ_i p_i Δ_i then
-weighs client i by p_i ‖a_i‖₁ — with unequal τ_i it minimises the surrogate Σ_i p_i τ_i F_i / Σ_j p_j τ_j
-instead of Σ_i p_i F_i (the objective inconsistency, Sec. 3). FedNova (Sec. 5) normalises each
-update by ‖a_i‖₁ and steps with the effective number of steps:
+G_i = [g_i(x^{(t,0)}), …, g_i(x^{(t,τ_i−1)})] its stochastic gradients and a_i ∈ R^{τ_i} the
+weights its local solver gives them (the general update rule of the paper's analysis framework).
+FedAvg's x ← x + Σ_i p_i Δ_i then weighs client i by p_i ‖a_i‖₁: with unequal τ_i (plain SGD) it
+minimises the surrogate Σ_i p_i τ_i F_i / Σ_j p_j τ_j instead of Σ_i p_i F_i — the objective
+inconsistency. FedNova, the paper's method, normalises each update by ‖a_i‖₁ and steps with the
+effective number of steps:
 
     d_i = G_i a_i / ‖a_i‖₁,   τ_eff = Σ_i p_i ‖a_i‖₁,
     x^{(t+1,0)} = x^{(t,0)} − τ_eff Σ_i p_i η d_i = x^{(t,0)} + τ_eff Σ_i p_i Δ_i / ‖a_i‖₁.
 
-The a_i of the local solvers here (Sec. 4's examples):
+The a_i of the local solvers here (the paper's examples of a_i):
 
 * plain (S)GD: a_i = [1, …, 1], ‖a_i‖₁ = τ_i;
 * heavy-ball momentum ρ (``solver.momentum``, the buffer reset each round):
@@ -50,8 +51,8 @@ class FedNovaOptions(Options):
 
 
 def a_norm(steps: torch.Tensor, lr: float, momentum: float = 0.0, mu: float = 0.0) -> torch.Tensor:
-    """‖a_i‖₁ of τ_i = ``steps`` local steps of step size ``lr`` (module docstring; Wang et al.,
-    Sec. 4): τ_i for plain steps, with heavy-ball ``momentum`` ρ or the proximal ``mu`` μ."""
+    """‖a_i‖₁ of τ_i = ``steps`` local steps of step size ``lr`` (module docstring; Wang et al.'s
+    examples of a_i): τ_i for plain steps, with heavy-ball ``momentum`` ρ or the proximal ``mu`` μ."""
     tau = steps.double()
     if momentum:
         rho = momentum
@@ -63,8 +64,9 @@ def a_norm(steps: torch.Tensor, lr: float, momentum: float = 0.0, mu: float = 0.
 
 
 class FedNova(Algorithm):
-    """FedNova (Wang, Liu, Liang, Joshi, Poor, NeurIPS 2020, Sec. 5): x ← x + τ_eff Σ_i p_i Δ_i/‖a_i‖₁,
-    τ_eff = Σ_i p_i ‖a_i‖₁, with a_i of (S)GD, momentum or FedProx's proximal step (module docstring)."""
+    """FedNova (Wang, Liu, Liang, Joshi, Poor, NeurIPS 2020; arXiv:2007.07481):
+    x ← x + τ_eff Σ_i p_i Δ_i/‖a_i‖₁, τ_eff = Σ_i p_i ‖a_i‖₁, with a_i of (S)GD, momentum or
+    FedProx's proximal step (module docstring)."""
 
     name = "fednova"
     description = "FedNova: average the local updates normalised by each client's steps, times the mean steps"
