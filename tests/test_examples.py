@@ -87,8 +87,9 @@ def test_example_runs_two_rounds(path, tmp_path):
 
 
 # --- docs/algorithms.md: floats per round -------------------------------------------------------
-def documented_floats() -> dict[str, tuple[int, int]]:
-    """{algorithm: (up, down) per participant in units of d} from the "All algorithms" table."""
+def documented_floats() -> dict[str, tuple[int, int, int]]:
+    """{algorithm: (up, down, extra up) per participant} from the "All algorithms" table: up and down
+    in units of d, extra up in floats ("d + 1 / d": q-FFL's h_i)."""
     text = (ROOT / "docs" / "algorithms.md").read_text()
     table = text.split("## All algorithms", 1)[1].split("\n## ", 1)[0]
     out = {}
@@ -96,9 +97,10 @@ def documented_floats() -> dict[str, tuple[int, int]]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         name = re.fullmatch(r"`(\w+)`", cells[0])
         if name:
-            counts = re.match(r"(\d*d|0) / (\d*d|0)", cells[5])
+            counts = re.match(r"(\d*d|0)(?: \+ (\d+))? / (\d*d|0)", cells[5])
             assert counts, line
-            out[name.group(1)] = tuple(0 if c == "0" else int(c[:-1] or 1) for c in counts.groups())
+            up, extra, down = counts.groups()
+            out[name.group(1)] = (*(0 if c == "0" else int(c[:-1] or 1) for c in (up, down)), int(extra or 0))
     return out
 
 
@@ -119,9 +121,9 @@ def test_docs_floats_per_round_match_the_counter(name):
     sim.step()  # round 0 may differ (Parallel SAGA's initial pass over every client): count round 1
     up0, down0 = sim.comm.uplink_floats, sim.comm.downlink_floats
     sim.step()
-    up, down = documented_floats()[name]
+    up, down, extra = documented_floats()[name]
     assert sim.comm.comm_rounds == (2 if (up, down) != (0, 0) else 0)
-    assert (sim.comm.uplink_floats - up0, sim.comm.downlink_floats - down0) == (up * k * d, down * k * d)
+    assert (sim.comm.uplink_floats - up0, sim.comm.downlink_floats - down0) == (up * k * d + extra * k, down * k * d)
 
 
 @pytest.mark.parametrize("name", ["fedavg", "ditto", "fedavg_plus", "fedplus_fedavg"])

@@ -84,7 +84,7 @@ def test_metrics_do_not_depend_on_chunking_or_order(name, tmp_path, request):
         assert records == reference, f"client_chunk / order {key!r} changed the metrics"
 
 
-@pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedpd", "afedpd", "fedplus", "apfl", "perfedavg"])
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedpd", "afedpd", "fedplus", "apfl", "perfedavg", "qffl"])
 def test_per_client_execution_is_executor_independent_and_agrees_with_vectorised(name, tmp_path, request):
     """run.execution = "per_client" (large models' way: one client at a time through the module)
     gives one result in any order and on remote nodes, and the vectorised numbers to rounding."""

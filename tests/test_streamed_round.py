@@ -24,7 +24,7 @@ PROBLEM = {"name": "synthetic", "clients": 9, "dim": 5, "classes": 3, "max_clien
 SGD = {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4, "straggler_fraction": 0.4}
 MEANS_ONLY = ("fedavg", "fedprox", "fedsam", "ditto", "perfedavg", "scaffold", "fedcm", "fedpd", "feddyn", "fedadmm",
               "afedpd", "afedpdsam", "fedspeed", "fedpd_vr", "primal_dual", "parallel_admm", "stochastic_admm",
-              "fedavgm", "fedadagrad", "fedadam", "fedyogi")
+              "fedavgm", "fedadagrad", "fedadam", "fedyogi", "qffl", "fednova")
 
 
 def run(name: str, streamed: bool, monkeypatch, chunk: int = 0, rounds: int = 3):

@@ -41,7 +41,9 @@ class FederationInfo:
 @dataclass
 class ClientContext:
     """A client rule's view of one call: the clients ``ids`` (one row each), the round, their own
-    training data and the local solver. ``rng(purpose)`` gives each client its own stream."""
+    training data and the local solver. ``rng(purpose)`` gives each client its own stream;
+    ``loss(x)`` and ``gradient(x)`` each client's objective f_i and its gradient at given points
+    (counted as computation, as the solver's steps are)."""
 
     ids: Tensor  # int64 [K]
     round: int
@@ -56,6 +58,31 @@ class ClientContext:
         n = self._calls.get(purpose, 0)
         self._calls[purpose] = n + 1
         return ClientStreams.of(self.seed, purpose, self.round, self.ids).child(n)
+
+    def loss(self, x: Tensor, batch: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+        """f_i at x of every client of the call, [K]: row k is client ``ids[k]``'s mean loss (plus
+        the regulariser) at x[k] ([K, d]; a [d] point is every client's). On all its own training
+        samples, or on ``batch`` = (X, Y, W) drawn from its own data (``data.minibatch(B, rng)``).
+        Computed the way the solver's gradients are (``run.execution``) and counted like them: every
+        real sample adds one to ``sample_grads``."""
+        x = self._rows(x)
+        return self.data.loss(x, *(self.data.all() if batch is None else batch))
+
+    def gradient(self, x: Tensor, batch: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+        """∇f_i at x of every client of the call, [K, d], on the samples :meth:`loss` reads: the
+        solver's own gradient call (``run.execution``), counted in ``sample_grads`` as its steps are."""
+        x = self._rows(x)
+        return self.data.gradient(x, *(self.data.all() if batch is None else batch))
+
+    def _rows(self, x: Tensor) -> Tensor:
+        """x as [K, d]: a [d] point repeated for every client (a view)."""
+        k = self.ids.numel()
+        if x.dim() == 1:
+            return x.unsqueeze(0).expand(k, *x.shape)
+        if x.dim() != 2 or x.shape[0] != k:
+            raise ValueError(f"a point for the clients of the call must be [d] or [K, d] with K = {k}, got "
+                             f"{list(x.shape)}")
+        return x
 
     def select(self, rows: Tensor) -> "ClientContext":
         """The context of some of the clients (``rows``: a bool mask or indices into ``ids``)."""

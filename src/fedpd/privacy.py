@@ -229,6 +229,9 @@ def _refusal(algorithm: Algorithm, sampler_name: str, x0: torch.Tensor) -> str:
     if "x0" not in probe:
         return ("its uploads are not relative to a model the server sent (FedPD's clients keep their own anchors), "
                 "so their change cannot be clipped")
+    statistics = getattr(algorithm, "statistic_uploads", ())  # e.g. q-FFL's h_k
+    if statistics:
+        return f"it uploads {statistics[0]!r}, a per-client statistic that is neither a model nor an update, unclipped"
     if getattr(getattr(algorithm, "local_solver", None), "straggler_fraction", 0) > 0:
         return "with stragglers it uploads each client's step count unclipped (allowed: solver.straggler_fraction = 0)"
     if sampler_name == "bernoulli" and getattr(algorithm, "reads_participant_count", False):

@@ -18,7 +18,8 @@ from typing import Callable
 from pydantic import BaseModel
 
 from fedpd import aggregators, attacks, models, plugins, sampling, solvers
-from fedpd.algorithms import fedavg, fedcm, fedopt, fedpd_vr, fedplus, personalized, primal_dual, sam, scaffold, xu
+from fedpd.algorithms import (fedavg, fedcm, fednova, fedopt, fedpd_vr, fedplus, personalized, primal_dual, qffl, sam,
+                              scaffold, xu)
 from fedpd.algorithms.base import Algorithm
 from fedpd.options import NoOptions, Options
 from fedpd.problems import dataset, fedplus as fedplus_problems, synthetic
@@ -41,7 +42,7 @@ def _table(*things) -> dict[str, Entry]:
 ALGORITHMS = _table(
     fedavg.FedAvg, fedavg.FedProx, fedopt.FedAvgM, fedopt.FedAdagrad, fedopt.FedAdam, fedopt.FedYogi, scaffold.Scaffold,
     primal_dual.FedPD, primal_dual.FedDyn, primal_dual.FedADMM, primal_dual.AFedPD, primal_dual.PrimalDual,
-    sam.FedSAM, sam.AFedPDSAM, sam.FedSpeed, fedcm.FedCM, fedpd_vr.FedPDVR,
+    sam.FedSAM, sam.AFedPDSAM, sam.FedSpeed, fedcm.FedCM, fedpd_vr.FedPDVR, fednova.FedNova, qffl.QFFL,
     xu.ParallelSAGA, xu.StochasticSAGA, xu.ParallelADMM, xu.StochasticADMM,
     fedplus.FedPlus, fedplus.FedAvgPlus, fedplus.FedGeoMedPlus, fedplus.FedCoMedPlus, fedplus.FedPlusLocal,
     fedplus.FedPlusFedAvg, fedplus.FedPlusRFA, fedplus.FedPlusCoMed, fedplus.FedPlusFedProx,

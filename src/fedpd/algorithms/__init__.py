@@ -5,16 +5,19 @@ sees, what each returns: its docstring) or one of the built-ins below, and is na
 by its import path (``algorithm.name = "my_algorithms:MyFedAvg"``). The pieces a rule uses:
 
 * :class:`ClientContext` (``local``, ``receive``): the clients' ids, the round, their own data
-  (``ctx.data``), the local solver (``ctx.solver.solve(ctx, x_start, LocalObjective(...))``) and
-  their random streams (``ctx.rng(purpose)``); :class:`ServerContext` (``aggregate``): the
+  (``ctx.data``), their own objective and its gradient at given points (``ctx.loss(x)``,
+  ``ctx.gradient(x)``, counted as computation), the local solver
+  (``ctx.solver.solve(ctx, x_start, LocalObjective(...))``) and their random streams
+  (``ctx.rng(purpose)``); :class:`ServerContext` (``aggregate``): the
   senders' ids, the round, N; :class:`FederationInfo` (``setup``): N, d, the model's layout;
 * :class:`LocalObjective`: the terms ⟨v, x⟩ + (μ/2)‖x − c‖² an algorithm adds to f_i;
 * :class:`Options` (pydantic, with :func:`refuse` for cross-field rules): the config options;
 * :func:`expand`, :func:`mean_sq_dist`, :func:`with_metrics`: row helpers on ``[K, d]``.
 
 The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`) is
-written with these public names only, as a user's algorithm is; it imports this package, so it
-is not re-exported here (``from fedpd.algorithms.fedopt import FedAdam``).
+written with these public names only, as a user's algorithm is; so are q-FFL
+(:mod:`fedpd.algorithms.qffl`) and FedNova (:mod:`fedpd.algorithms.fednova`). They import this
+package, so they are not re-exported here (``from fedpd.algorithms.fedopt import FedAdam``).
 """
 
 from fedpd.algorithms.base import Algorithm, ClientStates, State, expand, mean_sq_dist, with_metrics

@@ -73,7 +73,8 @@ class Algorithm:
     ``communicates``     server state, round, a seeded generator whether this round uploads (default True)
     ``broadcast``        server state                            the message to each participant (counted)
     ``local``            message, the clients' states [K, ...],   (uploads [K, ...], new client states)
-                         :class:`ClientContext`                  (uploads counted)
+                         :class:`ClientContext` (``loss(x)``,    (uploads counted)
+                         ``gradient(x)``: their own f_i, ∇f_i)
     ``aggregate``        server state, accepted uploads,          (new server state, reply to the senders)
                          :class:`ServerContext`                  (reply counted)
     ``receive``          client states, reply, ClientContext     the client states after the reply

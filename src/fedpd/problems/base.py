@@ -236,19 +236,44 @@ class Problem:
         linear = softmax_regression(self)
         if linear is not None:
             return softmax_regression_gradients(linear, x, X, Y, W)
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(self._vectorised_losses(x, X, Y, W).sum(), x)
+        return g
+
+    def _vectorised_losses(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor) -> Tensor:
+        """f_k at x_k for every row k: the weighted mean loss of the ``vmap``-ed forward (+ r)."""
         forward = self.__dict__.get("_vmapped_model")
         if forward is None:
             forward = self.__dict__["_vmapped_model"] = vmap(self.model)
-        with torch.enable_grad():
-            x = x.detach().requires_grad_(True)
-            outputs = forward(x, X)
-            k, b = Y.shape[:2]
-            per_sample = self.loss(outputs.reshape(k * b, *outputs.shape[2:]), Y.reshape(k * b)).reshape(k, b)
-            value = (per_sample * W).sum(1) / W.sum(1)
-            if self.regularizer is not None:
-                value = value + vmap(self.regularizer)(x)
-            (g,) = torch.autograd.grad(value.sum(), x)
-        return g
+        outputs = forward(x, X)
+        k, b = Y.shape[:2]
+        per_sample = self.loss(outputs.reshape(k * b, *outputs.shape[2:]), Y.reshape(k * b)).reshape(k, b)
+        value = (per_sample * W).sum(1) / W.sum(1)
+        if self.regularizer is not None:
+            value = value + vmap(self.regularizer)(x)
+        return value
+
+    def losses(self):
+        """f_i at x for a leading axis of clients: (x [K, d], X [K, B, ...], Y [K, B], W [K, B] or
+        None) -> [K], computed the way :meth:`gradients` computes ∇f_i (``per_client``: one client at
+        a time through the module; else the ``vmap``-ed forward), without autograd. Not counted:
+        :meth:`ClientData.loss` counts it."""
+        return self._per_client_losses if self.per_client else self._client_losses
+
+    def _per_client_losses(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor | None) -> Tensor:
+        out = x.new_empty(x.shape[0])
+        with torch.no_grad():
+            for k in range(x.shape[0]):
+                value = self._module_loss(x[k], X[k], Y[k], None if W is None else W[k])
+                out[k] = value if self.regularizer is None else value + self.regularizer(x[k])
+        return out
+
+    def _client_losses(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor | None) -> Tensor:
+        if W is None:  # every sample weighs 1
+            W = self._unit_weights(Y.shape[:2], self.train.weight_dtype, Y.device)
+        with torch.no_grad():
+            return self._vectorised_losses(x, X, Y, W)
 
     def count(self, W: Tensor | None, active: Tensor | None = None, batch: tuple[int, int] = (0, 0)) -> None:
         """Add the real samples of a gradient call to ``sample_grads`` (rows ``active`` only:
@@ -377,6 +402,12 @@ class ClientData:
         allocated per step); the caller must not keep the result past its next use of the buffer."""
         self._problem.count(W, active, Y.shape[:2])
         return self._problem.gradients()(x, X, Y, W, out)
+
+    def loss(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None) -> Tensor:
+        """f at x [M, d] on (X, Y, W) per leading row, [M], counted as :meth:`gradient` counts (each
+        real sample of rows ``active`` adds one to ``sample_grads``: a forward pass over it)."""
+        self._problem.count(W, active, Y.shape[:2])
+        return self._problem.losses()(x, X, Y, W)
 
     def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float, grad_sq: bool = False) -> Tensor | None:
         """x ← x − lr·∇f at x [M, d], in place, per row (every row takes the step), counted: the
