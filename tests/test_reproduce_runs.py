@@ -127,3 +127,20 @@ def test_the_readme_section_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert len(records.load(tmp_path / "feddyn_part" / "records")) == 9
     assert "Every one of the 9 runs is recorded." in (tmp_path / "feddyn_part" / "README.md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the record would re-run there")
+def test_a_record_made_on_a_gpu_is_verified_on_the_cpu(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert main(["reproduce", NAME, "--budget", "smoke", "--out", str(out), "--jobs", "1", "--quiet",
+                 "--runs", "logreg/fedpd/*"]) == 0
+    path = records.path_of(out / "records", "logreg/fedpd/s0")
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    raw["config"]["run"]["device"] = "cuda"  # as a GPU machine writes it (run.device is how, not what)
+    path.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    capsys.readouterr()
+    assert main(["reproduce", NAME, "--out", str(out), "--verify", "1"]) == 0
+    assert capsys.readouterr().out.startswith("1 of 1 records agree")
+    raw["metrics"]["train_loss"] = [v * 1.01 for v in raw["metrics"]["train_loss"]]  # and a changed number fails
+    path.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    assert main(["reproduce", NAME, "--out", str(out), "--verify", "1"]) == 1
