@@ -85,6 +85,8 @@ def test_estimate_and_verify_take_the_pattern(tmp_path, capsys):
     capsys.readouterr()
     assert main(["reproduce", NAME, "--out", str(out), "--verify", "5", "--runs", "logreg/*"]) == 0
     assert capsys.readouterr().out.startswith("1 of 1 records agree")
+    assert main(["reproduce", NAME, "--out", str(out), "--verify", "1", "--set", "run.device=cpu"]) == 2
+    assert "--set applies to runs made now" in capsys.readouterr().err
 
 
 def test_set_changes_how_runs_execute_and_their_records_count_as_the_experiments(tmp_path, capsys):

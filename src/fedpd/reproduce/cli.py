@@ -42,6 +42,9 @@ def cmd_reproduce(args) -> int:
 
         if args.out is None:
             raise FedpdError("fedpd reproduce --verify: give --out, the report folder that holds the records")
+        if args.set:
+            raise FedpdError("fedpd reproduce --verify: re-runs each record as it ran (on the CPU when its device is "
+                             "not here); --set applies to runs made now")
         found = verify(args.name, args.out, args.verify, budget=args.budget, rounds=args.verify_rounds,
                        seed=args.verify_seed, data_dir=args.data_dir, progress=not args.quiet, runs=args.runs)
         bad = [v for v in found if not v.ok]
