@@ -70,6 +70,8 @@ BLOCKS = {
         "exempt", "a benchmark of 10^6 clients, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/big_state.py"): (
         "exempt", "a benchmark that writes 40 GB, run by hand"),
+    ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/gpu_afedpd.py"): (
+        "exempt", "needs a CUDA GPU and CIFAR-10; tests/test_gpu_script.py runs its --smoke mode on the CPU"),
 }
 
 #: how a command begins: a line of an untagged block that starts so is a command the inventory would miss

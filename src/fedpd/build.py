@@ -47,6 +47,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def exact_float32(device: torch.device) -> None:
+    """On a CUDA device, float32 computed in float32: no TF32 in convolutions or matrix products.
+    PyTorch lets cuDNN convolutions use TF32 by default (10-bit mantissas, about 1e-3 relative), so
+    a LeNet run on a GPU would drift from the same run on a CPU by more than the 1e-4 that
+    ``fedpd reproduce --verify`` allows a float32 record; without it the two differ only in the
+    order of a sum's terms. (Process-wide flags: a run's process makes one device's runs.)"""
+    if device.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 #: ``run.execution = "auto"``: models with more parameters than this train one client at a time
 #: through the module (per client), smaller ones vectorised over the clients of a chunk. Measured
 #: with benchmarks/side_by_side.py (docs/performance.md): logistic regression (7 850 parameters)

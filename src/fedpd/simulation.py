@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from fedpd.algorithms.base import Algorithm
-from fedpd.build import build, build_attack, build_problem, build_store, resolve_device
+from fedpd.build import build, build_attack, build_problem, build_store, exact_float32, resolve_device
 from fedpd.checks import check_against_problem
 from fedpd.config import Config, load_config
 from fedpd.disk_store import DiskStore, default_store_dir
@@ -47,6 +47,7 @@ class Simulation:
     def __init__(self, cfg: Config, workdir: Path | None = None, transport=None):
         self.cfg = cfg
         self.device = resolve_device(cfg.run.device)
+        exact_float32(self.device)  # a GPU's record verifies against a CPU re-run
         self.problem = build_problem(cfg, self.device)
         self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients

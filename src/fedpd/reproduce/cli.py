@@ -32,7 +32,7 @@ def cmd_reproduce(args) -> int:
     if args.estimate is not None:
         args.budget = args.budget or "reduced"
         found = core.estimate(args.name, budget=args.budget, rounds=args.estimate, data_dir=args.data_dir,
-                              progress=not args.quiet)
+                              progress=not args.quiet, runs=args.runs, options=args.set)
         print(f"{args.name} --budget {args.budget}: {found['runs']} runs, about {found['core_hours']:.2f} core-hours "
               f"(CPU time of {found['measured']} setting{'s' * (found['measured'] != 1)} measured over {args.estimate} "
               f"round{'s' * (args.estimate != 1)} each, extrapolated to every run's rounds and evaluations)")
@@ -42,8 +42,11 @@ def cmd_reproduce(args) -> int:
 
         if args.out is None:
             raise FedpdError("fedpd reproduce --verify: give --out, the report folder that holds the records")
+        if args.set:
+            raise FedpdError("fedpd reproduce --verify: re-runs each record as it ran (on the CPU when its device is "
+                             "not here); --set applies to runs made now")
         found = verify(args.name, args.out, args.verify, budget=args.budget, rounds=args.verify_rounds,
-                       seed=args.verify_seed, data_dir=args.data_dir, progress=not args.quiet)
+                       seed=args.verify_seed, data_dir=args.data_dir, progress=not args.quiet, runs=args.runs)
         bad = [v for v in found if not v.ok]
         print(f"{len(found) - len(bad)} of {len(found)} records agree with a re-run of their first rounds"
               + (f"; {bad[0].key} differs: {bad[0].mismatch}" if bad else ""))
@@ -53,7 +56,7 @@ def cmd_reproduce(args) -> int:
         readme = core.reproduce(args.name, budget=args.budget, out=args.out, jobs=args.jobs, data_dir=args.data_dir,
                                 progress=not args.quiet, keep_checkpoints=args.keep_checkpoints,
                                 configs_only=args.configs_only, cluster=cluster, report_only=args.report_only,
-                                command=core.recorded_command(args.argv[1:]))
+                                command=core.recorded_command(args.argv[1:]), runs=args.runs, options=args.set)
     except KeyboardInterrupt:
         print("fedpd: interrupted (complete runs are kept, the others resume from their last checkpoint: run the "
               "same command again)", file=sys.stderr)
@@ -76,6 +79,16 @@ def add_reproduce_parser(sub) -> None:
                    "(a cluster). With --report-only or --verify: the budget the records are of")
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
+    p.add_argument("--runs", metavar="PATTERNS", help="run only the runs whose key (as the progress lines show it, "
+                   "GROUP/sSEED: cifar10-lenet/dir0.1/fedavg/s0) matches one of these comma-separated globs; a "
+                   "pattern may match the key's last parts ('dir0.1/*/s0', '*/afedpd/*'). Records accumulate in "
+                   "--out: the rest run later (the same command with other patterns, or none), and the report "
+                   "meanwhile lists the runs not recorded yet. With --estimate: these runs' cost; with --verify: "
+                   "among these runs' records")
+    p.add_argument("--set", action="append", metavar="run.KEY=VALUE", help="how the runs made now execute "
+                   "(repeatable; run.device=cuda; allowed: run.device, run.threads, run.workers, run.client_chunk and the "
+                   "rest of the README's RESUMABLE list but run.rounds). Not what they compute, so "
+                   "their records count as the experiment's wherever they ran")
     p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")
     add_cluster_options(p)
     p.add_argument("--data-dir", help="datasets folder (default $FEDPD_DATA; with --ray, the same path on every node)")

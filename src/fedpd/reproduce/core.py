@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import fnmatch
 import gc
 import itertools
 import os
@@ -18,7 +20,7 @@ from fedpd.errors import ConfigError
 from fedpd.io import atomic_write_text
 from fedpd.reproduce import report as rep
 from fedpd.reproduce import records
-from fedpd.config import load_config
+from fedpd.config import RESUMABLE, apply_overrides, load_config
 from fedpd.io import read_jsonl
 from fedpd.reproduce.execute import (CONFIG, METRICS, TRAJECTORY, _environment, default_jobs, plan, run_jobs,
                                      validate)
@@ -108,10 +110,71 @@ def check_data(exp: Experiment, budget, data_dir: str | None) -> None:
                               f"give --data-dir or set FEDPD_DATA to the folder that holds it")
 
 
+def select(specs: list, runs: str | None, name: str) -> list:
+    """The runs of ``specs`` that ``runs`` picks (None: every run): comma-separated glob patterns
+    (:mod:`fnmatch`, ``*`` also crossing "/") on the run key as the progress lines show it
+    (``GROUP/sSEED``, e.g. ``cifar10-lenet/dir0.1/fedavg/s0``); a pattern may match the whole key
+    or its last parts (``dir0.1/*/s0``, ``fedavg/*``). A pattern that matches no run is one line
+    listing a few keys: a typo must not silently run less than asked."""
+    if runs is None:
+        return list(specs)
+    patterns = [p.strip() for p in runs.split(",") if p.strip()]
+    if not patterns:
+        raise ConfigError(f"reproduce {name} --runs {runs!r}: no pattern (e.g. --runs 'dir0.1/*/s0')")
+
+    def tails(key: str) -> list[str]:
+        parts = key.split("/")
+        return ["/".join(parts[i:]) for i in range(len(parts))]
+
+    chosen = set()
+    for pattern in patterns:
+        hit = {s.key for s in specs if any(fnmatch.fnmatchcase(t, pattern) for t in tails(s.key))}
+        if not hit:
+            some = [s.key for s in specs[:: max(1, len(specs) // 4)]][:4]
+            raise ConfigError(f"reproduce {name} --runs: {pattern!r} matches none of the {len(specs)} runs (their keys "
+                              f"look like {', '.join(some)})")
+        chosen |= hit
+    return [s for s in specs if s.key in chosen]
+
+
+#: run options ``fedpd reproduce --set`` may change: how a run is executed, not what it computes
+#: (a record's config then still matches the experiment's, :meth:`fedpd.config.Config.fingerprint`);
+#: not run.rounds, the budget's
+EXECUTION = tuple(k for k in RESUMABLE if k != "rounds")
+
+
+def run_options(options: list[str] | tuple[str, ...] | None, name: str) -> list[str]:
+    """``--set run.KEY=VALUE`` items checked: only :data:`EXECUTION` keys (one line otherwise)."""
+    for item in options or ():
+        key = item.partition("=")[0].strip()
+        section, _, option = key.partition(".")
+        if "=" not in item or section != "run" or option not in EXECUTION:
+            raise ConfigError(f"reproduce {name} --set {item!r}: only how the runs execute may be set (allowed: "
+                              f"{', '.join('run.' + k for k in EXECUTION)}, as run.KEY=VALUE); what they compute is "
+                              "the experiment's")
+    return list(options or ())
+
+
+def with_options(spec, options: list[str]):
+    """``spec`` with the ``--set`` execution options applied to its config."""
+    return dataclasses.replace(spec, config=apply_overrides(spec.config, options)) if options else spec
+
+
+def check_devices(cfgs, name: str) -> None:
+    """Every run.device the runs name is present here (before anything is written or runs)."""
+    from fedpd.build import resolve_device
+
+    for device in sorted({c.run.device for c in cfgs}):
+        try:
+            resolve_device(device)
+        except ConfigError as err:
+            raise ConfigError(f"reproduce {name}: {err}") from None
+
+
 def reproduce(name: str, budget: str | None = None, out: str | Path | None = None, jobs: int | None = None,
               data_dir: str | None = None, progress: bool = True, keep_checkpoints: bool = False,
               configs_only: bool = False, command: str | None = None, cluster=None,
-              report_only: bool = False) -> Path:
+              report_only: bool = False, runs: str | None = None, options: list[str] | None = None) -> Path:
     """Run experiment ``name`` at ``budget`` (default "reduced") and write its report into ``out``
     (default ``reproductions/<name>-<budget>``); returns the README's path.
 
@@ -121,9 +184,19 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     ``report_only``: run nothing, render the report from the records alone (the budget, when not
     given, is the one the records name). ``configs_only``: write the resolved configs and stop;
     ``cluster``: run each run as a task on a Ray cluster (:class:`fedpd.reproduce.cluster.Cluster`;
-    the run directories come back into ``out``)."""
+    the run directories come back into ``out``). ``runs``: run only the runs these patterns pick
+    (:func:`select`; the others' records, if any, still make the report, which lists the runs not
+    recorded yet); ``options``: ``--set run.KEY=VALUE`` items of how the runs made now execute
+    (:data:`EXECUTION`, e.g. ``run.device=cuda``), which leave the report's configs as they are."""
     exp = get(name)
     out_given = out is not None
+    options = run_options(options, name)
+    if runs is not None and (report_only or configs_only):
+        raise ConfigError("reproduce --runs: picks the runs to run (or --estimate, --verify); --report-only and "
+                          "--configs-only take every run of the budget")
+    if options and (report_only or configs_only):
+        raise ConfigError("reproduce --set: sets how the runs made now execute; --report-only and --configs-only "
+                          "run nothing (the configs they write are the experiment's)")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"reproduce: --jobs {jobs} (allowed: 1 or more)")
     if report_only and (configs_only or cluster is not None):
@@ -142,15 +215,16 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     out = out if out is not None else Path("reproductions") / f"{name}-{budget}"
     specs = exp.runs(b)
     cfgs = validate(specs)  # every config checked before anything is written
+    chosen = {s.key for s in select(specs, runs, name)}
     recorded, stale = {}, []
     for spec, cfg in zip(specs, cfgs):
         rec = held.get(spec.key)
         if rec is not None:
             differs = rec.config_difference(cfg)
-            if differs:
-                stale.append((spec.key, differs))
-            else:
+            if not differs:
                 recorded[spec.key] = rec
+            elif spec.key in chosen:  # run again now (a stale record of a run not picked just counts as missing)
+                stale.append((spec.key, differs))
     if report_only:
         if not recorded:
             raise ConfigError(f"reproduce {name} --report-only: {out / 'records'} holds no record of the {budget} "
@@ -162,9 +236,11 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
               "differs)", file=sys.stderr)
     # seed-major: a budget stopped part-way leaves whole seeds of every setting, which a paired
     # report can already read, rather than every seed of the first settings and none of the rest
-    work = plan(sorted((s for s in specs if s.key not in recorded), key=lambda s: s.seed), out / "runs")
-    if not configs_only and cluster is None:  # on a cluster the nodes read the data, not this machine
+    pending = sorted((s for s in specs if s.key in chosen and s.key not in recorded), key=lambda s: s.seed)
+    work = plan([with_options(s, options) for s in pending], out / "runs")
+    if not configs_only and cluster is None:  # on a cluster the nodes read the data and hold the devices
         check_data(exp, b, data_dir)  # before anything is written
+        check_devices([j.cfg for j in work], name)
     out.mkdir(parents=True, exist_ok=True)
     n_configs = rep.write_configs(specs, out / "configs")
     if configs_only:
@@ -262,13 +338,16 @@ COST_FREE = ("seed", "partition", "alpha", "balanced", "heterogeneity", "non_iid
 
 
 def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, runs: str | None = None, options: list[str] | None = None) -> dict:
     """The cost of ``name`` at ``budget`` from short runs: for each setting (settings that differ
     only in :data:`COST_FREE` share one measurement), the first seed is built and run ``rounds``
     rounds in this process, one thread, timing CPU seconds of the set-up, of a round and of an
     evaluation; the run's cost is set-up + its rounds × round + its evaluations × evaluation, and
     the budget's the sum over its runs. CPU time, not wall time, so other processes' turns do not
-    count; a loaded machine still measures high (shared caches, memory bandwidth). Returns {"core_hours", "runs", "measured", "rows": per measured setting}."""
+    count; a loaded machine still measures high (shared caches, memory bandwidth). ``runs``: only
+    the runs these patterns pick (:func:`select`); ``options``: ``--set run.KEY=VALUE`` items
+    (:func:`run_options`; on a GPU CPU time is not the cost: benchmarks/gpu_afedpd.py times by wall
+    clock). Returns {"core_hours", "runs", "measured", "rows": per measured setting}."""
     import json
 
     import torch
@@ -283,8 +362,10 @@ def estimate(name: str, budget: str = "medium", rounds: int = 2, data_dir: str |
     if rounds < 1:
         raise ConfigError(f"reproduce --estimate {rounds} (allowed: 1 or more rounds)")
     b = exp.budgets[budget]
-    specs = exp.runs(b)
+    options = run_options(options, name)
+    specs = [with_options(s, options) for s in select(exp.runs(b), runs, name)]
     check_data(exp, b, data_dir)
+    check_devices(validate(specs), name)
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else {}
 
     def cost_key(spec) -> str:

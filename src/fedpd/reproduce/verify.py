@@ -70,7 +70,8 @@ def verify_record(record, rounds: int = 3) -> Verified:
         return Verified(record.key, 0, 0, "", "the record holds no metrics")
     upto = next((r for r in evaluated if r >= rounds), evaluated[-1])
     dtype = _dtype(record.config)
-    config = merge(record.config, {"run": {"rounds": max(upto, 1), "tensorboard": False}})
+    config = merge(record.config, {"run": {"rounds": max(upto, 1), "tensorboard": False,
+                                           "device": _present(record.config.get("run", {}).get("device", "cpu"))}})
     with tempfile.TemporaryDirectory(prefix="fedpd-verify-") as tmp:
         run(config, Path(tmp) / "run", overwrite=True, progress=False)
         again = {int(m["round"]): m for m in read_jsonl(Path(tmp) / "run" / "metrics.jsonl")}
@@ -92,6 +93,18 @@ def verify_record(record, rounds: int = 3) -> Verified:
     return Verified(record.key, upto, compared, dtype, "")
 
 
+def _present(device: str) -> str:
+    """``device`` if this machine has it, else "cpu": a record made on a GPU is checked on a CPU too
+    (float32 to the same tolerance: a device changes only the order of a sum's terms)."""
+    from fedpd.build import resolve_device
+
+    try:
+        resolve_device(device)
+    except ConfigError:
+        return "cpu"
+    return device
+
+
 def _dtype(config: dict) -> str:
     """The dtype a run computed in: run.dtype, or for "auto" the problem's own (float32 for the
     problems that take a model, i.e. datasets; float64 for the built-in ones; fedpd.build)."""
@@ -107,9 +120,10 @@ def _dtype(config: dict) -> str:
 
 
 def verify(name: str, out: str | Path, k: int, budget: str | None = None, rounds: int = 3, seed: int = 0,
-           data_dir: str | None = None, progress: bool = True) -> list[Verified]:
-    """Re-run ``k`` of the records in ``out/records`` (:func:`choose`) for their first ``rounds``
-    rounds and compare (:func:`verify_record`)."""
+           data_dir: str | None = None, progress: bool = True, runs: str | None = None) -> list[Verified]:
+    """Re-run ``k`` of the records in ``out/records`` (:func:`choose`; ``runs``: among those whose
+    key these patterns pick, :func:`fedpd.reproduce.core.select`) for their first ``rounds`` rounds
+    and compare (:func:`verify_record`)."""
     import sys
 
     from fedpd.reproduce import core, records
@@ -122,7 +136,7 @@ def verify(name: str, out: str | Path, k: int, budget: str | None = None, rounds
     budget = budget or core.budget_of(name, held)
     if budget not in exp.budgets:
         raise ConfigError(f"reproduce {name}: unknown budget {budget!r} (allowed: {', '.join(exp.budgets)})")
-    specs = exp.runs(exp.budgets[budget])
+    specs = core.select(exp.runs(exp.budgets[budget]), runs, name)
     current = {s.key for s, cfg in zip(specs, validate(specs))
                if s.key in held and not held[s.key].config_difference(cfg)}
     if not current:
