@@ -69,7 +69,7 @@ def metrics(run: Path) -> list[dict]:
 
 
 def test_the_page_shows_one_file_a_config_and_the_commands():
-    assert set(files()) == {"my_fedpd.py", "my_experiment.toml"}
+    assert set(files()) == {"my_fedpd.py", "my_experiment.toml", "damped_feddyn.py"}
     text = "\n".join(blocks())
     for needle in ("fedpd run my_experiment.toml", "fedpd compare", "run.engine=flower", "allowed-plugins='my_fedpd'",
                    "flwr run"):

@@ -18,7 +18,7 @@ import tomli_w
 import torch
 
 import fedpd
-from fedpd import plugins
+from fedpd import names, plugins, registry
 from fedpd.config import load_config
 from fedpd.engine import InProcessEngine
 from fedpd.remote.engine import LoopbackTransport
@@ -486,6 +486,46 @@ def test_a_clash_stops_only_what_uses_the_name_and_names_its_key(site, tmp_path,
         code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
         assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, (needle, err)
         assert not (tmp_path / "run").exists()
+
+
+AGGREGATOR = '''
+def first_row(w, weights=None):
+    """The first upload, whatever the others say."""
+    return w[0], {}
+'''
+
+
+def test_one_module_resolves_every_kind_in_one_order(site):
+    """Issue 33: fedpd.names.resolve decides for every kind, in one order: an import path is that
+    attribute; a built-in name is the built-in, and an entry point may not take it; an entry
+    point's name is what it names; anything else is unknown — each message the same for every kind."""
+    site, module = site
+    data, agg = write_module(site, DATA, "order_data"), write_module(site, AGGREGATOR, "order_agg")
+    distribution(site, f"algorithm.damped = {module}:Damped\nmodel.small_cnn = {data}:SmallCNN\n"
+                       f"aggregator.first_row = {agg}:first_row")
+    distribution(site, f"algorithm.fedavg = {module}:Damped\nmodel.mlp = {data}:SmallCNN\n"
+                       f"aggregator.mean = {agg}:first_row", name="clashing")
+    cases = {"algorithm": ("fedprox", f"{module}:Damped", "damped"),
+             "model": ("lenet", f"{data}:SmallCNN", "small_cnn"),
+             "aggregator": ("krum", f"{agg}:first_row", "first_row")}
+    clashing = {"algorithm": "fedavg", "model": "mlp", "aggregator": "mean"}
+    for kind, (builtin, path, entry_point) in cases.items():
+        table = registry.KINDS[kind]
+        found = names.resolve(table, builtin)
+        assert found is table.builtins[builtin] and found.origin == names.BUILT_IN
+        by_path, by_name = names.resolve(table, path), names.resolve(table, entry_point)
+        assert by_path.origin == "import path" and by_name.origin == "entry point of distribution mydist 1.0"
+        assert by_path.build is by_name.build and by_path.module == by_name.module
+        clash = rf"^entry point '{kind}\.{clashing[kind]}' of distribution clashing 1\.0 clashes with the built-in "
+        with pytest.raises(plugins.PluginError, match=clash + rf"{kind} '{clashing[kind]}'"):
+            names.resolve(table, clashing[kind])
+        allowed = f"(allowed: {', '.join(table.builtins)}, {entry_point}, or an import path package.module:Attribute)"
+        with pytest.raises(plugins.PluginError) as err:
+            names.resolve(table, "nosuch")
+        assert str(err.value) == f"unknown {kind} 'nosuch' {allowed}"
+        with pytest.raises(fedpd.ConfigError) as err:
+            names.resolve(table, None, key=f"{kind}.name")
+        assert str(err.value) == f"{kind}.name: missing {allowed}"
 
 
 # --- what a node may import ---------------------------------------------------------------------

@@ -36,7 +36,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedpd import plugins
+from fedpd import names
 from fedpd.errors import ConfigError
 from fedpd.options import NoOptions, Options, declares, validate
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
@@ -512,6 +512,9 @@ def fedplus_aggregate(
 AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_median, coordinate_median, trimmed_mean,
                                                            krum, bulyan, centered_clipping, norm_bounding,
                                                            fedplus_aggregate)}
+#: what ``algorithm.aggregator`` names (:func:`fedpd.names.resolve`)
+KIND = names.Kind("aggregator", names.table(*AGGREGATORS.values()),
+                  plugin="an aggregator is a function (w, weights=None, **options) -> (aggregate, info)")
 
 
 def takes_reference(fn: Callable) -> bool:
@@ -524,15 +527,11 @@ def takes_reference(fn: Callable) -> bool:
 
 def aggregator_function(name: str) -> Callable[..., tuple[Tensor, dict]]:
     """The aggregator ``name`` names: a built-in of :data:`AGGREGATORS`, or a plug-in (an import path
-    ``package.module:function`` or an installed entry point, :mod:`fedpd.plugins`): a function
+    ``package.module:function`` or an installed entry point, :mod:`fedpd.names`): a function
     ``(w [K, d], weights=None, **options) -> (aggregate [d], info)`` whose ``Options`` (a pydantic
     model; default none) validates ``algorithm.aggregator_options``. ConfigError (one line)
     otherwise."""
-    found = plugins.resolve("aggregator", name, AGGREGATORS)
-    if not callable(found.obj):
-        raise plugins.PluginError(f"{name} is not callable (an aggregator is a function (w, weights=None, **options) "
-                                  f"-> (aggregate, info))")
-    return found.obj
+    return names.resolve(KIND, name).build
 
 
 def min_rows(name: str, options: dict) -> int:
@@ -573,5 +572,5 @@ def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
             return fn(w, weights=weights, **bound)  # a reference is of no use to it
 
     aggregate.__name__ = f"{name}_aggregator"
-    aggregate.__doc__ = f"{plugins.describe(fn)} (options: {bound})"
+    aggregate.__doc__ = f"{names.describe(fn)} (options: {bound})"
     return aggregate

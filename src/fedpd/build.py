@@ -14,7 +14,7 @@ import inspect
 import torch
 
 from fedpd import registry
-from fedpd.algorithms.base import Algorithm
+from fedpd.algorithms.base import Algorithm, unused_server_step
 from fedpd.attacks import Attack
 from fedpd.config import Config, load_config, tomllib  # tomllib: tomli before Python 3.11
 from fedpd.context import FederationInfo
@@ -127,6 +127,9 @@ def build(cfg: Config, problem: Problem):
     """(algorithm, solver, sampler) of a config, every cross-check done before anything runs."""
     num_clients = problem.num_clients
     algorithm = cfg.entries["algorithm"].build(**cfg.options["algorithm"].model_dump())
+    unused = unused_server_step(algorithm)
+    if unused:  # an override that would be skipped without a word
+        raise ConfigError(f"algorithm.name: {unused}")
     solver = cfg.entries["solver"].build(**cfg.options["solver"].model_dump())
     check_solver(cfg, algorithm, solver, problem)
     sampler_opts = cfg.options["sampler"].model_dump()

@@ -5,7 +5,8 @@ Sections ``[problem] [model] [algorithm] [solver] [sampler] [run]`` and the opti
 (client-level differential privacy, :mod:`fedpd.privacy`; default off). ``problem.name``,
 ``algorithm.name``, ``solver.name``, ``sampler.name``, ``attack.name`` and ``model.name`` pick a
 built-in entry of :mod:`fedpd.registry` or a plug-in (an import path ``package.module:Attribute``
-or an installed entry point, :mod:`fedpd.plugins`, searched for on the config's plug-in path);
+or an installed entry point, searched for on the config's plug-in path), resolved by
+:func:`fedpd.names.resolve`;
 the remaining keys of the section are that entry's options, checked by its own pydantic model
 (a model factory's by its signature). Every problem raises :class:`ConfigError` with one line
 naming the key and what is allowed.
@@ -22,7 +23,7 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from fedpd import plugins, registry
+from fedpd import names, plugins, registry
 from fedpd.errors import ConfigError
 from fedpd.models import check_model_options
 from fedpd.options import SEED_MAX, Options, refuse, validate
@@ -233,13 +234,13 @@ class Config:
         self.plugin_path = tuple(plugin_path) if plugin_path is not None else plugins.default_path()
         plugins.search(self.plugin_path)
         self.names: dict[str, str] = {}
-        self.entries: dict[str, registry.Entry] = {}
+        self.entries: dict[str, names.Entry] = {}
         self.options: dict[str, BaseModel] = {}
         with plugins.recording() as used:
             for section in registry.TABLES:
                 values = dict(self.raw[section])
                 name = values.pop("name", registry.DEFAULT_NAMES.get(section))
-                self.entries[section] = _lookup(section, name, f"{section}.name")
+                self.entries[section] = names.resolve(registry.KINDS[section], name, key=f"{section}.name")
                 self.names[section] = name
                 self.options[section] = validate(self.entries[section].options, values, section, also=("name",))
             self.options["run"] = validate(RunOptions, self.raw["run"], "run")
@@ -247,7 +248,7 @@ class Config:
             self.model = dict(self.raw["model"])
             name = self.model.get("name", "auto")
             if name != "auto":  # the factory and its options, checked before anything is built
-                self.entries["model"] = _lookup("model", name, "model.name")
+                self.entries["model"] = names.resolve(registry.KINDS["model"], name, key="model.name")
                 check_model_options(self.entries["model"].build, name,
                                     {k: v for k, v in self.model.items() if k != "name"})
         self.plugin_modules = dict(used)
@@ -284,17 +285,6 @@ class Config:
         out = self.resolved()
         out["run"] = {k: v for k, v in out["run"].items() if k not in RESUMABLE}
         return out
-
-
-def _lookup(kind: str, name, key: str) -> registry.Entry:
-    """The entry ``name`` names for ``kind``; ConfigError naming ``key`` otherwise."""
-    if name is None:
-        raise ConfigError(f"{key}: missing (allowed: {', '.join(registry.CATALOG[kind])}, or an import path "
-                          f"package.module:Attribute)")
-    try:
-        return registry.lookup(kind, name)
-    except plugins.PluginError as err:
-        raise ConfigError(f"{key}: {err}") from None
 
 
 def first_difference(a, b, prefix: str = "") -> str:

@@ -47,23 +47,19 @@ class OptionRow:
 def tables() -> dict[str, dict]:
     """Every kind of entry a config names (``registry.CATALOG``: the aggregators and models too),
     each followed by the plug-ins installed for it (entry points of ``fedpd.plugins``)."""
-    from fedpd import plugins, registry
+    from fedpd import names, plugins, registry
 
     plugins.search(plugins.default_path())
-    out = {}
-    for section, table in registry.CATALOG.items():
-        installed = plugins.installed(section, table)
-        out[section] = {**table, **{name: registry.plugin_entry(section, name, plugins.load_entry_point(ep))
-                                    for name, ep in installed.items()}}
+    out = {section: {**table, **names.installed(registry.KINDS[section])}
+           for section, table in registry.CATALOG.items()}
     # problem.dataset: the installed loaders (fedpd's own datasets are what fedpd data list shows)
-    out["dataset"] = {name: registry.plugin_entry("dataset", name, plugins.load_entry_point(ep))
-                      for name, ep in plugins.installed("dataset", registry.builtin_datasets()).items()}
+    out["dataset"] = names.installed(registry.KINDS["dataset"])
     return out
 
 
 def entry_description(section: str, entry) -> str:
     """The entry's one line; a plug-in's says where it comes from."""
-    from fedpd.plugins import BUILT_IN
+    from fedpd.names import BUILT_IN
 
     if entry.origin == BUILT_IN:
         return entry.description
@@ -343,12 +339,12 @@ def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
 
 def lookup(section: str, name: str):
     """The entry ``name`` names in ``section``: listed, or a plug-in by its import path."""
-    from fedpd import registry
+    from fedpd import names, registry
 
     table = tables()[section]
     if name in table:
         return table[name]
     try:
-        return registry.lookup(section, name)
+        return names.resolve(registry.KINDS[section], name)
     except ConfigError as err:
         raise ConfigError(f"fedpd show {section} {name}: {err}") from None

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedpd import plugins
+from fedpd import names
 from fedpd.errors import ConfigError, reason
+from fedpd.options import NoOptions
 
 __all__ = [
     "LogisticRegression",
@@ -416,6 +417,13 @@ def signature_problem(factory: Callable, name: str) -> str | None:
     return None
 
 
+#: what ``model.name`` names (:func:`fedpd.names.resolve`); a factory's options are its signature's
+KIND = names.Kind("model", {name: names.Entry(name, factory, NoOptions, description)
+                            for name, (factory, description) in MODELS.items()},
+                  plugin="a model factory takes (input_shape, num_classes, **options) and returns a torch.nn.Module",
+                  check=signature_problem, options=False)
+
+
 def check_model_options(factory: Callable, name: str, options: dict) -> None:
     """``factory`` takes (input_shape, num_classes, **options) and these ``options``: ConfigError
     naming the key (``model.KEY``) and what is allowed otherwise."""
@@ -441,17 +449,8 @@ def model_options(name: str | Callable) -> list[str]:
 
 def model_factory(name: str) -> Callable:
     """The factory ``model.name`` names: one of :data:`MODELS`, or a plug-in (an import path
-    ``package.module:factory`` or an installed entry point, :mod:`fedpd.plugins`)."""
-    try:
-        found = plugins.resolve("model", name, MODELS)
-    except plugins.PluginError as err:
-        raise ConfigError(f"model.name: {err}") from None
-    if found.module is None:
-        return found.obj[0]
-    if not callable(found.obj):
-        raise ConfigError(f"model.name: {name} is not callable (a model factory takes (input_shape, num_classes, "
-                          f"**options) and returns a torch.nn.Module)")
-    return found.obj
+    ``package.module:factory`` or an installed entry point, :mod:`fedpd.names`)."""
+    return names.resolve(KIND, name, key="model.name").build
 
 
 def build_model(name: str | Callable, *, input_shape: Sequence[int], num_classes: int, **options) -> nn.Module:

@@ -1,17 +1,12 @@
-"""Plug-ins: what a config names from outside fedpd, found the same way in every process.
+"""Plug-ins: the code a config names from outside fedpd, found the same way in every process.
 
-Wherever a config names something — ``problem.name``, ``algorithm.name``, ``solver.name``,
-``sampler.name``, ``attack.name``, ``model.name``, ``algorithm.aggregator`` and
-``problem.dataset`` — the value is one of
-
-* a built-in name (``fedpd list``);
-* an import path ``package.module:Attribute``: that attribute of that module;
-* the name of an entry point of the group ``fedpd.plugins`` that an installed distribution
-  declares, named ``<kind>.<name>`` (``algorithm.my_fedavg = "mypkg.algos:MyFedAvg"``): the kind
-  is the config key it serves (:data:`KINDS`), the config then says ``name = "my_fedavg"``. An
-  entry point may not take a built-in's name, nor one another distribution took: the same rule
-  for every kind, reported (naming the config key) where a config uses that name, and by
-  ``fedpd list``, which shows every name.
+A config names a plug-in by an import path ``package.module:Attribute`` (that attribute of that
+module) or by the name of an entry point of the group ``fedpd.plugins`` that an installed
+distribution declares, named ``<kind>.<name>`` (``algorithm.my_fedavg = "mypkg.algos:MyFedAvg"``;
+the kind is the config key it serves, :data:`KINDS`; the config then says ``name =
+"my_fedavg"``). Which of a built-in, an import path or an entry point a name stands for, and
+what a clash or an unknown name says, is decided in one place, :mod:`fedpd.names`; this module
+only loads what it is asked for, from where and under the rules below.
 
 **Where modules are found.** A config's *plug-in path* (``Config.plugin_path``) is the directory
 of its config file (when it came from one) and the current directory; :func:`search` appends
@@ -48,7 +43,6 @@ from fedpd.errors import ConfigError, reason
 GROUP = "fedpd.plugins"
 #: what an entry point's ``<kind>.`` prefix may say: the config keys that take a plug-in
 KINDS = ("problem", "algorithm", "solver", "sampler", "attack", "aggregator", "model", "dataset")
-BUILT_IN = "built-in"
 _IDENT = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _PATH = re.compile(rf"({_IDENT}):({_IDENT})")
 
@@ -65,8 +59,8 @@ class PluginError(ConfigError):
 
 @dataclass(frozen=True)
 class Plugin:
-    """What a name resolved to: the object, where it came from and the module that holds it
-    (None for a built-in)."""
+    """What an import path or entry point loaded: the object, how it was named (``origin``) and
+    the module that holds it."""
 
     obj: Any
     origin: str
@@ -191,15 +185,15 @@ def _file(module) -> str:
 
 def entry_points() -> dict[tuple[str, str], list[metadata.EntryPoint]]:
     """Every entry point of :data:`GROUP` by (kind, name): usually one, two or more where several
-    distributions declare one name (an error only where a config uses it, :func:`_one`); a name
-    that is not ``<kind>.<name>`` is a :class:`PluginError`."""
+    distributions declare one name (an error only where the name is used, :mod:`fedpd.names`); a
+    name that is not ``<kind>.<name>`` is a :class:`PluginError`."""
     key = tuple(sys.path)
     if key not in _ENTRY_CACHE:
         found: dict[tuple[str, str], list[metadata.EntryPoint]] = {}
         for ep in metadata.entry_points(group=GROUP):
             kind, _, name = ep.name.partition(".")
             if kind not in KINDS or not name:
-                raise PluginError(f"entry point {ep.name!r} of {_dist(ep)} (group {GROUP}): its name must be "
+                raise PluginError(f"entry point {ep.name!r} of {dist(ep)} (group {GROUP}): its name must be "
                                   f"<kind>.<name> with kind one of {', '.join(KINDS)}")
             same = found.setdefault((kind, name), [])
             if all(other.value != ep.value for other in same):
@@ -209,57 +203,15 @@ def entry_points() -> dict[tuple[str, str], list[metadata.EntryPoint]]:
     return _ENTRY_CACHE[key]
 
 
-def _dist(ep: metadata.EntryPoint) -> str:
+def dist(ep: metadata.EntryPoint) -> str:
+    """The distribution that declares ``ep``, in words ("distribution mydist 1.0")."""
     dist = getattr(ep, "dist", None)
     return f"distribution {dist.name} {dist.version}" if dist is not None else "an unnamed distribution"
 
 
-def _one(kind: str, name: str, eps: list[metadata.EntryPoint], builtins: Mapping[str, Any]) -> metadata.EntryPoint:
-    """The one entry point ``kind.name`` of ``eps``; PluginError when it clashes — with a built-in
-    of that name or with another distribution's — the one rule for every kind, applied where the
-    name is used (listed, or named by a config)."""
-    if name in builtins:
-        raise PluginError(f"entry point {eps[0].name!r} of "
-                          f"{_dist(eps[0])} clashes with the built-in {kind} {name!r} (group {GROUP}; rename it in "
-                          f"that distribution's entry points)")
-    if len(eps) > 1:
-        raise PluginError(f"entry point {eps[0].name!r} is declared by both {_dist(eps[0])} and {_dist(eps[1])} "
-                          f"(group {GROUP}); uninstall or rename one")
-    return eps[0]
-
-
-def installed(kind: str, builtins: Mapping[str, Any]) -> dict[str, metadata.EntryPoint]:
-    """The entry points of ``kind`` by name, for a listing (which shows every name): one that
-    takes a built-in's name, or that two distributions declare, is a PluginError."""
-    return {name: _one(kind, name, eps, builtins) for (k, name), eps in entry_points().items() if k == kind}
-
-
 def load_entry_point(ep: metadata.EntryPoint) -> Plugin:
     """What an entry point names, imported under the same rules as an import path."""
-    return load(ep.value, f"entry point of {_dist(ep)}")
-
-
-def resolve(kind: str, value: str, builtins: Mapping[str, Any]) -> Plugin:
-    """``value`` — a built-in name (a key of ``builtins``), an import path or an entry point of
-    ``kind`` — resolved; PluginError (one line, naming what is allowed) otherwise."""
-    if not isinstance(value, str):
-        raise PluginError(f"expected a name, got {value!r}")
-    if is_import_path(value):
-        return load(value)
-    eps = {name: found for (k, name), found in entry_points().items() if k == kind}
-    if value in eps:  # a clash is an error where the name is used, not elsewhere
-        return load_entry_point(_one(kind, value, eps[value], builtins))
-    if value in builtins:
-        return Plugin(builtins[value], BUILT_IN)
-    names = [*builtins, *(n for n in eps if n not in builtins)]
-    raise PluginError(f"unknown {kind} {value!r} (allowed: {', '.join(names)}, or an import path "
-                      f"package.module:Attribute)")
-
-
-def describe(obj: Any) -> str:
-    """A plug-in's one-line description: its ``description``, else its docstring's first line."""
-    text = getattr(obj, "description", "") or (getattr(obj, "__doc__", "") or "").strip().split("\n")[0]
-    return " ".join(str(text).split())
+    return load(ep.value, f"entry point of {dist(ep)}")
 
 
 # --- what was run ---------------------------------------------------------------------------

@@ -83,8 +83,11 @@ class Algorithm:
     Optional, for memory: a rule whose server step reads the uploads only through their means sets
     ``means_only`` and defines ``mean_terms`` (one client's terms) and ``aggregate_means`` (the step
     from their means); the in-process engine then adds each client in as it finishes instead of
-    holding all K uploads. A subclass that overrides ``aggregate`` below the class that defines
-    ``aggregate_means`` gets the stacked uploads (:func:`streams_means`), so its step is never skipped.
+    holding all K uploads; every other round calls ``aggregate``, whose default for such a rule is
+    ``aggregate_means`` of the rows' means, so both give the same step. A subclass that overrides
+    ``aggregate`` below the class that defines ``aggregate_means`` gets the stacked uploads
+    (:func:`streams_means`), so its step is never skipped; one that overrides ``aggregate_means``
+    while it is not ``means_only`` would be skipped, and is refused (:func:`unused_server_step`).
 
     The evaluation path (never counted, not part of a round): ``evaluation_model`` (the point the
     metrics are taken at; default x0), ``personal_models`` (each client's own model, or None) and
@@ -217,6 +220,11 @@ class UploadMean:
         return {k: v / self.count for k, v in self.total.items()}
 
 
+def _defining(algorithm: Algorithm, name: str) -> int:
+    """The place in ``algorithm``'s MRO of the class that defines method ``name`` (0: its own)."""
+    return next(i for i, c in enumerate(type(algorithm).__mro__) if name in vars(c))
+
+
 def streams_means(algorithm: Algorithm) -> bool:
     """Whether a round may give ``algorithm`` the means of its uploads (``aggregate_means``) instead
     of the uploads (``aggregate``): it is ``means_only`` and no subclass overrides ``aggregate``
@@ -224,9 +232,22 @@ def streams_means(algorithm: Algorithm) -> bool:
     means: a user's FedAvg subclass with its own server step)."""
     if not algorithm.means_only:
         return False
+    return _defining(algorithm, "aggregate") >= _defining(algorithm, "aggregate_means")
+
+
+def unused_server_step(algorithm: Algorithm) -> str:
+    """Why ``algorithm``'s own ``aggregate_means`` would never run ("" when it would): a rule that is
+    not ``means_only`` gets every round's uploads through ``aggregate``, and an ``aggregate_means``
+    overridden below the class whose ``aggregate`` that is would be skipped without a word."""
+    if algorithm.means_only:
+        return ""
+    step, means = _defining(algorithm, "aggregate"), _defining(algorithm, "aggregate_means")
+    if means >= step:
+        return ""
     mro = type(algorithm).__mro__
-    defines = [next(i for i, c in enumerate(mro) if name in vars(c)) for name in ("aggregate", "aggregate_means")]
-    return defines[0] >= defines[1]
+    return (f"{mro[means].__name__} overrides aggregate_means, which no round calls: its means_only is False (e.g. a "
+            f"robust aggregator reads every upload), so every round calls {mro[step].__name__}.aggregate (allowed: "
+            f"override aggregate too, or run it with means_only true)")
 
 
 def with_metrics(server: State, uploads: State) -> State:

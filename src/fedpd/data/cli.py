@@ -101,11 +101,11 @@ def cmd_list(args) -> int:
 def installed_loaders() -> dict[str, tuple[str, str]]:
     """name -> (import path, where it comes from) of the dataset loaders installed distributions
     declare (entry points ``dataset.<name>`` of ``fedpd.plugins``)."""
-    from fedpd import plugins, registry
+    from fedpd import names, plugins
+    from fedpd.data.loaders.arrays import KIND
 
     plugins.search(plugins.default_path())
-    return {name: (ep.value, f"entry point of {plugins._dist(ep)}")
-            for name, ep in plugins.installed("dataset", registry.builtin_datasets()).items()}
+    return {name: (ep.value, f"entry point of {plugins.dist(ep)}") for name, ep in names.entry_points(KIND).items()}
 
 
 def cmd_download(args) -> int:

@@ -19,25 +19,29 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from fedpd import plugins
+from fedpd import names, plugins
 from fedpd.data.loaders import ALIASES, DATASETS
 from fedpd.data.loaders.base import Dataset
 from fedpd.errors import ConfigError, reason
+from fedpd.options import NoOptions
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CLIENTS = ("client_train", "client_test")
 
 
+#: what ``problem.dataset`` names (:func:`fedpd.names.resolve`): fedpd's own datasets, or a loader
+KIND = names.Kind("dataset", {name: names.Entry(name, spec, NoOptions, "fedpd's own dataset (fedpd data list)")
+                              for name, spec in {**DATASETS, **ALIASES}.items()},
+                  plugin="a loader is a function of no arguments", options=False)
+
+
 def user_loader(name: str):
     """The loader function ``problem.dataset`` names, or None for one of fedpd's datasets;
     :class:`~fedpd.plugins.PluginError` (one line) for a name that is neither."""
-    builtins = {**DATASETS, **ALIASES}
-    if isinstance(name, str) and name.lower() in builtins and ("dataset", name) not in plugins.entry_points():
-        return None  # (an entry point of that name too: a clash, said by resolve)
-    loader = plugins.resolve("dataset", name, builtins).obj
-    if not callable(loader):
-        raise plugins.PluginError(f"{name} is not callable (a loader is a function of no arguments)")
-    return loader
+    if isinstance(name, str) and name not in KIND.builtins and name.lower() in KIND.builtins:
+        return None  # fedpd's own, in other letters (the loader folds the case)
+    entry = names.resolve(KIND, name)
+    return None if entry.origin == names.BUILT_IN else entry.build
 
 
 def load_user_dataset(path: str) -> Dataset:
