@@ -96,7 +96,7 @@ METHODS = {
     "bulyan": ("Bulyan (f = 4)", {"name": "fedavg", "aggregator": "bulyan",
                                   "aggregator_options": {"n_byzantine": BYZANTINE}}),
     "rfa": ("RFA (geometric median)", {"name": "fedavg", "aggregator": "geometric_median"}),
-    "cc": (f"centered clipping (τ = {BOUND:g}, 3 iterations)", {
+    "cc": (f"centered clipping (τ = {BOUND:g}, L = 3)", {
         "name": "fedavg", "aggregator": "centered_clipping", "aggregator_options": {"tau": BOUND, "iterations": 3}}),
     "nb": (f"norm bounding (M = {BOUND:g})", {"name": "fedavg", "aggregator": "norm_bounding",
                                               "aggregator_options": {"max_norm": BOUND}}),
@@ -213,8 +213,8 @@ class Robustness(Experiment):
         doors = [a for a in attacks if a in BACKDOORS]
         header = ["method", *(ATTACKS[a][0] for a in plain), *(f"{ATTACKS[a][0]}: backdoor acc. ↓" for a in doors)]
         if splits:
-            fig, axes = rep.figure(1, len(splits), size=(0.75 * len(attacks) * len(splits) + 4.0 * len(splits),
-                                                        0.42 * len(methods) + 1.8))
+            fig, axes = rep.figure(len(splits), 1, size=(0.75 * len(attacks) + 4.0,
+                                                        (0.42 * len(methods) + 2.2) * len(splits)))
         for col, split in enumerate(splits):
             rows, grid_values = [], []
             for m in methods:
@@ -245,7 +245,7 @@ class Robustness(Experiment):
                 sections.append(f"Personalised accuracy (each client's own w_k on its own test share, mean over the 20 "
                                 f"clients, %), {SPLIT_LABELS[split]}:\n\n" + rep.md_table(
                                     ["method", *(ATTACKS[a][0] for a in plain)], prow))
-            _heatmap(axes[0][col], grid_values, [METHODS[m][0] for m in methods],
+            _heatmap(axes[col][0], grid_values, [METHODS[m][0] for m in methods],
                      [ATTACKS[a][0] + (" (bd. ↓)" if a in BACKDOORS else "") for a in plain + doors],
                      SPLIT_LABELS[split], lower_better=[a in BACKDOORS for a in plain + doors])
         if splits:
