@@ -59,7 +59,7 @@ import math
 import statistics
 
 from fedpd.reproduce import report as rep
-from fedpd.reproduce.costs import MEDIUM_COST
+from fedpd.reproduce.costs import MEDIUM_COST, ROBUSTNESS_HOW
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
 N, BYZANTINE = 20, 4
@@ -124,6 +124,11 @@ def _dp_key(z: float) -> str:
     return "nodp" if z == 0 else f"z{z:g}"
 
 
+#: measured as the medium budget's cost (fedpd.reproduce.costs.ROBUSTNESS_HOW)
+REDUCED_COST = ("Estimated cost: 1.3 core-hours (about 0.6 h on 2 cores with --jobs 2), from the same timings as the "
+                "medium budget's (" + ROBUSTNESS_HOW + "); each run's process start and data loading add a few "
+                "seconds of wall-clock.")
+
 ALL = {"splits": tuple(SPLITS), "methods": tuple(METHODS), "attacks": tuple(ATTACKS), "dp_methods": tuple(DP_METHODS),
        "dp_z": DP_Z}
 
@@ -141,20 +146,22 @@ class Robustness(Experiment):
               "(McMahan, Ramage, Talwar, Zhang, ICLR 2018)")
     datasets = ("mnist",)
     budgets = {
-        "smoke": Budget("smoke", (0,), "2 rounds of 2 local steps on a 2 000-image subsample, i.i.d. only, three methods, "
-                        "three attacks, "
-                        "and a 100-client DP curve of two points (tests only).",
-                        {"rounds": 2, "local_steps": 2, "max_samples": 2000, "splits": ("iid",), "methods": ("fedavg", "nb", "fedcomed_plus"),
-                         "attacks": ("none", "ipm100", "backdoor"), "eval_every": 1, "dp_methods": tuple(DP_METHODS),
-                         "dp_z": (0.0, 2.0), "dp_rounds": 2, "dp_clients": 100, "dp_per_round": 10}),
+        "smoke": Budget("smoke", (0,), "2 rounds of 2 local steps on a 2 000-image subsample, i.i.d. only, three "
+                        "methods, three attacks, and a 100-client DP curve of two points (tests only).",
+                        {"rounds": 2, "local_steps": 2, "max_samples": 2000, "splits": ("iid",),
+                         "methods": ("fedavg", "nb", "fedcomed_plus"), "attacks": ("none", "ipm100", "backdoor"),
+                         "eval_every": 1, "dp_methods": tuple(DP_METHODS), "dp_z": (0.0, 2.0), "dp_rounds": 2,
+                         "dp_clients": 100, "dp_per_round": 10}),
         "reduced": Budget("reduced", (0,), "20 rounds of 20 local SGD steps (batch 50, lr 0.05) on all 60 000 training "
-                          "images, one seed: the whole grid (13 methods × 11 attacks × 2 splits) and the DP curve "
-                          "(100 rounds), a first look — with one seed no claim can be decided. The attack papers use "
-                          "other models and data; this is our own setup, no paper's table. ESTIMATE_REDUCED",
-                          {"rounds": 20, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100}),
-        "medium": Budget("medium", (0, 1, 2), "50 rounds, 3 seeds (each its own split, initialisation and Byzantine "
+                          "images, one seed: the whole grid (13 methods × 11 attacks × 2 splits), a first look — with "
+                          "one seed no claim on it can be decided; and the DP curve (100 rounds, 3 seeds: it is "
+                          "cheap). The attack papers use other models and data; this is our own setup, no paper's "
+                          "table. " + REDUCED_COST,
+                          {"rounds": 20, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100,
+                           "dp_seeds": (0, 1, 2)}),
+        "medium": Budget("medium", (0, 1, 2), "30 rounds, 3 seeds (each its own split, initialisation and Byzantine "
                          "clients), the whole grid and the DP curve (100 rounds). " + MEDIUM_COST["robustness"],
-                         {"rounds": 50, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100}),
+                         {"rounds": 30, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100}),
         "full": Budget("full", (0, 1, 2, 3, 4), "100 rounds, 5 seeds.",
                        {"rounds": 100, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 200}),
     }
@@ -200,7 +207,8 @@ class Robustness(Experiment):
                                "checkpoint_every": rounds, "eval_metrics": ["test_acc"]}}
                 if z:
                     cfg["privacy"] = {"clip": "fixed", "clip_norm": DP_CLIP, "noise_multiplier": z, "delta": DP_DELTA}
-                specs += grid(f"dp/{method}/{_dp_key(z)}", cfg, budget.seeds, {"part": "dp", "method": method, "z": z})
+                specs += grid(f"dp/{method}/{_dp_key(z)}", cfg, budget.get("dp_seeds", budget.seeds),
+                              {"part": "dp", "method": method, "z": z})
         return specs
 
     def report(self, results, budget, out):
