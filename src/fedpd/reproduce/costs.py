@@ -15,8 +15,8 @@ from __future__ import annotations
 #: (a loaded machine measures high: fedpd_femnist's 14–22 s per round against 10.6 s on 2026-11-23)
 ESTIMATE = "`fedpd reproduce {name} --budget medium --estimate {rounds}` (CPU time, 2026-11-25, load average {load})"
 #: robustness (issue 32): `fedpd reproduce robustness --budget reduced --estimate 2` (153 cost settings) was
-#: killed for memory after 38 on 2026-11-26 (each Simulation that evaluates on MNIST leaves about 180 MB
-#: resident in the process after close() and gc.collect(), measured), so a subset was timed with the same
+#: killed for memory after 38 on 2026-11-26 (each problem's first evaluation left its training set resident,
+#: 188 MB of MNIST: fixed since in fedpd.evaluation.chunk_size), so a subset was timed with the same
 #: function (fedpd.reproduce.core.estimate, 2 rounds), one estimate call per subset
 ROBUSTNESS_HOW = ("timing with `--estimate 2`'s function (CPU time, 2026-11-26, load average 15–17) every method "
                   "without attack and every attack with FedAvg on MNIST i.i.d., a cell costing its method's round plus "
