@@ -184,6 +184,59 @@ def test_a_mean_falls_under_ipm_large():
     assert check(rep.Results([]))[0] is None
 
 
+def test_bulyan_and_centered_clipping_hold_under_ipm_large():
+    claim = next(c for c in robustness.CLAIMS if c.text.startswith("Bulyan and centered clipping"))
+    hold = {("bulyan", "none"): 91.0, ("bulyan", "ipm100"): 90.0, ("cc", "none"): 92.0, ("cc", "ipm100"): 91.0}
+    verdict, text = claim.check(attacked(hold))
+    assert verdict is True and "Bulyan (f = 4), MNIST Dirichlet(0.5)" in text
+    assert claim.check(attacked(hold | {("cc", "ipm100"): 60.0}))[0] is False  # centered clipping broken
+    assert claim.check(attacked(hold, n=1))[0] is None
+    assert claim.check(attacked(hold | {("bulyan", "ipm100"): 87.0}, noise=NOISY))[0] is None  # 4 ± 3 points
+
+
+def backdoored(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
+    """acc {(method, attack): mean backdoor accuracy %} on both splits."""
+    cells = {(s, a, m): seeds(v, noise, n, i) for i, ((m, a), v) in enumerate(acc.items()) for s in robustness.SPLITS}
+    return table(cells, "backdoor_acc", 0.01, ("split", "attack", "method"))
+
+
+def test_model_replacement_backdoors_fedavg():
+    claim = next(c for c in robustness.CLAIMS if c.text.startswith("model replacement backdoors FedAvg"))
+    verdict, text = claim.check(backdoored({("fedavg", "backdoor"): 95.0}))
+    assert verdict is True and "MNIST i.i.d. 95.0 %" in text
+    assert claim.check(backdoored({("fedavg", "backdoor"): 20.0}))[0] is False
+    assert claim.check(backdoored({("fedavg", "backdoor_c"): 95.0}))[0] is None  # only the constrained one run
+    assert claim.check(attacked({("fedavg", "backdoor"): 95.0}))[0] is None  # no backdoor_acc recorded
+
+
+def test_norm_bounding_limits_the_unconstrained_backdoor():
+    claim = next(c for c in robustness.CLAIMS if c.text.startswith("norm bounding limits"))
+    limits = {("fedavg", "backdoor"): 95.0, ("nb", "backdoor"): 20.0}
+    verdict, text = claim.check(backdoored(limits))
+    assert verdict is True and "FedAvg − norm bounding (M = 0.5) = +75.0" in text and "(> 10.0 claimed)" in text
+    assert claim.check(backdoored(limits | {("nb", "backdoor"): 94.0}))[0] is False  # 1 point lower only
+    assert claim.check(backdoored(limits, n=1))[0] is None
+    assert claim.check(backdoored(limits | {("nb", "backdoor"): 83.0}, noise=NOISY))[0] is None  # 12 ± 3 points
+    assert claim.check(backdoored({("nb", "backdoor"): 20.0}))[0] is None  # FedAvg not run
+
+
+def dp_curve(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
+    """acc {(method, z): mean test accuracy %} of the DP part (z = 0: no DP)."""
+    cells = {("dp", m, z): seeds(v, noise, n, i) for i, ((m, z), v) in enumerate(acc.items())}
+    return table(cells, "test_acc", 0.01, ("part", "method", "z"))
+
+
+def test_dp_accuracy_falls_with_every_step_to_more_noise():
+    check = robustness._noise_costs
+    falling = {(m, z): v for m in ("fedavg", "feddyn") for z, v in ((0.0, 91.0), (1.0, 88.0), (2.0, 85.0), (8.0, 70.0))}
+    verdict, text = check(dp_curve(falling))
+    assert verdict is True and "Bonferroni over 6 comparisons" in text and "FedDyn (η = 10): z = 2 − z = 8" in text
+    assert check(dp_curve(falling | {("feddyn", 2.0): 92.0}))[0] is False  # z = 2 above z = 1
+    assert check(dp_curve(falling, n=1))[0] is None
+    assert check(dp_curve(falling | {("fedavg", 1.0): 90.0}, noise=NOISY))[0] is None  # 1 point ± 3
+    assert check(rep.Results([]))[0] is None
+
+
 # --- FedPD, Fig. 2 -----------------------------------------------------------------------------
 
 def fig2(curves: dict) -> rep.Results:
@@ -403,7 +456,7 @@ def test_every_claim_has_its_test_above():
     """The claims tested in this file, per report: a new claim needs its test here first."""
     assert {name: len(claims) for name, claims in ALL_CLAIMS.items()} == {
         "fedpd_fig2": 6, "fedpd_p_heterogeneity": 3, "feddyn_fedpd": 4, "fedplus_table2": 5, "afedpd_table2": 4,
-        "robustness": 6}
+        "robustness": 10}
 
 
 def test_every_claim_runs_on_empty_results_as_inconclusive():

@@ -68,3 +68,18 @@ def test_run_eval_batch_size_reaches_the_evaluation(monkeypatch):
                      run={"eval_batch_size": 6, "personal_eval": "always"})
     sim.metrics()
     assert seen and set(seen) == {6}
+
+
+def test_measuring_the_chunk_size_keeps_no_reference_to_the_data():
+    """The measuring forward saves nothing: a pack hook that returned the tensor tied a ReLU's saved
+    output to its own node, a cycle through autograd's C++ graph that gc cannot free, and held the
+    training set (188 MB per MNIST problem, so a worker running many runs ran out of memory)."""
+    import gc
+    import weakref
+
+    problem = image_problem("mlp")
+    data = weakref.ref(problem.train.x)
+    assert chunk_size(problem) >= 1
+    del problem
+    gc.collect()
+    assert data() is None

@@ -287,3 +287,35 @@ def test_runs_go_seed_by_seed(tmp_path, monkeypatch):
         core.reproduce("fedpd_fig2", "reduced", out=tmp_path / "r", jobs=1, progress=False)
     assert len(order) == 28 and set(order) == {0, 1}
     assert order == sorted(order)
+
+def test_robustness_runs_every_defence_against_every_attack():
+    """The medium grid holds every built-in aggregator but the plain mean's aliases and Fed+'s own
+    (run as the Fed+ methods), every shipped attack but the faults screened before aggregation, and
+    Bulyan's n >= 4f + 3 for the participants of every round (all 20)."""
+    from fedpd import aggregators, attacks
+    from fedpd.reproduce import robustness as R
+
+    runs = R.Robustness().runs(R.Robustness.budgets["medium"])
+    used_aggregators = {s.config["algorithm"].get("aggregator", "mean") for s in runs if s.labels["part"] == "attacks"}
+    assert set(aggregators.AGGREGATORS) - {"fedplus"} <= used_aggregators
+    used_attacks = {s.config["attack"]["name"] for s in runs if s.labels["part"] == "attacks"}
+    assert {a.name for a in attacks.ATTACKS} - {"nan", "inf", "dropout"} == used_attacks
+    bulyan = [s for s in runs if s.labels.get("method") == "bulyan"]
+    assert bulyan and all(s.config["sampler"] == {"name": "all"} and s.config["problem"]["clients"]
+                          >= 4 * s.config["algorithm"]["aggregator_options"]["n_byzantine"] + 3 for s in bulyan)
+    dp = {(s.labels["method"], s.labels["z"]) for s in runs if s.labels["part"] == "dp"}
+    assert dp == {(m, z) for m in ("fedavg", "feddyn") for z in R.DP_Z}
+
+
+def test_centered_clipping_once_from_the_start_model_is_norm_bounding():
+    """Why the robustness experiment runs centered clipping with 3 iterations: one iteration from
+    the round's start model is norm bounding with M = τ."""
+    import torch
+
+    from fedpd.aggregators import centered_clipping, norm_bounding
+
+    g = torch.Generator().manual_seed(0)
+    w, ref = torch.randn(7, 5, generator=g), torch.randn(5, generator=g)
+    once, _ = centered_clipping(w, tau=0.8, iterations=1, reference=ref)
+    assert torch.allclose(once, norm_bounding(w, max_norm=0.8, reference=ref)[0])
+    assert not torch.allclose(centered_clipping(w, tau=0.8, iterations=3, reference=ref)[0], once)

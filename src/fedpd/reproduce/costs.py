@@ -14,6 +14,14 @@ from __future__ import annotations
 #: ``fedpd reproduce NAME --budget medium --estimate ROUNDS`` on 2026-11-25 at a load average of 5–14
 #: (a loaded machine measures high: fedpd_femnist's 14–22 s per round against 10.6 s on 2026-11-23)
 ESTIMATE = "`fedpd reproduce {name} --budget medium --estimate {rounds}` (CPU time, 2026-11-25, load average {load})"
+#: robustness (issue 32): `fedpd reproduce robustness --budget reduced --estimate 2` (153 cost settings) was
+#: killed for memory after 38 on 2026-11-26 (each problem's first evaluation left its training set resident,
+#: 188 MB of MNIST: fixed since in fedpd.evaluation.chunk_size), so a subset was timed with the same
+#: function (fedpd.reproduce.core.estimate, 2 rounds), one estimate call per subset
+ROBUSTNESS_HOW = ("timing with `--estimate 2`'s function (CPU time, 2026-11-26, load average 15–17) every method "
+                  "without attack and every attack with FedAvg on MNIST i.i.d., a cell costing its method's round plus "
+                  "its attack's extra over FedAvg's: 0.45–0.65 s per round of the MLP for FedAvg and the aggregators, "
+                  "0.7–1.2 s for the Fed+ methods, 0.05 s for a DP run's round (logistic regression)")
 MEASURED: dict[str, tuple[float, str]] = {
     "afedpd_table2": (44.5, "`fedpd reproduce afedpd_table2 --budget medium --estimate 1` (CPU time, 2026-11-26, "
                       "load average 4–5): per run 11–15 s of set-up, 32–35 s per round (FedSAM, A-FedPDSAM 62–64 s) "
@@ -25,8 +33,7 @@ MEASURED: dict[str, tuple[float, str]] = {
     "fedpd_fig2": (1.8, ESTIMATE.format(name="fedpd_fig2", rounds=3, load="6")),
     "fedpd_p_heterogeneity": (2.0, ESTIMATE.format(name="fedpd_p_heterogeneity", rounds=5, load="6")),
     "feddyn_fedpd": (0.1, ESTIMATE.format(name="feddyn_fedpd", rounds=5, load="6")),
-    "robustness": (1.5, "the reduced run's 944 s (2026-11-23) for 240 runs × 30 rounds, scaled to 400 runs × 100 "
-                   "rounds"),
+    "robustness": (5.5, ROBUSTNESS_HOW),
 }
 
 
