@@ -288,6 +288,7 @@ def test_runs_go_seed_by_seed(tmp_path, monkeypatch):
     assert len(order) == 28 and set(order) == {0, 1}
     assert order == sorted(order)
 
+
 def test_robustness_runs_every_defence_against_every_attack():
     """The medium grid holds every built-in aggregator but the plain mean's aliases and Fed+'s own
     (run as the Fed+ methods), every shipped attack but the faults screened before aggregation, and
