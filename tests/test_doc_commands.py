@@ -20,7 +20,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PAGES = {
     "docs/extending.md": ("tests/test_extending_doc.py", "runs every bash block of the page as written, in order, "
                           "outside the repository"),
-    "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback; "
+    "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback "
+                           "(tests/test_flower_warm.py the warm SuperNodes' section); "
                            "the others install from a package index, run a Flower simulation on Ray (as the "
                            "README's, exempt below) or need a Ray cluster of several machines"),
 }

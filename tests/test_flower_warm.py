@@ -83,6 +83,11 @@ def test_warm_nodes_serve_run_after_run_each_with_its_in_process_metrics(tmp_pat
         dep.superlink()
         dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
         dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
+        for k in (0, 1):  # the warm processes are up (a fedpd without the command would fail here, not hang)
+            deadline = time.time() + 120
+            while "serving the SuperNode" not in dep.log(f"supernode{k}-clientapp") and time.time() < deadline:
+                assert dep.procs[f"supernode{k}-clientapp"].poll() is None, dep.log(f"supernode{k}-clientapp")
+                time.sleep(0.5)
         for name in ("first", "second", "first-again"):
             done = dep.flwr_run(apps[name], timeout=600)
             run_dir = tmp_path / f"run-{name}"
@@ -106,8 +111,9 @@ def test_the_warm_section_runs_as_written_and_stops_what_it_started(tmp_path):
 
     blocks = bash_blocks(DOC, SECTION)
     text = "\n".join(blocks)
-    assert text.count(DOC_ROUNDS) == 1 and text.count("--isolation process") == 2
-    assert text.count("fedpd flower clientapp") == 2
+    assert text.count(DOC_ROUNDS) == 1
+    assert len(re.findall(r"^flower-supernode .* --isolation process", text, re.M)) == 2, text
+    assert len(re.findall(r"^fedpd flower clientapp --runtime-api-address", text, re.M)) == 2, text
     started = re.findall(r"^(\w+)=\$!$", text, re.M)
     assert text.count(" &\n") == len(started)  # every background process has its PID kept
     last = blocks[-1].strip().split()

@@ -104,7 +104,7 @@ def serve_task(address: str, token: str, root_certificates: str | None = None) -
     return status
 
 
-def serve(address: str, root_certificates: str | None = None, poll: float = 0.05,
+def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
           stop: threading.Event | None = None) -> None:
     """Claim and serve the SuperNode's ClientApp tasks at ``address`` until ``stop`` is set (or
     SIGTERM / SIGINT, between two tasks). A SuperNode that is not (or no longer) reachable is
