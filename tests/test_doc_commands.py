@@ -63,6 +63,9 @@ BLOCKS = {
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/deployment_rounds.py"): (
+        "exempt", "a benchmark, run by hand (minutes: deployments on loopback); tests/test_flower_warm.py checks "
+        "warm SuperNodes' metrics against in-process"),
     ("docs/performance.md", "OMP_NUM_THREADS=1 python benchmarks/side_by_side.py"): (
         "exempt", "a benchmark on every model, run by hand (about an hour)"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py"): (
