@@ -14,7 +14,7 @@ ClientApp left it. Tasks are served one at a time, as a SuperNode hands them out
 
 It runs only fedpd's ClientApp: a run whose app names another ClientApp gets an error reply and
 its task fails, as a ClientApp that cannot be loaded does. Flower's Runtime API has no version
-promise; this follows flwr 1.41–1.42 (``pyproject.toml`` pins them).
+promise; this follows the Flower ``pyproject.toml`` pins (1.42; 1.41's is the same).
 """
 
 from __future__ import annotations
