@@ -123,15 +123,22 @@ class Deployment:
         return int(reply["node-id"])
 
     def supernode(self, k: int, hosted: str, store: Path, key: int | None = None, name: str | None = None,
-                  more: str = ""):
-        """``more``: further node config, e.g. "allowed-plugins='mypkg'"."""
+                  more: str = "", warm: bool = False):
+        """``more``: further node config, e.g. "allowed-plugins='mypkg'"; ``warm``: the node is
+        started with ``--isolation process`` and a ``fedpd flower clientapp`` beside it (named
+        ``<name>-clientapp``) serves its messages."""
         flags = [f"--root-certificates={self.certs / 'ca.crt'}"] if self.tls else ["--insecure"]
         if key is not None:
             flags.append(f"--auth-supernode-private-key={self.certs / f'node{key}'}")
         config = f"hosted-clients='{hosted}' store-dir='{store}' {more}".strip()
-        return self.start(name or f"supernode{k}", [str(BIN / "flower-supernode"), *flags, "--superlink",
-                                                    f"127.0.0.1:{self.port}", "--port", str(free_port()),
-                                                    "--node-config", config, "--max-retries", "3"])
+        name, runtime = name or f"supernode{k}", free_port()
+        node = self.start(name, [str(BIN / "flower-supernode"), *flags, "--superlink", f"127.0.0.1:{self.port}",
+                                 "--port", str(runtime), "--node-config", config, "--max-retries", "3",
+                                 *(["--isolation", "process"] if warm else [])])
+        if warm:
+            self.start(f"{name}-clientapp", [str(BIN / "fedpd"), "flower", "clientapp", "--runtime-api-address",
+                                             f"127.0.0.1:{runtime}", "--insecure"])
+        return node
 
     def flwr_run(self, appdir: Path, timeout: float = 600, run_config: str | None = None) -> subprocess.CompletedProcess:
         argv = [str(BIN / "flwr"), "run", str(appdir), "test", "--stream"]

@@ -20,7 +20,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PAGES = {
     "docs/extending.md": ("tests/test_extending_doc.py", "runs every bash block of the page as written, in order, "
                           "outside the repository"),
-    "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback; "
+    "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback "
+                           "(tests/test_flower_warm.py the warm SuperNodes' section); "
                            "the others install from a package index, run a Flower simulation on Ray (as the "
                            "README's, exempt below) or need a Ray cluster of several machines"),
 }
@@ -62,6 +63,9 @@ BLOCKS = {
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/deployment_rounds.py"): (
+        "exempt", "a benchmark, run by hand (minutes: deployments on loopback); tests/test_flower_warm.py checks "
+        "warm SuperNodes' metrics against in-process"),
     ("docs/performance.md", "OMP_NUM_THREADS=1 python benchmarks/side_by_side.py"): (
         "exempt", "a benchmark on every model, run by hand (about an hour)"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py"): (

@@ -380,6 +380,13 @@ def make_parser() -> argparse.ArgumentParser:
     fn.add_argument("--insecure", action="store_true", help="plain HTTP (tests on one machine only)")
     fn.add_argument("--default", action="store_true", help="make it flwr's default connection")
     fn.set_defaults(func=_cmd_flower_connection)
+    fw = flsub.add_parser("clientapp", help="a warm ClientApp beside a SuperNode started with --isolation process: "
+                          "one process serves every message (docs/deployment.md)")
+    fw.add_argument("--runtime-api-address", required=True, metavar="HOST:PORT",
+                    help="the SuperNode's Runtime API: 127.0.0.1 and the SuperNode's --port")
+    fw.add_argument("--insecure", action="store_true", help="plain HTTP to the SuperNode (as Flower's default)")
+    fw.add_argument("--root-certificates", metavar="CA_FILE", help="the CA of the SuperNode's --ssl-certfile (TLS)")
+    fw.set_defaults(func=_cmd_flower_clientapp)
 
     try:
         from fedpd.data.cli import add_data_parser
@@ -425,6 +432,25 @@ def _cmd_flower_connection(args) -> int:
         raise FedpdError("fedpd flower connection: give --root-certificates or --insecure, not both")
     path = write_connection(args.name, args.address, args.root_certificates, args.insecure, args.default)
     print(f"wrote connection {args.name!r} ({args.address}) into {path}")
+    return 0
+
+
+def _cmd_flower_clientapp(args) -> int:
+    from fedpd.flower import require_flower
+
+    if args.insecure == bool(args.root_certificates):
+        raise FedpdError("fedpd flower clientapp: give --insecure (the SuperNode's default) or --root-certificates "
+                         "CA_FILE (a SuperNode started with --ssl-certfile), one of them")
+    host, _, port = args.runtime_api_address.rpartition(":")
+    if not host or not port.isdigit():
+        raise FedpdError(f"--runtime-api-address {args.runtime_api_address!r}: expected HOST:PORT of the SuperNode's "
+                         f"Runtime API (its --port), e.g. 127.0.0.1:9094")
+    if args.root_certificates and not Path(args.root_certificates).is_file():
+        raise FedpdError(f"--root-certificates {args.root_certificates!r}: no such file")
+    require_flower()
+    from fedpd.flower.warm import serve
+
+    serve(args.runtime_api_address, args.root_certificates)
     return 0
 
 

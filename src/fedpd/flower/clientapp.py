@@ -63,7 +63,7 @@ def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
                            keep_runs=int(keep))
     if "partition-id" in node_config:  # a virtual node of Flower's simulation runtime
         plugins.search(request.config.get("plugin-path") or ())  # the run's own plug-ins, as in process
-        cfg, problem, _, _ = _pieces(request.config["config"])
+        cfg, problem, _, _ = _pieces(request.config["config"], request.config.get("run-key", ""))
         k, n = int(node_config["partition-id"]), int(node_config["num-partitions"])
         root = request.config.get("store-root")
         if not root:

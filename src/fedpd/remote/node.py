@@ -6,8 +6,10 @@ reads and writes only that run's folder (:func:`~fedpd.remote.filestore.open_run
 run's config (sent with every message) it builds the problem, the algorithm and the local solver
 exactly as the simulator does, so a client's ``local`` here is the very computation the
 in-process engine would run — same code, same per-client streams, same numbers. It holds
-nothing else between messages: a node process may be killed and restarted (or, in a Flower
-deployment, be a fresh process per message) and continue from its files.
+nothing else between messages but the pieces it built for the run in progress: a node process
+may be killed and restarted (or, in a Flower deployment, be a fresh process per message) and
+continue from its files, and a warm process (``fedpd flower clientapp``) builds a run's pieces
+once and drops them when another run's message comes.
 
 A config may name plug-ins (import paths, :mod:`fedpd.plugins`); a node built with ``allowed``
 imports only plug-in modules under those prefixes and answers anything else with an error (the
@@ -31,17 +33,17 @@ from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
 from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
 
-_BUILT: dict[tuple, tuple] = {}  # (config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
+_BUILT: dict[tuple, tuple] = {}  # (run key, config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
 
 
-def _pieces(config_toml: str):
-    """(cfg, problem, algorithm, solver) of a run's config, built once per process (under the
-    plug-in policy in force, :func:`fedpd.plugins.restricted`)."""
-    key = (hashlib.sha256(config_toml.encode()).hexdigest(), plugins.policy())
+def _pieces(config_toml: str, run_key: str = ""):
+    """(cfg, problem, algorithm, solver) of a run's config, built once per run and process (under
+    the plug-in policy in force, :func:`fedpd.plugins.restricted`). Only the latest run's are
+    kept: nothing built for one run (a problem's data, an algorithm object) serves another."""
+    key = (str(run_key), hashlib.sha256(config_toml.encode()).hexdigest(), plugins.policy())
     if key not in _BUILT:
-        built = from_toml(config_toml)
-        _BUILT.clear()  # one run at a time per process
-        _BUILT[key] = built
+        _BUILT.clear()  # one run at a time per process; the old run's pieces go before the new are built
+        _BUILT[key] = from_toml(config_toml)
     return _BUILT[key]
 
 
@@ -64,7 +66,7 @@ class NodeRuntime:
 
     def store(self, request: Envelope) -> VersionedStore | None:
         """The request's run's store; None for stateless clients (FedAvg: nothing kept, no folder)."""
-        _, problem, algorithm, _ = _pieces(request.config["config"])
+        _, problem, algorithm, _ = _pieces(request.config["config"], request.config.get("run-key", ""))
         init = algorithm.init_client(problem.x_init)
         return VersionedStore(self.folder(request), init, self.hosted, self.durable) if init else None
 
@@ -90,7 +92,7 @@ class NodeRuntime:
         return Envelope("hello", {"hosted": self.hosted})
 
     def _train(self, request: Envelope) -> Envelope:
-        cfg, problem, algorithm, solver = _pieces(request.config["config"])
+        cfg, problem, algorithm, solver = _pieces(request.config["config"], request.config.get("run-key", ""))
         store = self.store(request)
         if request.config.get("prune") is not None and store is not None:
             store.prune(int(request.config["prune"]))
@@ -116,7 +118,7 @@ class NodeRuntime:
         return Envelope("train", {"ids": ids, "sample_grads": int(problem.sample_grads) - before}, pack("u", upload))
 
     def _commit(self, request: Envelope) -> Envelope:
-        cfg, problem, algorithm, _ = _pieces(request.config["config"])
+        cfg, problem, algorithm, _ = _pieces(request.config["config"], request.config.get("run-key", ""))
         store = self.store(request)
         round = int(request.config["round"])
         staged = store.staged(round) if store is not None else None
