@@ -6,8 +6,8 @@ worker (one ``xdist_group``), one after another within a group:
 - ``ray``: the modules that start Ray. A ``ray start`` cluster writes /tmp/ray/ray_current_cluster,
   which other Ray programs on the machine read, and a Ray session starts a dozen processes: one
   Ray at a time keeps the cluster tests isolated and the machine's memory in bounds;
-- the tests that share a costly module- or session-scoped fixture (a deployment, three long
-  runs, a dataset): built once, not once per worker.
+- the tests that share a costly module- or session-scoped fixture (three long runs, a
+  dataset): built once, not once per worker.
 
 The groups are queued first (xdist hands out its largest units first) and the slowest tests go
 before the quick ones, so that no long test starts last while the other worker sits idle."""
@@ -23,7 +23,6 @@ MODULE_GROUPS = {
 }
 #: a costly module- or session-scoped fixture -> the group of the tests that use it
 FIXTURE_GROUPS = {
-    "insecure": "flower_deploy",  # tests/test_flower_deploy.py: one deployment for two tests
     "story": "convergence",  # tests/test_convergence.py: three runs of 200 rounds
     "cifar_jpeg": "data_real", "cifar_py_dir": "data_real",  # CIFAR-10 decoded once per session
 }
@@ -35,6 +34,7 @@ def group(item: pytest.Item) -> str | None:
     return MODULE_GROUPS.get(module) or (fixtures[0] if fixtures else None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:

@@ -2,9 +2,8 @@
 (tests/flower_deploy.py starts them, tracks their PIDs and stops them). With TLS and SuperNode
 authentication the run writes the in-process metrics; a SuperNode whose key was never
 registered is refused; a SuperNode killed with SIGKILL mid-run and restarted lets the run
-finish with the same metrics. The two tests without TLS share one deployment (the fixture
-``insecure``). These are the slowest tests: a deployment round takes seconds (every message
-starts a ClientApp process; an idle SuperNode polls every 3 s)."""
+finish with the same metrics. These are the slowest tests: a deployment round takes seconds
+(every message starts a ClientApp process; an idle SuperNode polls every 3 s)."""
 
 from __future__ import annotations
 
@@ -42,26 +41,34 @@ def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
         assert "Failed to activate SuperNode" in dep.log("unregistered") or "2004" in dep.log("unregistered")
 
 
-@pytest.fixture(scope="module")
-def insecure(tmp_path_factory, user_algorithms):
-    """One deployment without TLS or node keys for the tests below (its start is seconds of a
-    loaded machine's time): a SuperLink and two SuperNodes, "supernode0" hosting clients 0-2 in
-    ``store0`` and "supernode1" 3-5 in ``store1``, both allowing the user's plug-in module, which
-    is on every process's Python path. A test that restarts a node leaves one as it found it,
-    except the SIGKILL test (the dead node stays listed for a minute): it comes last."""
-    directory, module = user_algorithms
-    root = tmp_path_factory.mktemp("insecure")
-    with Deployment(root / "dep", tls=False, auth=False) as dep:
-        dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), dep.env.get("PYTHONPATH", "")) if p)
+def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tmp_path):
+    """Without node keys a restarted SuperNode joins at once under a new id (the dead one stays
+    listed for a minute); the server learns that the new node hosts the same clients, sends the
+    lost work again, and the node continues from the client states in its store directory."""
+    import subprocess
+
+    appdir, run_dir, expected = app(tmp_path, rounds=5)
+    with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.superlink()
-        dep.allow = f"allowed-plugins='other,{module}'"
-        dep.stores = [root / "store0", root / "store1"]
-        dep.supernode(0, "0-2", dep.stores[0], more=dep.allow)
-        dep.supernode(1, "3-5", dep.stores[1], more=dep.allow)
-        yield dep
+        dep.supernode(0, "0-2", tmp_path / "store0")
+        dep.supernode(1, "3-5", tmp_path / "store1")
+        argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
+        run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+        dep.procs["flwr-run"] = run
+        deadline = time.time() + 300
+        while time.time() < deadline and run.poll() is None:  # wait for round 2's record
+            if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3:
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, "the run ended before the SuperNode could be killed"
+        dep.kill("supernode1")  # SIGKILL, mid-run
+        dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-restarted")
+        out, _ = run.communicate(timeout=600)
+        assert metrics(run_dir) == expected, out[-3000:]
 
 
-def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_is_rejected(tmp_path, insecure,
+def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_is_rejected(tmp_path,
                                                                                        user_algorithms):
     """Issue 20: a user's algorithm with client state and a reply (tests/user_plugins.py), in a
     module the SuperLink's and the SuperNodes' Python path reach. With ``allowed-plugins`` naming
@@ -77,43 +84,20 @@ def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_
         app = ["flower", "app", str(cfg), "--out", str(tmp_path / name), "--run-dir", str(tmp_path / f"run-{name}")]
         assert main(app) == 0
         runs.append((tmp_path / name, tmp_path / f"run-{name}"))
-    dep = insecure  # both nodes allow the module
-    done = dep.flwr_run(runs[0][0], timeout=600)
-    assert (runs[0][1] / "metrics.jsonl").exists(), done.stdout[-3000:] + done.stderr[-2000:]
-    assert metrics(runs[0][1]) == expected, done.stdout[-3000:]
-    dep.kill("supernode1", signal.SIGTERM)  # graceful: the SuperLink frees the node at once
-    dep.supernode(1, "3-5", tmp_path / "store1b", name="supernode1-refusing", more="allowed-plugins='other'")
-    try:
+    allow = f"allowed-plugins='other,{module}'"
+    with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
+        dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), dep.env.get("PYTHONPATH", "")) if p)
+        dep.superlink()
+        dep.supernode(0, "0-2", tmp_path / "store0", more=allow)
+        dep.supernode(1, "3-5", tmp_path / "store1", more=allow)
+        done = dep.flwr_run(runs[0][0], timeout=600)
+        assert (runs[0][1] / "metrics.jsonl").exists(), done.stdout[-3000:] + done.stderr[-2000:]
+        assert metrics(runs[0][1]) == expected, done.stdout[-3000:]
+        dep.kill("supernode1", signal.SIGTERM)  # graceful: the SuperLink frees the node at once
+        dep.supernode(1, "3-5", tmp_path / "store1b", name="supernode1-refusing", more="allowed-plugins='other'")
         done = dep.flwr_run(runs[1][0], timeout=600)
         refused = metrics(runs[1][1])
         assert [r["round"] for r in refused] == [0, 1, 2], done.stdout[-3000:]
         assert refused[-1]["rejected_uploads"] > 0 and refused[-1]["uplink_floats"] > 0
         said = done.stdout + dep.log("superlink")
         assert f"plug-in module '{module}' is not allowed on this node" in said, said[-3000:]
-    finally:  # the node as the fixture started it
-        dep.kill("supernode1-refusing", signal.SIGTERM)
-        dep.supernode(1, "3-5", dep.stores[1], more=dep.allow)
-
-
-def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tmp_path, insecure):
-    """Without node keys a restarted SuperNode joins at once under a new id (the dead one stays
-    listed for a minute); the server learns that the new node hosts the same clients, sends the
-    lost work again, and the node continues from the client states in its store directory."""
-    import subprocess
-
-    appdir, run_dir, expected = app(tmp_path, rounds=3)  # killed after round 1: two rounds need its states
-    dep = insecure
-    argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
-    run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
-    dep.procs["flwr-run"] = run
-    deadline = time.time() + 300
-    while time.time() < deadline and run.poll() is None:  # wait for round 1's record
-        if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 2:
-            break
-        time.sleep(0.5)
-    assert run.poll() is None, "the run ended before the SuperNode could be killed"
-    dep.kill("supernode1")  # SIGKILL, mid-run
-    dep.supernode(1, "3-5", dep.stores[1], more=dep.allow)  # its store: the states of round 1
-    out, _ = run.communicate(timeout=600)
-    assert metrics(run_dir) == expected, out[-3000:]
