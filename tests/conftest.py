@@ -1,48 +1,55 @@
 """The suite runs on one worker process per core (pytest-xdist: pyproject.toml's addopts give
-``-n auto --dist loadgroup``). A test is safe beside any other one — its own tmp_path, ports the
-system hands out, processes it stops by PID — except in the modules below, each run on one
-worker (one ``xdist_group``), one after another within a group:
+``-n auto --dist loadfile``): each test module runs whole on one worker, so a module-scoped fixture
+(a Flower session, a Ray cluster, three long runs) is built once. A test is safe beside any other
+one — its own tmp_path, ports the system hands out, processes it stops by PID — except those that
+start Ray: a ``ray start`` cluster writes /tmp/ray/ray_current_cluster, which other Ray programs
+on the machine read, and a Ray session starts a dozen processes. The modules in
+:data:`RAY_MODULES` therefore take one lock for their whole run: one of them at a time, the Ray
+cluster tests isolated from any other Ray.
 
-- ``ray``: the modules that start Ray. A ``ray start`` cluster writes /tmp/ray/ray_current_cluster,
-  which other Ray programs on the machine read, and a Ray session starts a dozen processes: one
-  Ray at a time keeps the cluster tests isolated and the machine's memory in bounds;
-- the tests that share a costly module- or session-scoped fixture (three long runs, a
-  dataset): built once, not once per worker.
+(Not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's groups are silently ignored — it renames
+``item._nodeid``, which pytest no longer reads.)
 
-The groups are queued first (xdist hands out its largest units first) and the slowest tests go
-before the quick ones, so that no long test starts last while the other worker sits idle."""
+Modules with a slow test are handed out first, so that no long module starts last while the other
+worker sits idle."""
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 import pytest
 
-#: modules run whole on one worker, one after another (path under tests/ -> group)
-MODULE_GROUPS = {
-    "test_flower.py": "ray", "test_flower_ray.py": "ray", "test_ray_cluster.py": "ray",
-    "test_extending_doc.py": "ray",  # its page runs a Flower simulation
-}
-#: a costly module- or session-scoped fixture -> the group of the tests that use it
-FIXTURE_GROUPS = {
-    "story": "convergence",  # tests/test_convergence.py: three runs of 200 rounds
-    "cifar_jpeg": "data_real", "cifar_py_dir": "data_real",  # CIFAR-10 decoded once per session
-}
+#: the modules that start Ray (a local Ray session or a two-node ``ray start`` cluster)
+RAY_MODULES = {"test_flower.py", "test_flower_ray.py", "test_ray_cluster.py",
+               "test_extending_doc.py"}  # (its page runs a Flower simulation)
 
 
-def group(item: pytest.Item) -> str | None:
-    module = item.nodeid.split("::", 1)[0].removeprefix("tests/")
-    fixtures = [FIXTURE_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in FIXTURE_GROUPS]
-    return MODULE_GROUPS.get(module) or (fixtures[0] if fixtures else None)
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0].removeprefix("tests/")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups
+@pytest.fixture(scope="module", autouse=True)
+def _one_ray_at_a_time(request, tmp_path_factory):
+    """An exclusive lock, shared by this session's workers, held while a module of RAY_MODULES runs."""
+    if request.node.nodeid.removeprefix("tests/") not in RAY_MODULES:
+        yield
+        return
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' common folder
+    with open(root / "ray.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            name = group(item)
-            if name:
-                item.add_marker(pytest.mark.xdist_group(name))
-    # slow tests first (a stable sort keeps each module's order, so its module fixtures are built once)
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # modules with a slow test first; a stable sort keeps each module whole and in its order
+    slow = {_module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _module(item) not in slow)
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
