@@ -11,7 +11,7 @@ cluster tests isolated from any other Ray.
 ``item._nodeid``, which pytest no longer reads.)
 
 Modules with a slow test are handed out first, so that no long module starts last while the other
-worker sits idle."""
+worker sits idle, and no two Ray modules one after the other (the second would wait for the lock)."""
 
 from __future__ import annotations
 
@@ -47,9 +47,12 @@ def _one_ray_at_a_time(request, tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # modules with a slow test first; a stable sort keeps each module whole and in its order
-    slow = {_module(item) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: _module(item) not in slow)
+    # modules with a slow test first, a Ray module between two others (the next one waits for its
+    # lock); a stable sort keeps each module whole and in its order
+    slow = list(dict.fromkeys(_module(item) for item in items if item.get_closest_marker("slow")))
+    ray, other = [m for m in slow if m in RAY_MODULES], [m for m in slow if m not in RAY_MODULES]
+    rank = {m: 2 * i for i, m in enumerate(ray)} | {m: 2 * i + 1 for i, m in enumerate(other)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank) * 2))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
