@@ -25,7 +25,7 @@ from user_plugins import user_algorithms  # noqa: E402, F401 (a fixture)
 pytestmark = pytest.mark.slow
 
 def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
-    appdir, run_dir, expected = app(tmp_path, rounds=3)
+    appdir, run_dir, expected = app(tmp_path, rounds=2)  # a second round: the clients' states come back
     with Deployment(tmp_path / "dep", tls=True, auth=True) as dep:
         dep.superlink()
         dep.register(0), dep.register(1)

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 def test_two_configs_then_the_first_again_on_the_same_supernodes_each_equal_its_in_process_run(tmp_path):
     apps, expected = {}, {}
     for name, eta in (("first", 2.0), ("second", 5.0), ("first-again", 2.0)):
-        apps[name], _, expected[name] = app(tmp_path, rounds=2, algorithm="feddyn", eta=eta, name=name)
+        # one round each: a client's dual left over from an earlier run would change the next run's
+        # first round already (the node keeping states across a run's rounds: tests/test_flower_deploy.py)
+        apps[name], _, expected[name] = app(tmp_path, rounds=1, algorithm="feddyn", eta=eta, name=name)
     assert expected["first"] != expected["second"]
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.superlink()
