@@ -22,7 +22,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-import time
 
 #: the ClientApp component this process runs (the one ``fedpd flower app`` writes)
 CLIENTAPP = "fedpd.flower.clientapp:client_app"
