@@ -182,6 +182,10 @@ def test_a_mean_falls_under_ipm_large():
     assert check(attacked({("fedavg", "ipm100"): 10.0}))[0] is True
     assert check(attacked({("fedavg", "ipm100"): 85.0}))[0] is False
     assert check(rep.Results([]))[0] is None
+    # planned but not recorded yet (a budget part-way): no verdict, not "fails" on a nan
+    planned = [run({"split": s, "attack": "ipm100", "method": "fedavg"}, 0, []) for s in robustness.SPLITS]
+    verdict, text = check(rep.Results(planned))
+    assert verdict is None and "not recorded yet" in text
 
 
 def test_bulyan_and_centered_clipping_hold_under_ipm_large():

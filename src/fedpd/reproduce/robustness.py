@@ -343,8 +343,9 @@ def _present(results, method, split=None, attack=None):
 def _falls(method, attack, below=0.5):
     def check(results):
         vals = {s: _acc(results, method, attack, s) for s in SPLITS if _present(results, method, s, attack)}
+        vals = {s: v for s, v in vals.items() if not math.isnan(v)}  # a split none of whose runs is recorded
         if not vals:
-            return None, f"{METHODS[method][0]} not run (or not recorded yet) at this budget"
+            return None, f"{METHODS[method][0]} under {ATTACKS[attack][0]} not run (or not recorded yet) at this budget"
         return all(v < below for v in vals.values()), ", ".join(f"{SPLIT_LABELS[s]} {100 * v:.1f} %" for s, v in vals.items())
     return check
 
