@@ -92,3 +92,18 @@ def run_cli(args, capsys) -> tuple[int, str, str]:
     code = main([str(a) for a in args])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def fedpd_imports(path) -> list[tuple[str, str]]:
+    """(module, name) of every ``from fedpd... import name`` in a source file; a plain
+    ``import fedpd...`` fails (a user's module reaches fedpd's names through ``from`` imports)."""
+    import ast
+    from pathlib import Path
+
+    imported = []
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "fedpd":
+            imported += [(node.module, alias.name) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            assert not any(a.name.startswith("fedpd") for a in node.names)
+    return imported

@@ -8,7 +8,6 @@ fedpd's code. The module is checked to import only fedpd's public names."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ import pytest
 import fedpd
 import fedpd.algorithms
 from fedpd.cli import main
-from helpers import ls_hessian, simulation
+from helpers import fedpd_imports, ls_hessian, simulation
 
 PROBLEM = {"name": "least_squares", "clients": 5, "dim": 3, "samples_per_client": 6, "seed": 3}
 SAMPLER = {"name": "uniform", "clients_per_round": 3}
@@ -122,10 +121,5 @@ def test_fedopt_imports_only_public_names():
     """The module is written as a user's would be: fedpd names it imports are public ones."""
     path = Path(fedpd.algorithms.__file__).parent / "fedopt.py"
     public = {"fedpd": set(fedpd.__all__), "fedpd.algorithms": set(fedpd.algorithms.__all__)}
-    imported = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "fedpd":
-            imported += [(node.module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.Import):
-            assert not any(a.name.startswith("fedpd") for a in node.names)
+    imported = fedpd_imports(path)
     assert imported and all(module in public and name in public[module] for module, name in imported), imported

@@ -5,7 +5,6 @@ what they send and compute; and that both modules import fedpd's public names on
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import torch
 import fedpd
 import fedpd.algorithms
 from fedpd.errors import ConfigError
-from helpers import client_data, ls_grad, simulation, streams
+from helpers import client_data, fedpd_imports, ls_grad, simulation, streams
 
 F64 = torch.float64
 N, D = 4, 3  # the helper's least squares: 4 clients, d = 3, 6 samples each
@@ -152,10 +151,5 @@ def test_written_with_public_names_only(module):
     path = Path(fedpd.algorithms.__file__).parent / module
     public = {"fedpd": set(fedpd.__all__), "fedpd.algorithms": set(fedpd.algorithms.__all__),
               "fedpd.errors": {"ConfigError"}}
-    imported = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "fedpd":
-            imported += [(node.module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.Import):
-            assert not any(a.name.startswith("fedpd") for a in node.names)
+    imported = fedpd_imports(path)
     assert imported and all(m in public and name in public[m] for m, name in imported), imported
