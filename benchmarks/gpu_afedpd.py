@@ -21,7 +21,10 @@ For a machine with a CUDA GPU and CIFAR-10 in $FEDPD_DATA (issue 31, parts 4 and
    docs/reproductions/afedpd_table2/records/.
 
 Written into ``--results`` (the device machine's $OUT): timing.json, timing.md (the table), and
-afedpd_table2/ (the screen's records/, README.md and results.csv, not its run directories).
+afedpd_table2/ (the screen's records/, README.md and results.csv, not its run directories), also as
+one archive, afedpd_table2.tar.gz, for a machine that sends back only shallow files. Killed from
+outside (``timeout``'s SIGTERM), the script stops the screen's child too (it runs in its own session:
+left running, it would keep a pipe such as ``| tee`` open) and still writes the archive.
 
     python benchmarks/gpu_afedpd.py --results "$OUT" --minutes 6
     python benchmarks/gpu_afedpd.py --smoke --results /tmp/gpu-smoke    # the same code on the CPU, tiny
@@ -41,6 +44,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -111,15 +115,27 @@ def timing(args) -> list[dict]:
     for method in args.methods:
         config = medium_config(method, args.budget)
         for execution in args.executions:
-            row = {"method": method, **time_rounds(config, args.device, execution, args.rounds,
-                                                   local_steps=args.local_steps, problem=args.problem)}
+            try:
+                row = {"method": method, **time_rounds(config, args.device, execution, args.rounds,
+                                                       local_steps=args.local_steps, problem=args.problem)}
+            except Exception as e:  # one failing way must not cost the rest of a short GPU lease
+                rows.append({"method": method, "device": args.device, "execution": execution,
+                             "error": f"{type(e).__name__}: {e}"})
+                print(f"{method:<10} {args.device:<6} {execution:<10} FAILED: {rows[-1]['error']}", flush=True)
+                continue
             rows.append(row)
             print(f"{method:<10} {args.device:<6} {execution:<10} set-up {row['setup_s']:6.1f} s, first round "
                   f"{row['first_round_s']:7.3f} s, then {row['round_s']:7.3f} s/round", flush=True)
     if args.cpu_method:
-        row = {"method": args.cpu_method, **time_rounds(medium_config(args.cpu_method, args.budget), "cpu", "auto",
-                                                        args.cpu_rounds, threads=1, local_steps=args.local_steps,
-                                                        problem=args.problem)}
+        try:
+            row = {"method": args.cpu_method, **time_rounds(medium_config(args.cpu_method, args.budget), "cpu", "auto",
+                                                            args.cpu_rounds, threads=1, local_steps=args.local_steps,
+                                                            problem=args.problem)}
+        except Exception as e:
+            rows.append({"method": args.cpu_method, "device": "cpu", "execution": "auto",
+                         "error": f"{type(e).__name__}: {e}"})
+            print(f"{args.cpu_method:<10} cpu    auto       FAILED: {rows[-1]['error']}", flush=True)
+            return rows
         rows.append(row)
         print(f"{args.cpu_method:<10} cpu    auto       set-up {row['setup_s']:6.1f} s, first round "
               f"{row['first_round_s']:7.3f} s, then {row['round_s']:7.3f} s/round (one thread)", flush=True)
@@ -127,10 +143,13 @@ def timing(args) -> list[dict]:
 
 
 def table(rows: list[dict], cpu_method: str | None) -> str:
-    cpu = next((r["round_s"] for r in rows if r["device"] == "cpu" and r["method"] == cpu_method), None)
+    cpu = next((r.get("round_s") for r in rows if r["device"] == "cpu" and r["method"] == cpu_method), None)
     lines = ["| method | device | execution | set-up s | first round s | s/round | CPU (1 thread) / this |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['method']} | {r['device']} | {r['execution']} | failed: {r['error']} | | | |")
+            continue
         ratio = f"{cpu / r['round_s']:.1f}" if cpu and r["round_s"] and r["method"] == cpu_method else ""
         lines.append(f"| {r['method']} | {r['device']} | {r['execution']} | {r['setup_s']} | {r['first_round_s']} | "
                      f"{r['round_s']} | {ratio} |")
@@ -145,6 +164,11 @@ def screen(args) -> int:
     print("screen:", " ".join(cmd[1:]), flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     child = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def stop(signum, frame):  # killed from outside (`timeout`): the child, in its own session, stops too
+        raise subprocess.TimeoutExpired(cmd, 0)
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         code = child.wait(timeout=args.minutes * 60)
     except subprocess.TimeoutExpired:
@@ -154,8 +178,10 @@ def screen(args) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
             code = child.wait()
-        print(f"screen: stopped at the {args.minutes:g}-minute limit (exit {code}); the same command continues it",
-              flush=True)
+        print(f"screen: stopped at the {args.minutes:g}-minute limit or by SIGTERM (exit {code}); the same command "
+              "continues it", flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     held = sorted(p.relative_to(args.out / "records").as_posix()
                   for p in (args.out / "records").rglob("*.json.gz")) if (args.out / "records").is_dir() else []
     print(f"screen: {len(held)} records in {args.out / 'records'}" + (f": {', '.join(held)}" if held else ""),
@@ -164,11 +190,15 @@ def screen(args) -> int:
 
 
 def copy_report(out: Path, results: Path) -> None:
-    """The report folder but its run directories (checkpoints, a cache) into ``results``."""
-    target = results / "afedpd_table2"
-    if not out.is_dir() or out.resolve() == target.resolve():
+    """The report folder but its run directories (checkpoints, a cache) into ``results``, as a folder
+    and as one archive, afedpd_table2.tar.gz (a device machine may send back only shallow files)."""
+    if not out.is_dir():
         return
-    shutil.copytree(out, target, ignore=shutil.ignore_patterns("runs"), dirs_exist_ok=True)
+    target = results / "afedpd_table2"
+    if out.resolve() != target.resolve():
+        shutil.copytree(out, target, ignore=shutil.ignore_patterns("runs"), dirs_exist_ok=True)
+    with tarfile.open(results / "afedpd_table2.tar.gz", "w:gz") as tar:
+        tar.add(out, arcname="afedpd_table2", filter=lambda info: None if info.name.split("/")[1:2] == ["runs"] else info)
 
 
 def main(argv=None) -> int:

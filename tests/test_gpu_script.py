@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,37 @@ def test_smoke_mode_times_both_executions_and_records_the_screen(tmp_path):
     rec = held["cifar10-lenet/iid/afedpdsam/s0"]
     assert rec.config["run"]["device"] == "cpu" and "--set run.device=cpu" in rec.provenance["command"]
     assert (out / "afedpd_table2" / "README.md").is_file()
+    with tarfile.open(out / "afedpd_table2.tar.gz") as tar:  # the same folder as one archive, without runs/
+        names = tar.getnames()
+    assert "afedpd_table2/records/cifar10-lenet/iid/afedpdsam/s0.json.gz" in names
+    assert "afedpd_table2/README.md" in names and not any(n.startswith("afedpd_table2/runs") for n in names)
+
+
+def test_a_failing_timing_is_a_row_not_the_end_of_the_lease(monkeypatch):
+    """One way of running that fails on the device (an old torch, a missing kernel) is reported in
+    its row; the other rows and the screen still run."""
+    module = script()
+    calls = []
+
+    def fake(config, device, execution, rounds, **kw):
+        calls.append((device, execution))
+        if execution == "vectorised":
+            raise RuntimeError("no vmap here")
+        return {"device": device, "execution": execution, "setup_s": 1.0, "first_round_s": 0.5, "round_s": 0.25,
+                "rounds": rounds}
+
+    monkeypatch.setattr(module, "time_rounds", fake)
+    monkeypatch.setattr(module, "medium_config", lambda method, budget="medium": {})
+    args = type("Args", (), {"methods": ["fedavg"], "executions": ["per_client", "vectorised"], "device": "cuda",
+                             "rounds": 1, "local_steps": None, "problem": None, "budget": "medium",
+                             "cpu_method": "fedavg", "cpu_rounds": 1})()
+    rows = module.timing(args)
+    assert calls == [("cuda", "per_client"), ("cuda", "vectorised"), ("cpu", "auto")]
+    assert rows[1] == {"method": "fedavg", "device": "cuda", "execution": "vectorised",
+                       "error": "RuntimeError: no vmap here"}
+    text = module.table(rows, "fedavg")
+    assert "| fedavg | cuda | vectorised | failed: RuntimeError: no vmap here |" in text
+    assert "| fedavg | cuda | per_client | 1.0 | 0.5 | 0.25 | 1.0 |" in text  # the CPU's 0.25 over this 0.25
 
 
 @needs_cifar

@@ -106,6 +106,20 @@ def test_all_of_bonferroni_over_the_comparisons():
     assert rep.Comparison("A − B", rep.Paired((3.0, 4.0, 5.0)), higher=False, margin=10.0).verdict() is True
 
 
+def test_an_undecided_claim_names_its_decided_parts():
+    # one split recorded and decided, the other not recorded yet (a partial report): the claim stays
+    # undecided, and the text says which part already holds at the corrected level
+    strong = rep.Comparison("A − B", rep.Paired((10.0, 10.5, 11.0))).where("Dir-0.1")
+    unrecorded = rep.Comparison("A − B", rep.Paired(())).where("IID")
+    verdict, text = rep.all_of([unrecorded, strong])
+    assert verdict is None
+    assert text.startswith("IID: A − B = no pairs; Dir-0.1: A − B = +10.5, 97.5 % CI [")
+    assert "n = 3 (holds) (Bonferroni over 2 comparisons" in text
+    against = rep.Comparison("A − B", rep.Paired((-10.0, -10.5, -11.0))).where("x")
+    assert "(fails)" not in rep.all_of([against, strong])[1]  # decided claims carry no part marks
+    assert "(holds)" not in rep.all_of([strong, strong])[1]
+
+
 def test_all_of_holds_only_when_every_part_holds_and_fails_when_one_fails():
     assert rep.all_of([(True, "a"), (True, "b")]) == (True, "a; b")
     assert rep.all_of([(True, "a"), (None, "b")])[0] is None

@@ -182,18 +182,22 @@ class AFedPDTable2(Experiment):
             sections.append(f"## {BLOCKS[(dataset, model)]}: test accuracy (%) after {budget['rounds']} rounds\n\n"
                             f"Ours: mean ± std over the seeds ({seeds}; (k/n): only k of n seeds have a result); the "
                             "paper's: mean ± std over its 4 seeds.\n\n" + rep.md_table(header, rows))
-        fig, axes = rep.figure(len(blocks), len(SPLITS), size=(15, 3.8 * len(blocks)))
+        splits = [split for split in SPLITS if split in budget["splits"]]  # a panel per split the budget runs
+        colours = {method: f"C{i}" for i, method in enumerate(METHODS)}  # one colour per method in every panel
+        fig, axes = rep.figure(len(blocks), len(splits), size=(5 * len(splits), 3.8 * len(blocks)))
         for row, (dataset, model) in enumerate(blocks):
-            for col, split in enumerate(SPLITS):
+            for col, split in enumerate(splits):
                 ax = axes[row][col]
                 for method, (label, _) in METHODS.items():
                     rep.band(ax, results.select(dataset=dataset, model=model, split=split, method=method), "test_acc",
-                             label=label, linestyle="--" if method in ("fedsam", "fedspeed", "afedpdsam") else "-")
+                             label=label, color=colours[method],
+                             linestyle="--" if method in ("fedsam", "fedspeed", "afedpdsam") else "-")
                 ax.set_xlabel("round")
                 ax.set_ylabel("test accuracy")
                 ax.set_title(f"{BLOCKS[(dataset, model)]}, {SPLITS[split][0]}", fontsize=9)
                 ax.grid(alpha=0.3)
-            axes[row][0].legend(fontsize=6)
+                if ax.get_legend_handles_labels()[0]:  # a panel with no runs recorded yet has nothing to name
+                    ax.legend(fontsize=6)
         name = rep.save_figure(fig, out / "test_acc.png")
         sections.append("## Figure\n\nTest accuracy against rounds (dashed: SAM local optimiser); the line is the "
                         f"mean over the seeds, the band their range (min–max).\n\n![test accuracy]({name})")

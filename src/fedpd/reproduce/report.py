@@ -326,7 +326,12 @@ def all_of(parts: Sequence, sep: str = "; ", text=None) -> tuple[bool | None, st
     level = family_level(m)
     verdicts = [p.verdict(level) if isinstance(p, Comparison) else p[0] for p in parts]
     holds = False if False in verdicts else (True if all(v is True for v in verdicts) else None)
-    body = text(level) if text else sep.join(p.text(level) if isinstance(p, Comparison) else p[1] for p in parts)
+    if text:
+        body = text(level)
+    else:  # in an undecided claim, the parts that are decided say so (e.g. one split holds, another unrecorded)
+        marks = ["" if holds is not None or not isinstance(p, Comparison) or v is None else
+                 f" ({'holds' if v else 'fails'})" for p, v in zip(parts, verdicts)]
+        body = sep.join((p.text(level) if isinstance(p, Comparison) else p[1]) + mark for p, mark in zip(parts, marks))
     if m > 1:
         body += f" (Bonferroni over {m} comparisons: each {fmt_level(level)} % interval)"
     return holds, body
