@@ -58,11 +58,22 @@ def exact_float32(device: torch.device) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
 
 
-#: ``run.execution = "auto"``: models with more parameters than this train one client at a time
-#: through the module (per client), smaller ones vectorised over the clients of a chunk. Measured
-#: with benchmarks/side_by_side.py (docs/performance.md): logistic regression (7 850 parameters)
-#: is 1.3x faster vectorised, the MLP 784-200-200-10 (199 210) and the CNNs faster per client.
+#: ``run.execution = "auto"`` on the CPU: models with more parameters than this train one client at
+#: a time through the module (per client), smaller ones vectorised over the clients of a chunk.
+#: Measured with benchmarks/side_by_side.py (docs/performance.md): logistic regression (7 850
+#: parameters) is 1.3x faster vectorised, the MLP 784-200-200-10 (199 210) and the CNNs faster per
+#: client.
 PER_CLIENT_ABOVE = 50_000
+
+
+def runs_per_client(execution: str, dim: int, device: torch.device | str) -> bool:
+    """Whether clients train one at a time through the module (else vectorised, ``torch.func.vmap``).
+    ``auto``: on a GPU always vectorised — on an H100 every medium-budget A-FedPD method (LeNet, 62 006
+    parameters) ran a round 2.4-3.4x faster vectorised than per client (benchmarks/gpu_afedpd.py,
+    docs/performance.md); on the CPU per client above :data:`PER_CLIENT_ABOVE` parameters."""
+    if execution != "auto":
+        return execution == "per_client"
+    return torch.device(device).type != "cuda" and dim > PER_CLIENT_ABOVE
 
 
 def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
@@ -80,8 +91,7 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     auto = problem.info.get("dtype", torch.float64)
     dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
     problem = problem.to(dtype, device)
-    execution = cfg.run.execution
-    problem.per_client = execution == "per_client" or (execution == "auto" and problem.dim > PER_CLIENT_ABOVE)
+    problem.per_client = runs_per_client(execution, problem.dim, device)
     return problem
 
 

@@ -57,7 +57,8 @@ class RunOptions(Options):
                                 "to wait for a worker's reply before the run stops")
     execution: Literal["auto", "vectorised", "per_client"] = Field(
         "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
-        "at a time through the module; auto: vectorised up to 50 000 model parameters (fedpd.build.PER_CLIENT_ABOVE)")
+        "at a time through the module; auto: on a GPU vectorised, on the CPU vectorised up to 50 000 model parameters "
+        "(fedpd.build.runs_per_client)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
                               "participants at once")
     threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
