@@ -5,6 +5,8 @@ no longer computes what they hold; every committed report is what its committed 
 
 from __future__ import annotations
 
+import dataclasses
+
 import csv
 import gzip
 import json
@@ -147,6 +149,30 @@ def test_verify_agrees_and_a_changed_update_rule_fails_it(tmp_path, monkeypatch,
                  "--quiet"]) == 1
     out = capsys.readouterr().out
     assert "differs: round 1," in out and any(k in out for k in fedavg)
+
+
+def test_a_record_of_an_absent_device_is_checked_at_round_0_closely_and_after_it_loosely(tmp_path, monkeypatch):
+    """A GPU's record re-run on the CPU: the untrained round 0 to float32 rounding, the trained rounds
+    to CROSS_DEVICE_RTOL (rounding grows through training), counters exactly."""
+    _smoke("fedpd_fig2", tmp_path)
+    record = records.load(tmp_path / "records")[sorted(_keys("fedpd_fig2"))[0]]
+    record.config = {**record.config, "run": {**record.config["run"], "device": "cuda"}}
+    monkeypatch.setattr(ver, "_present", lambda device: "cpu")  # this machine has no such device
+
+    def shifted(round_, key, factor):
+        out = dataclasses.replace(record, metrics=[dict(m) for m in record.metrics])
+        row = next(m for m in out.metrics if m["round"] == round_)
+        row[key] = row[key] * factor
+        return out
+
+    trained, metric = record.metrics[1]["round"], "train_loss"
+    assert ver.verify_record(record).ok and ver.verify_record(record).across == "cuda → cpu"
+    assert ver.verify_record(shifted(trained, metric, 1.01)).ok  # 1 % after training: within 5 %
+    assert not ver.verify_record(shifted(trained, metric, 1.10)).ok  # 10 %: a different computation
+    late = ver.verify_record(shifted(0, metric, 1.01))  # 1 % before any training: not rounding
+    assert not late.ok and late.mismatch.startswith("round 0, train_loss")
+    count = next(k for k in ("uplink_floats", "comm_rounds") if k in record.metrics[1])
+    assert not ver.verify_record(shifted(trained, count, 2)).ok
 
 
 def test_the_choice_of_records_is_seeded():

@@ -91,7 +91,7 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     auto = problem.info.get("dtype", torch.float64)
     dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
     problem = problem.to(dtype, device)
-    problem.per_client = runs_per_client(execution, problem.dim, device)
+    problem.per_client = runs_per_client(cfg.run.execution, problem.dim, device)
     return problem
 
 

@@ -9,6 +9,14 @@ robustness experiment's float32 MNIST MLP, run per client and vectorised — two
 differs by at most 2.3e-7 relative after 3 rounds; 1e-4 leaves room for more rounds and other
 machines, while an update rule's change — a step's size, a sign, a term left out — moves a metric by
 far more). Wall-clock metrics are not compared.
+
+A record made on a device this machine lacks (a GPU) is re-run on the CPU, and there the rounding
+differences of two devices' kernels grow through training: a CUDA record of the A-FedPD screen
+(LeNet, 10 rounds of 50 local steps) and its CPU re-run differed by 0.7 % in the training loss at
+round 10 (2026-11-26). So across devices round 0 (data, split, initial model, evaluation: no
+training yet) is compared to the float32 tolerance and the trained rounds only to
+:data:`CROSS_DEVICE_RTOL`: a check against a wrong config or a broken rule, not against a subtle
+change. Counters (communication, samples read) are exact on every device.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from fedpd.errors import ConfigError
 
 #: the tolerance for float32 runs (see the module docstring for why)
 FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-9
+#: a record re-run on another device: the tolerance of its trained rounds (see the module docstring)
+CROSS_DEVICE_RTOL = 5e-2
 #: metrics that measure time, not the computation
 UNTIMED = ("wall_s",)
 
@@ -34,6 +44,7 @@ class Verified:
     compared: int  # numbers compared
     dtype: str
     mismatch: str  # "" when every number agrees
+    across: str = ""  # "cuda → cpu": re-run on another device (trained rounds to CROSS_DEVICE_RTOL)
 
     @property
     def ok(self) -> bool:
@@ -46,7 +57,8 @@ def choose(keys: list[str], k: int, seed: int = 0) -> list[str]:
     return sorted(random.Random(seed).sample(keys, min(k, len(keys))))
 
 
-def agree(recorded, rerun, dtype: str) -> bool:
+def agree(recorded, rerun, dtype: str, rtol: float = FLOAT32_RTOL) -> bool:
+    """Whether a recorded metric and its re-run agree: integers and float64 exactly, float32 to ``rtol``."""
     if recorded is None or rerun is None:
         return recorded is rerun
     if isinstance(recorded, float) or isinstance(rerun, float):
@@ -55,7 +67,7 @@ def agree(recorded, rerun, dtype: str) -> bool:
             return math.isnan(a) and math.isnan(b)
         if dtype == "float64" or math.isinf(a) or math.isinf(b):
             return a == b
-        return abs(a - b) <= FLOAT32_RTOL * max(abs(a), abs(b)) + FLOAT32_ATOL
+        return abs(a - b) <= rtol * max(abs(a), abs(b)) + FLOAT32_ATOL
     return recorded == rerun
 
 
@@ -70,8 +82,10 @@ def verify_record(record, rounds: int = 3) -> Verified:
         return Verified(record.key, 0, 0, "", "the record holds no metrics")
     upto = next((r for r in evaluated if r >= rounds), evaluated[-1])
     dtype = _dtype(record.config)
-    config = merge(record.config, {"run": {"rounds": max(upto, 1), "tensorboard": False,
-                                           "device": _present(record.config.get("run", {}).get("device", "cpu"))}})
+    made_on = record.config.get("run", {}).get("device", "cpu")
+    device = _present(made_on)
+    across = f"{made_on} → {device}" if device != made_on else ""
+    config = merge(record.config, {"run": {"rounds": max(upto, 1), "tensorboard": False, "device": device}})
     with tempfile.TemporaryDirectory(prefix="fedpd-verify-") as tmp:
         run(config, Path(tmp) / "run", overwrite=True, progress=False)
         again = {int(m["round"]): m for m in read_jsonl(Path(tmp) / "run" / "metrics.jsonl")}
@@ -86,16 +100,18 @@ def verify_record(record, rounds: int = 3) -> Verified:
             if key in UNTIMED:
                 continue
             other = again[r].get(key)
-            if not agree(value, other, dtype):
+            # across devices no run is bitwise the same, float64 included: tolerances for both
+            if not agree(value, other, "float32" if across else dtype,
+                         CROSS_DEVICE_RTOL if across and r > 0 else FLOAT32_RTOL):
                 return Verified(record.key, upto, compared, dtype,
-                                f"round {r}, {key}: recorded {value!r}, re-run {other!r}")
+                                f"round {r}, {key}: recorded {value!r}, re-run {other!r}", across)
             compared += 1
-    return Verified(record.key, upto, compared, dtype, "")
+    return Verified(record.key, upto, compared, dtype, "", across)
 
 
 def _present(device: str) -> str:
     """``device`` if this machine has it, else "cpu": a record made on a GPU is checked on a CPU too
-    (float32 to the same tolerance: a device changes only the order of a sum's terms)."""
+    (its trained rounds to :data:`CROSS_DEVICE_RTOL`)."""
     from fedpd.build import resolve_device
 
     try:
@@ -151,6 +167,8 @@ def verify(name: str, out: str | Path, k: int, budget: str | None = None, rounds
             found.append(result)
             if progress:
                 state = "agrees" if result.ok else f"DIFFERS: {result.mismatch}"
-                print(f"{key} ({result.dtype}, rounds 0–{result.rounds}, {result.compared} numbers): {state}",
+                across = (f", re-run {result.across}: rounds after 0 to {CROSS_DEVICE_RTOL:g} relative"
+                          if result.across else "")
+                print(f"{key} ({result.dtype}, rounds 0–{result.rounds}, {result.compared} numbers{across}): {state}",
                       file=sys.stderr, flush=True)
     return found
