@@ -33,8 +33,11 @@ from fedpd.problems.base import ClientSplit, Problem
 
 
 def _laplace(shape, scale: float, g: torch.Generator, dtype=torch.float64) -> Tensor:
-    """Laplace(0, scale) draws by inverting the CDF."""
+    """Laplace(0, scale) draws by inverting the CDF. ``torch.rand`` may return exactly 0 (in float32
+    once in 2^24 draws: MNIST-personal's noise draws millions), where the inverse is −inf; that draw
+    is moved to the next representable u, every other draw unchanged."""
     u = torch.rand(shape, generator=g, dtype=dtype) - 0.5
+    u = torch.maximum(u, torch.nextafter(torch.tensor(-0.5, dtype=dtype), torch.tensor(0.0, dtype=dtype)))
     return -scale * torch.sign(u) * torch.log1p(-2 * u.abs())
 
 
