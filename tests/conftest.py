@@ -13,6 +13,9 @@ them over workers).
 (Not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's groups are silently ignored — it renames
 ``item._nodeid``, which pytest no longer reads.)
 
+The tests of :data:`SPLIT_MODULES` (minutes each, no module fixture) are units of their own, so
+that several workers share such a module.
+
 The longest units are handed out first (:data:`LONGEST`, then the other modules with a slow test),
 so that no long module starts last while the other workers sit idle."""
 
@@ -26,6 +29,10 @@ import pytest
 #: the modules that start Ray (a local Ray session or a two-node ``ray start`` cluster)
 RAY_MODULES = {"test_flower.py", "test_flower_ray.py", "test_ray_cluster.py",
                "test_extending_doc.py"}  # (its page runs a Flower simulation)
+
+#: modules of several tests of a minute or more that share no module-scoped fixture: each test is
+#: a unit of work of its own (a deployment of its own, on ports the system hands out)
+SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
 
 #: the modules of a minute or more (most first; measured on a quiet 2-core machine), after the Ray unit
 LONGEST = ["test_flower_deploy.py", "test_afedpd_settings_doc.py", "test_deployment_doc.py",
@@ -75,15 +82,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadfile`` with the modules of RAY_MODULES as one unit of work: one worker runs them
-    one after another, so no worker waits for the Ray lock."""
+    """``--dist loadfile`` with the modules of RAY_MODULES as one unit of work (one worker runs them
+    one after another, so no worker waits for the Ray lock), and each test of SPLIT_MODULES a unit."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class RayModulesTogether(LoadFileScheduling):
+    class WorkUnits(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = super()._split_scope(nodeid)
-            return "ray modules" if module.removeprefix("tests/") in RAY_MODULES else module
+            name = module.removeprefix("tests/")
+            return "ray modules" if name in RAY_MODULES else nodeid if name in SPLIT_MODULES else module
 
-    return RayModulesTogether(config, log)
+    return WorkUnits(config, log)
