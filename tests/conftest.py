@@ -1,17 +1,23 @@
-"""The suite runs on one worker process per core (pytest-xdist: pyproject.toml's addopts give
-``-n auto --dist loadfile``): each test module runs whole on one worker, so a module-scoped fixture
-(a Flower session, a Ray cluster, three long runs) is built once. A test is safe beside any other
-one — its own tmp_path, ports the system hands out, processes it stops by PID — except those that
-start Ray: a ``ray start`` cluster writes /tmp/ray/ray_current_cluster, which other Ray programs
-on the machine read, and a Ray session starts a dozen processes. The modules in
-:data:`RAY_MODULES` therefore take one lock for their whole run: one of them at a time, the Ray
-cluster tests isolated from any other Ray.
+"""The suite runs on pytest-xdist workers (pyproject.toml's addopts give ``-n auto --dist
+loadfile``): each test module runs whole on one worker, so a module-scoped fixture (a Flower
+session, a Ray cluster, three long runs) is built once. ``-n auto`` starts two workers per usable
+core: the slowest modules (Flower deployments, SuperNodes that sleep 3 s between polls of an idle
+SuperLink) mostly wait, and another worker's CPU-bound tests fill that time. A test is safe beside
+any other one — its own tmp_path, ports the system hands out, processes it stops by PID — except
+those that start Ray: a ``ray start`` cluster writes /tmp/ray/ray_current_cluster, which other Ray
+programs on the machine read, and a Ray session starts a dozen processes. The modules in
+:data:`RAY_MODULES` are therefore one unit of work, run one after another on one worker (the
+scheduler below), and also take one lock for their whole run (in case another ``--dist`` spreads
+them over workers).
 
 (Not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's groups are silently ignored — it renames
 ``item._nodeid``, which pytest no longer reads.)
 
-Modules with a slow test are handed out first, so that no long module starts last while the other
-worker sits idle, and no two Ray modules one after the other (the second would wait for the lock)."""
+The tests of :data:`SPLIT_MODULES` (minutes each, no module fixture) are units of their own, so
+that several workers share such a module.
+
+The longest units are handed out first (:data:`LONGEST`, then the other modules with a slow test),
+so that no long module starts last while the other workers sit idle."""
 
 from __future__ import annotations
 
@@ -23,6 +29,15 @@ import pytest
 #: the modules that start Ray (a local Ray session or a two-node ``ray start`` cluster)
 RAY_MODULES = {"test_flower.py", "test_flower_ray.py", "test_ray_cluster.py",
                "test_extending_doc.py"}  # (its page runs a Flower simulation)
+
+#: modules of several tests of a minute or more that share no module-scoped fixture: each test is
+#: a unit of work of its own (a deployment of its own, on ports the system hands out)
+SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
+
+#: the modules of a minute or more (most first; measured on a quiet 2-core machine), after the Ray unit
+LONGEST = ["test_flower_deploy.py", "test_afedpd_settings_doc.py", "test_deployment_doc.py",
+           "test_flower_warm.py", "test_fedplus_sweep_doc.py", "test_flower_node_runs.py", "test_readme.py",
+           "test_gpu_script.py"]
 
 
 def _module(item: pytest.Item) -> str:
@@ -47,19 +62,36 @@ def _one_ray_at_a_time(request, tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # modules with a slow test first, a Ray module between two others (the next one waits for its
-    # lock); a stable sort keeps each module whole and in its order
-    slow = list(dict.fromkeys(_module(item) for item in items if item.get_closest_marker("slow")))
-    ray, other = [m for m in slow if m in RAY_MODULES], [m for m in slow if m not in RAY_MODULES]
-    rank = {m: 2 * i for i, m in enumerate(ray)} | {m: 2 * i + 1 for i, m in enumerate(other)}
-    items.sort(key=lambda item: rank.get(_module(item), len(rank) * 2))
+    # the Ray modules, then LONGEST, then the other modules with a slow test; a stable sort keeps
+    # each module whole and in its order
+    slow = dict.fromkeys(_module(item) for item in items if item.get_closest_marker("slow"))
+    order = [*sorted(RAY_MODULES), *LONGEST, *(m for m in slow if m not in RAY_MODULES and m not in LONGEST)]
+    rank = {m: i for i, m in enumerate(order)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: the cores this process may use (affinity and a container's CPU quota, as fedpd
-    counts them for its threads), not xdist's count of physical cores; at most 8 (every worker
-    imports torch)."""
+    """``-n auto``: two workers per core this process may use (affinity and a container's CPU
+    quota, as fedpd counts them for its threads), not xdist's count of physical cores; at most 8
+    (every worker imports torch)."""
     from fedpd.threads import available_cores
 
-    return min(available_cores(), 8)
+    return min(2 * available_cores(), 8)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` with the modules of RAY_MODULES as one unit of work (one worker runs them
+    one after another, so no worker waits for the Ray lock), and each test of SPLIT_MODULES a unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class WorkUnits(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            name = module.removeprefix("tests/")
+            return "ray modules" if name in RAY_MODULES else nodeid if name in SPLIT_MODULES else module
+
+    return WorkUnits(config, log)

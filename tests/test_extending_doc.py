@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,23 @@ def run_block(block: str, cwd: Path, env: dict, timeout: float = 900) -> subproc
                 os.killpg(proc.pid, sig)
             except ProcessLookupError:
                 break
-            if sig == signal.SIGTERM:
-                subprocess.run(["sleep", "3"])
+            if sig == signal.SIGTERM:  # up to 3 s for the group to stop
+                deadline = time.monotonic() + 3
+                while time.monotonic() < deadline and group_alive(proc):
+                    time.sleep(0.1)
         proc.wait()
     return subprocess.CompletedProcess(block, proc.returncode, out, "")
+
+
+def group_alive(proc: subprocess.Popen) -> bool:
+    """Whether a process of ``proc``'s group runs (``proc`` itself reaped once it ended: a zombie
+    leader would count, and its group id is not reused while a member lives)."""
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def in_use(port: int) -> bool:
