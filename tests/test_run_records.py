@@ -118,7 +118,7 @@ def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys
     assert not any(tmp_path.iterdir())  # nothing written
 
 
-@pytest.mark.parametrize("name", ["fedpd_fig2", "feddyn_fedpd"])
+@pytest.mark.parametrize("name", ["fedpd_fig2", "feddyn_fedpd", "fedpd_p_heterogeneity"])
 def test_a_report_of_part_of_the_budget_names_what_is_missing(name, tmp_path):
     _smoke(name, tmp_path)
     keys = _keys(name)
