@@ -110,35 +110,27 @@ def time_rounds(config: dict, device: str, execution: str, rounds: int, threads:
             "round_s": round((t3 - t2) / rounds, 4), "rounds": rounds}
 
 
+def timed_row(args, method: str, device: str, execution: str, rounds: int, threads: int | None = None) -> dict:
+    """One row of the timing table, printed as it lands; a failure is a row too (one failing way
+    must not cost the rest of a short GPU lease)."""
+    where = f"{method:<10} {device:<6} {execution:<10}"
+    try:
+        row = {"method": method, **time_rounds(medium_config(method, args.budget), device, execution, rounds,
+                                               threads=threads, local_steps=args.local_steps, problem=args.problem)}
+    except Exception as e:
+        row = {"method": method, "device": device, "execution": execution, "error": f"{type(e).__name__}: {e}"}
+        print(f"{where} FAILED: {row['error']}", flush=True)
+        return row
+    print(f"{where} set-up {row['setup_s']:6.1f} s, first round {row['first_round_s']:7.3f} s, then "
+          f"{row['round_s']:7.3f} s/round" + (" (one thread)" if threads == 1 else ""), flush=True)
+    return row
+
+
 def timing(args) -> list[dict]:
-    rows = []
-    for method in args.methods:
-        config = medium_config(method, args.budget)
-        for execution in args.executions:
-            try:
-                row = {"method": method, **time_rounds(config, args.device, execution, args.rounds,
-                                                       local_steps=args.local_steps, problem=args.problem)}
-            except Exception as e:  # one failing way must not cost the rest of a short GPU lease
-                rows.append({"method": method, "device": args.device, "execution": execution,
-                             "error": f"{type(e).__name__}: {e}"})
-                print(f"{method:<10} {args.device:<6} {execution:<10} FAILED: {rows[-1]['error']}", flush=True)
-                continue
-            rows.append(row)
-            print(f"{method:<10} {args.device:<6} {execution:<10} set-up {row['setup_s']:6.1f} s, first round "
-                  f"{row['first_round_s']:7.3f} s, then {row['round_s']:7.3f} s/round", flush=True)
+    rows = [timed_row(args, method, args.device, execution, args.rounds)
+            for method in args.methods for execution in args.executions]
     if args.cpu_method:
-        try:
-            row = {"method": args.cpu_method, **time_rounds(medium_config(args.cpu_method, args.budget), "cpu", "auto",
-                                                            args.cpu_rounds, threads=1, local_steps=args.local_steps,
-                                                            problem=args.problem)}
-        except Exception as e:
-            rows.append({"method": args.cpu_method, "device": "cpu", "execution": "auto",
-                         "error": f"{type(e).__name__}: {e}"})
-            print(f"{args.cpu_method:<10} cpu    auto       FAILED: {rows[-1]['error']}", flush=True)
-            return rows
-        rows.append(row)
-        print(f"{args.cpu_method:<10} cpu    auto       set-up {row['setup_s']:6.1f} s, first round "
-              f"{row['first_round_s']:7.3f} s, then {row['round_s']:7.3f} s/round (one thread)", flush=True)
+        rows.append(timed_row(args, args.cpu_method, "cpu", "auto", args.cpu_rounds, threads=1))
     return rows
 
 
