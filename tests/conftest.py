@@ -95,3 +95,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return "ray modules" if name in RAY_MODULES else nodeid if name in SPLIT_MODULES else module
 
     return WorkUnits(config, log)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--cpu-times", metavar="FILE", default=None,
+                     help="append each test's CPU seconds to FILE, one 'seconds nodeid' line per test: its "
+                          "process's and the child processes' it waited for, setup, call and teardown "
+                          "together (every worker appends; sort -rn FILE lists the heaviest first)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    path = item.config.getoption("cpu_times")
+    if not path:
+        yield
+        return
+    import resource
+
+    def cpu() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    start = cpu()
+    yield
+    with open(path, "a") as f:  # one short line per write: the workers' lines do not interleave
+        f.write(f"{cpu() - start:.2f} {item.nodeid}\n")
