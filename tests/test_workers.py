@@ -150,10 +150,43 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def descendants(pid: int) -> list[int]:
+    return [d for c in children(pid) for d in (c, *descendants(c))]
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_workers_are_forked_by_one_zygote_in_the_runs_environment_and_a_dead_zygote_is_replaced(monkeypatch,
+                                                                                              pool_pids):
+    reference = records(fedpd.run(config("afedpd")))
+    assert records(fedpd.run(config("afedpd"), overrides=["run.workers=2"])) == reference
+    zygote = workers._Zygote._current.process
+    assert zygote.poll() is None  # it outlives the run: the next run's workers cost a fork
+    # a worker is the zygote's child, with the environment of the run's process when it is forked
+    monkeypatch.setenv("FEDPD_DATA", "/no/such/fedpd-probe")
+    mnist = {**config("fedavg"), "problem": {"name": "dataset", "dataset": "mnist", "clients": 4}}
+    worker = workers._Worker(load_config(mnist).to_toml(), 1)
+    assert parent(worker.process.pid) == zygote.pid
+    reply = worker.recv()
+    assert reply[0] == "error" and "/no/such/fedpd-probe/mnist" in reply[1], reply
+    worker.stop()
+    assert worker.process.returncode == 0
+    monkeypatch.undo()
+    # a zygote that died is started again; the metrics do not change
+    zygote.kill()
+    zygote.wait()
+    assert records(fedpd.run(config("afedpd"), overrides=["run.workers=2"])) == reference
+    assert workers._Zygote._current.process.pid != zygote.pid
+    assert gone(pool_pids)
+
+
 @pytest.mark.slow
 def test_a_run_killed_with_its_workers_resumes_exactly(tmp_path):
-    """SIGKILL the run's process mid-run: its workers exit (they see the socket close), and
-    --resume (here with run.workers = 1: it may change) writes the uninterrupted metrics."""
+    """SIGKILL the run's process mid-run: its workers (forked by its zygote, the run's one child
+    process) and the zygote exit (they see their sockets close), and --resume (here with
+    run.workers = 1: it may change) writes the uninterrupted metrics."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONFIGS["scaffold"])
     assert main(["run", str(cfg), "--out", str(tmp_path / "straight"), "--quiet"]) == 0
@@ -161,12 +194,12 @@ def test_a_run_killed_with_its_workers_resumes_exactly(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "fedpd", "run", str(cfg), "--out", str(out), "--quiet", "--set",
                              "run.workers=2"], stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while len(children(proc.pid)) < 2 and time.time() < deadline and proc.poll() is None:
+    while len(descendants(proc.pid)) < 3 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.01)
-    pids = children(proc.pid)
+    pids = descendants(proc.pid)
     kill_when(out, 4, proc)
     assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed: make it longer"
-    assert len(pids) == 2 and gone(pids)  # no orphaned worker
+    assert len(pids) == 3 and gone(pids)  # the zygote and two workers: none orphaned
     assert main(["run", "--resume", str(out), "--quiet", "--set", "run.workers=1"]) == 0
     assert metrics_without_wall(out / "metrics.jsonl") == metrics_without_wall(tmp_path / "straight" / "metrics.jsonl")
 

@@ -11,12 +11,18 @@ running the very chunks of ``local`` the in-process engine runs
 (:func:`fedpd.engine.train_in_chunks`). A client's computation depends only on itself (its data,
 state and id-keyed streams), so how the participants are grouped changes no result.
 
-A worker is a fresh interpreter (``python -c "from fedpd.workers import serve; serve(FD)"``; fork is unsafe once torch has
-started its OpenMP threads, and unlike multiprocessing's spawn it does not re-import the caller's
-``__main__``), joined to the run's process by a socket pair that
-:class:`multiprocessing.connection.Connection` carries pickled messages over (numpy arrays,
-never torch's shared-memory tensors). It ignores Ctrl-C (the run's process stops it) and exits
-when the run's process closes its end, or dies.
+A worker is forked from this run's *zygote*: a fresh interpreter (``python -c "from fedpd.workers
+import zygote; zygote(FD)"``) started once per run process, which imports torch and fedpd and then
+only forks, one worker per request (its threads set then, its environment the run's at that
+moment). A worker thus costs a fork, not an interpreter start and torch's import (about 2 s of CPU
+each, most of a small run's worker time). The run's process itself is never forked: fork is unsafe
+once torch has started its OpenMP threads, and the zygote never computes (it runs with one OpenMP
+and BLAS thread, so it holds no thread pool to lose in a fork); nor does multiprocessing's spawn or
+forkserver re-import the caller's ``__main__`` here. Each worker is joined to the run's process by a
+socket pair that :class:`multiprocessing.connection.Connection` carries pickled messages over (numpy
+arrays, never torch's shared-memory tensors). It ignores Ctrl-C (the run's process stops it) and
+exits when the run's process closes its end, or dies; the zygote exits when the run's process does,
+and reaps the workers it forked (their exit status comes back on request).
 
 Failures, never a hang: a worker that dies (killed, out of memory) is noticed at once (its
 socket closes), started again and its group trained again, with one line on stderr; a second
@@ -27,6 +33,7 @@ within ``run.node_timeout`` seconds stop the run with one line (the last checkpo
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -100,6 +107,88 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{where}"[:500]
 
 
+class _Forked:
+    """A worker forked by the zygote, with the part of :class:`subprocess.Popen` that the pool uses
+    (it is the zygote's child, so its exit status comes from the zygote)."""
+
+    def __init__(self, zygote: "_Zygote", pid: int):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            status = self.zygote.wait(self.pid, 3600.0 if timeout is None else timeout)
+            if status is None:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            self.returncode = status
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _Zygote:
+    """The run process's zygote (see the module's docstring): started at the first worker, kept
+    for the life of the process, started again if it has died."""
+
+    _current: "_Zygote | None" = None
+
+    def __init__(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per request
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        fd = theirs.detach()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", f"from fedpd.workers import zygote; zygote({fd})"],
+                                            pass_fds=[fd], stdin=subprocess.DEVNULL, env=env)
+        finally:
+            os.close(fd)
+        self.socket, self.owner = ours, os.getpid()
+        weakref.finalize(self, _Zygote._stop, self.socket, self.process)
+
+    @staticmethod
+    def _stop(sock: socket.socket, process: subprocess.Popen) -> None:
+        sock.close()  # the zygote sees it and exits
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _ask(self, request: tuple, fds: list[int] = ()):
+        if fds:
+            socket.send_fds(self.socket, [pickle.dumps(request)], list(fds))
+        else:
+            self.socket.send(pickle.dumps(request))
+        reply = self.socket.recv(1 << 16)
+        if not reply:
+            raise OSError("the worker zygote exited")
+        return pickle.loads(reply)
+
+    @classmethod
+    def fork(cls, fd: int, env: dict) -> _Forked:
+        """A worker serving the socket ``fd`` (duplicated into it), with environment ``env``."""
+        for attempt in (0, 1):
+            zygote = cls._current
+            if zygote is None or zygote.owner != os.getpid() or zygote.process.poll() is not None:
+                zygote = cls._current = cls()
+            try:
+                return _Forked(zygote, zygote._ask(("fork", env), [fd]))
+            except OSError:
+                cls._current = None  # died (killed, out of memory): start another one, once
+                if attempt:
+                    raise FedpdError("the worker zygote (run.workers) exited; the run stops") from None
+
+    def wait(self, pid: int, timeout: float) -> int | None:
+        """Worker ``pid``'s exit code (Popen's convention), or None if it is still running after
+        ``timeout`` seconds; -SIGKILL if the zygote is gone (it took its workers' statuses)."""
+        try:
+            return self._ask(("wait", pid, timeout))
+        except OSError:
+            return -signal.SIGKILL
+
+
 class _Worker:
     """One worker process and the run's end of its socket."""
 
@@ -108,9 +197,7 @@ class _Worker:
         env = {**os.environ, **{v: str(threads) for v in ENV_VARS}}
         fd = theirs.detach()
         try:
-            self.process = subprocess.Popen([sys.executable, "-c", f"from fedpd.workers import serve; serve({fd})"],
-                                            pass_fds=[fd],
-                                            stdin=subprocess.DEVNULL, env=env)
+            self.process = _Zygote.fork(fd, env)
         finally:
             os.close(fd)
         self.conn = Connection(ours.detach())
@@ -299,3 +386,55 @@ def serve(fd: int) -> None:
     except (EOFError, OSError):  # the run's process is gone
         return
 
+
+
+def zygote(fd: int) -> None:
+    """The zygote's life: import what a worker needs, then fork one worker per request of the run's
+    process (and report their exit statuses) until the run's process goes away."""
+    from fedpd import build, engine  # what serve builds and trains with: imported once, here
+
+    del build, engine
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    control = socket.socket(fileno=fd)
+    exited: dict[int, int] = {}  # pid -> exit code, for workers reaped before anyone asked
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if not pid:
+                return
+            exited[pid] = os.waitstatus_to_exitcode(status)
+
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
+        except OSError:
+            return
+        if not data:
+            return  # the run's process closed its end, or died
+        request = pickle.loads(data)
+        reap()
+        if request[0] == "fork":
+            pid = os.fork()
+            if pid == 0:  # the worker
+                control.close()
+                os.environ.clear()
+                os.environ.update(request[1])
+                try:
+                    serve(fds[0])
+                finally:
+                    os._exit(0)
+            os.close(fds[0])
+            reply = pid
+        else:  # ("wait", pid, timeout)
+            _, pid, timeout = request
+            deadline = time.monotonic() + timeout
+            while pid not in exited and time.monotonic() < deadline:
+                time.sleep(0.01)
+                reap()
+            reply = exited.pop(pid, None)
+        control.send(pickle.dumps(reply))
