@@ -387,7 +387,6 @@ def serve(fd: int) -> None:
         return
 
 
-
 def zygote(fd: int) -> None:
     """The zygote's life: import what a worker needs, then fork one worker per request of the run's
     process (and report their exit statuses) until the run's process goes away."""
@@ -424,10 +423,14 @@ def zygote(fd: int) -> None:
                 control.close()
                 os.environ.clear()
                 os.environ.update(request[1])
+                code = 1
                 try:
                     serve(fds[0])
+                    code = 0
+                except BaseException:
+                    traceback.print_exc()  # as an interpreter would, before its exit status 1
                 finally:
-                    os._exit(0)
+                    os._exit(code)
             os.close(fds[0])
             reply = pid
         else:  # ("wait", pid, timeout)
