@@ -38,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -134,6 +135,7 @@ class _Zygote:
     for the life of the process, started again if it has died."""
 
     _current: "_Zygote | None" = None
+    _lock = threading.Lock()  # one request and its reply at a time, whichever thread starts a pool
 
     def __init__(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per request
@@ -157,11 +159,12 @@ class _Zygote:
             process.wait()
 
     def _ask(self, request: tuple, fds: list[int] = ()):
-        if fds:
-            socket.send_fds(self.socket, [pickle.dumps(request)], list(fds))
-        else:
-            self.socket.send(pickle.dumps(request))
-        reply = self.socket.recv(1 << 16)
+        with self._lock:
+            if fds:
+                socket.send_fds(self.socket, [pickle.dumps(request)], list(fds))
+            else:
+                self.socket.send(pickle.dumps(request))
+            reply = self.socket.recv(1 << 16)
         if not reply:
             raise OSError("the worker zygote exited")
         return pickle.loads(reply)
@@ -170,9 +173,10 @@ class _Zygote:
     def fork(cls, fd: int, env: dict) -> _Forked:
         """A worker serving the socket ``fd`` (duplicated into it), with environment ``env``."""
         for attempt in (0, 1):
-            zygote = cls._current
-            if zygote is None or zygote.owner != os.getpid() or zygote.process.poll() is not None:
-                zygote = cls._current = cls()
+            with cls._lock:
+                zygote = cls._current
+                if zygote is None or zygote.owner != os.getpid() or zygote.process.poll() is not None:
+                    zygote = cls._current = cls()
             try:
                 return _Forked(zygote, zygote._ask(("fork", env), [fd]))
             except OSError:
