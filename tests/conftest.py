@@ -4,11 +4,14 @@ session, a Ray cluster, three long runs) is built once. ``-n auto`` starts two w
 core: the slowest modules (Flower deployments, SuperNodes that sleep 3 s between polls of an idle
 SuperLink) mostly wait, and another worker's CPU-bound tests fill that time. A test is safe beside
 any other one — its own tmp_path, ports the system hands out, processes it stops by PID — except
-those that start Ray: a ``ray start`` cluster writes /tmp/ray/ray_current_cluster, which other Ray
-programs on the machine read, and a Ray session starts a dozen processes. The modules in
+those that start a two-node ``ray start`` cluster: its head takes fixed ports of Ray's own (the Ray
+client server's 10001, among others) that a second cluster would also want. The modules in
 :data:`RAY_MODULES` are therefore one unit of work, run one after another on one worker (the
 scheduler below), and also take one lock for their whole run (in case another ``--dist`` spreads
-them over workers).
+them over workers). A local Ray session (fedpd's Flower simulation: ``address="local"``, its own
+ports and session folder) runs beside anything, a cluster included: the clusters keep their
+address file in a temporary folder of their own (tests/ray_cluster.py), so no ``ray.init`` finds
+them.
 
 (Not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's groups are silently ignored — it renames
 ``item._nodeid``, which pytest no longer reads.)
@@ -26,16 +29,15 @@ import os
 
 import pytest
 
-#: the modules that start Ray (a local Ray session or a two-node ``ray start`` cluster)
-RAY_MODULES = {"test_flower.py", "test_flower_ray.py", "test_ray_cluster.py",
-               "test_extending_doc.py"}  # (its page runs a Flower simulation)
+#: the modules that start a two-node ``ray start`` cluster
+RAY_MODULES = {"test_flower_ray.py", "test_ray_cluster.py"}
 
 #: modules of several tests of a minute or more that share no module-scoped fixture: each test is
 #: a unit of work of its own (a deployment of its own, on ports the system hands out)
 SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
 
 #: the modules of a minute or more (most first; measured on a quiet 2-core machine), after the Ray unit
-LONGEST = ["test_flower_deploy.py", "test_afedpd_settings_doc.py", "test_deployment_doc.py",
+LONGEST = ["test_extending_doc.py", "test_flower_deploy.py", "test_afedpd_settings_doc.py", "test_deployment_doc.py",
            "test_flower_warm.py", "test_fedplus_sweep_doc.py", "test_flower_node_runs.py", "test_readme.py",
            "test_gpu_script.py"]
 

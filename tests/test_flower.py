@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -38,12 +39,20 @@ def session(tmp_path_factory):
     os.environ.setdefault("FLWR_HOME", str(tmp_path_factory.mktemp("flwr_home")))
     cfg = load_config({"problem": {"name": "least_squares"}, "algorithm": {"name": "fedavg"},
                        "run": {"engine": "flower", "nodes": 3}})
+    mine = re.compile(rf"session_\S*_{os.getpid()}\b")  # Ray names a session's folder after its driver's pid
+
+    def raylets() -> str:  # of the sessions this process started (other Ray sessions may run beside it)
+        lines = subprocess.run(["pgrep", "-af", "raylet"], capture_output=True, text=True).stdout.splitlines()
+        return "\n".join(line for line in lines if mine.search(line))
+
     with FlowerSession(3, backend_config(cfg)) as s:
         yield s
-    # the session's Ray is gone (no other Ray runs beside this module: tests/conftest.py's lock)
+        # (Ray starts with the first round)
+        assert raylets(), "the session's raylet is not found by its session folder: the check below would pass blindly"
+    # the session's Ray is gone
     for _ in range(20):
-        left = subprocess.run(["pgrep", "-af", "raylet"], capture_output=True, text=True).stdout
-        if not left.strip():
+        left = raylets()
+        if not left:
             break
         time.sleep(0.5)
     assert not left.strip(), f"Ray processes left running: {left[:300]}"
