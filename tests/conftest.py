@@ -102,8 +102,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-times", metavar="FILE", default=None,
                      help="append each test's CPU seconds to FILE, one 'seconds nodeid' line per test: its "
-                          "process's and the child processes' it waited for, setup, call and teardown "
-                          "together (every worker appends; sort -rn FILE lists the heaviest first)")
+                          "process's and the child processes' it waited for (not run.workers' zygote, waited "
+                          "for at exit), setup, call and teardown together (every worker appends; "
+                          "sort -rn FILE lists the heaviest first)")
 
 
 @pytest.hookimpl(hookwrapper=True)
