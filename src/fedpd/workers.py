@@ -108,6 +108,15 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{where}"[:500]
 
 
+def _end(process, grace: float) -> None:
+    """Wait ``grace`` seconds for ``process`` (a Popen or a :class:`_Forked`) to exit, then kill it."""
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class _Forked:
     """A worker forked by the zygote, with the part of :class:`subprocess.Popen` that the pool uses
     (it is the zygote's child, so its exit status comes from the zygote)."""
@@ -139,7 +148,7 @@ class _Zygote:
 
     def __init__(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # one message per request
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        env = {**os.environ, **{v: "1" for v in (*ENV_VARS, "OPENBLAS_NUM_THREADS")}}
         fd = theirs.detach()
         try:
             self.process = subprocess.Popen([sys.executable, "-c", f"from fedpd.workers import zygote; zygote({fd})"],
@@ -152,11 +161,7 @@ class _Zygote:
     @staticmethod
     def _stop(sock: socket.socket, process: subprocess.Popen) -> None:
         sock.close()  # the zygote sees it and exits
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _end(process, 5.0)
 
     def _ask(self, request: tuple, fds: list[int] = ()):
         with self._lock:
@@ -226,11 +231,7 @@ class _Worker:
     def stop(self, grace: float = 5.0) -> None:
         self.send(None)
         self.conn.close()
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        _end(self.process, grace)
 
 
 def _stop_all(workers: list[_Worker], grace: float = 5.0) -> None:
