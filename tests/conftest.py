@@ -38,7 +38,7 @@ SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
 
 #: the modules of a minute or more (most first; measured on a quiet 2-core machine), after the Ray unit
 LONGEST = ["test_extending_doc.py", "test_flower_deploy.py", "test_afedpd_settings_doc.py", "test_deployment_doc.py",
-           "test_flower_warm.py", "test_fedplus_sweep_doc.py", "test_flower_node_runs.py", "test_readme.py",
+           "test_flower_warm.py", "test_fedplus_sweep_doc.py", "test_readme.py",
            "test_gpu_script.py"]
 
 
@@ -61,6 +61,23 @@ def _one_ray_at_a_time(request, tmp_path_factory):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _decoded_cache(tmp_path_factory):
+    """The session's own cache of decoded image archives (fedpd.data.loaders.decoded), shared by
+    its workers: the suite neither reads nor fills the user's, and an archive is decoded once per
+    session, not once per test that loads it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' common folder
+    saved = os.environ.get("FEDPD_CACHE")
+    os.environ["FEDPD_CACHE"] = str(root / "decoded")
+    yield
+    if saved is None:
+        os.environ.pop("FEDPD_CACHE", None)
+    else:
+        os.environ["FEDPD_CACHE"] = saved
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

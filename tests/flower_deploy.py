@@ -82,6 +82,7 @@ class Deployment:
         self.env = {**os.environ, **ENV, "FLWR_HOME": str(self.root / "flwr_home"),
                     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # Flower spawns its own commands
         self.procs: dict[str, subprocess.Popen] = {}
+        self.runtime: dict[str, int] = {}  # a SuperNode's Runtime API port, by name
         self.port = free_port()
         self.certs = self.root / "certs"
         if tls:
@@ -123,22 +124,35 @@ class Deployment:
         return int(reply["node-id"])
 
     def supernode(self, k: int, hosted: str, store: Path, key: int | None = None, name: str | None = None,
-                  more: str = "", warm: bool = False):
+                  more: str = "", warm: bool = False, runtime: int | None = None):
         """``more``: further node config, e.g. "allowed-plugins='mypkg'"; ``warm``: the node is
         started with ``--isolation process`` and a ``fedpd flower clientapp`` beside it (named
-        ``<name>-clientapp``) serves its messages."""
+        ``<name>-clientapp``) serves its messages; ``runtime``: the port of the node's Runtime API
+        (by default a free one) — a node restarted on its old port is served by the warm process
+        already there, so none is started."""
         flags = [f"--root-certificates={self.certs / 'ca.crt'}"] if self.tls else ["--insecure"]
         if key is not None:
             flags.append(f"--auth-supernode-private-key={self.certs / f'node{key}'}")
         config = f"hosted-clients='{hosted}' store-dir='{store}' {more}".strip()
-        name, runtime = name or f"supernode{k}", free_port()
+        name, fresh = name or f"supernode{k}", runtime is None
+        runtime = runtime or free_port()
+        self.runtime[name] = runtime
         node = self.start(name, [str(BIN / "flower-supernode"), *flags, "--superlink", f"127.0.0.1:{self.port}",
                                  "--port", str(runtime), "--node-config", config, "--max-retries", "3",
                                  *(["--isolation", "process"] if warm else [])])
-        if warm:
+        if warm and fresh:
             self.start(f"{name}-clientapp", [str(BIN / "fedpd"), "flower", "clientapp", "--runtime-api-address",
                                              f"127.0.0.1:{runtime}", "--insecure"])
         return node
+
+    def wait_warm(self, name: str, timeout: float = 120) -> None:
+        """Until the warm process beside SuperNode ``name`` serves it (a fedpd without the command
+        fails here, instead of a run waiting for its replies)."""
+        app, deadline = f"{name}-clientapp", time.time() + timeout
+        while "serving the SuperNode" not in self.log(app):
+            if self.procs[app].poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the warm ClientApp of {name} is not serving:\n{self.log(app)}")
+            time.sleep(0.5)
 
     def flwr_run(self, appdir: Path, timeout: float = 600, run_config: str | None = None) -> subprocess.CompletedProcess:
         argv = [str(BIN / "flwr"), "run", str(appdir), "test", "--stream"]

@@ -2,8 +2,12 @@
 (tests/flower_deploy.py starts them, tracks their PIDs and stops them). With TLS and SuperNode
 authentication the run writes the in-process metrics; a SuperNode whose key was never
 registered is refused; a SuperNode killed with SIGKILL mid-run and restarted lets the run
-finish with the same metrics. These are the slowest tests: a deployment round takes seconds
-(every message starts a ClientApp process; an idle SuperNode polls every 3 s)."""
+finish with the same metrics. The nodes are warm (``--isolation process`` and a ``fedpd flower
+clientapp`` beside each, docs/deployment.md section 4): the node code and the metrics are those of
+Flower's default mode, a ClientApp process per message, which the docs' deployments run
+(tests/test_deployment_doc.py: TLS, node keys and a node killed and restarted; the extending
+doc: a user's algorithm), at a fraction of the cost. Still slow: an idle SuperNode polls every
+3 s."""
 
 from __future__ import annotations
 
@@ -29,8 +33,9 @@ def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
     with Deployment(tmp_path / "dep", tls=True, auth=True) as dep:
         dep.superlink()
         dep.register(0), dep.register(1)
-        dep.supernode(0, "0-2", tmp_path / "store0", key=0)
-        dep.supernode(1, "3-5", tmp_path / "store1", key=1)
+        dep.supernode(0, "0-2", tmp_path / "store0", key=0, warm=True)
+        dep.supernode(1, "3-5", tmp_path / "store1", key=1, warm=True)
+        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
         done = dep.flwr_run(appdir, timeout=600)
         assert (run_dir / "metrics.jsonl").exists(), done.stdout[-3000:] + dep.log("superlink")
         assert metrics(run_dir) == expected, done.stdout[-3000:]
@@ -44,14 +49,16 @@ def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
 def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tmp_path):
     """Without node keys a restarted SuperNode joins at once under a new id (the dead one stays
     listed for a minute); the server learns that the new node hosts the same clients, sends the
-    lost work again, and the node continues from the client states in its store directory."""
+    lost work again, and the node continues from the client states in its store directory. The
+    node restarts on its old Runtime API port, where its warm ClientApp waited for it."""
     import subprocess
 
     appdir, run_dir, expected = app(tmp_path, rounds=5)
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.superlink()
-        dep.supernode(0, "0-2", tmp_path / "store0")
-        dep.supernode(1, "3-5", tmp_path / "store1")
+        dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
+        dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
+        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
         argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
         run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
@@ -62,10 +69,13 @@ def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tm
                 break
             time.sleep(0.5)
         assert run.poll() is None, "the run ended before the SuperNode could be killed"
-        dep.kill("supernode1")  # SIGKILL, mid-run
-        dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-restarted")
+        dep.kill("supernode1")  # SIGKILL, mid-run (its warm ClientApp, in a session of its own, lives on)
+        dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-restarted", warm=True,
+                      runtime=dep.runtime["supernode1"])
         out, _ = run.communicate(timeout=600)
         assert metrics(run_dir) == expected, out[-3000:]
+        served = dep.log("supernode1-clientapp")  # the same warm process served the restarted node
+        assert served.count("serving the SuperNode") >= 2 and "waiting" in served, served
 
 
 def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_is_rejected(tmp_path,
@@ -88,13 +98,15 @@ def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.env["PYTHONPATH"] = os.pathsep.join(p for p in (str(directory), dep.env.get("PYTHONPATH", "")) if p)
         dep.superlink()
-        dep.supernode(0, "0-2", tmp_path / "store0", more=allow)
-        dep.supernode(1, "3-5", tmp_path / "store1", more=allow)
+        dep.supernode(0, "0-2", tmp_path / "store0", more=allow, warm=True)
+        dep.supernode(1, "3-5", tmp_path / "store1", more=allow, warm=True)
+        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
         done = dep.flwr_run(runs[0][0], timeout=600)
         assert (runs[0][1] / "metrics.jsonl").exists(), done.stdout[-3000:] + done.stderr[-2000:]
         assert metrics(runs[0][1]) == expected, done.stdout[-3000:]
         dep.kill("supernode1", signal.SIGTERM)  # graceful: the SuperLink frees the node at once
-        dep.supernode(1, "3-5", tmp_path / "store1b", name="supernode1-refusing", more="allowed-plugins='other'")
+        dep.supernode(1, "3-5", tmp_path / "store1b", name="supernode1-refusing", more="allowed-plugins='other'",
+                      warm=True, runtime=dep.runtime["supernode1"])  # its node config reaches the warm process
         done = dep.flwr_run(runs[1][0], timeout=600)
         refused = metrics(runs[1][1])
         assert [r["round"] for r in refused] == [0, 1, 2], done.stdout[-3000:]

@@ -1,8 +1,11 @@
 """Warm SuperNodes (issue 33): a SuperNode started with ``--isolation process`` and one
 ``fedpd flower clientapp`` process beside it, which serves every message of every run
-(src/fedpd/flower/warm.py). Run after run on the same warm processes, each run writes the
-metrics of its in-process run, bit for bit (a run's built problem or algorithm kept into the
-next would show); the node's build cache holds one run's pieces at a time, keyed by the run; and
+(src/fedpd/flower/warm.py). Run after run on the same warm processes and store directories
+(issue 24: two FedDyn configs, then the first again), each run writes the metrics of its
+in-process run, bit for bit (a client dual left in the store by an earlier run, or a run's built
+problem or algorithm kept into the next, would show), and each run has its own folder in a
+node's store; ``overwrite=true`` is tested on the loopback engine (tests/test_node_runs.py), which
+runs the same node code. The node's build cache holds one run's pieces at a time, keyed by the run; and
 docs/deployment.md's warm section runs as written and leaves nothing running. Real deployments on
 127.0.0.1 (tests/flower_deploy.py starts and stops every process by PID); slow."""
 
@@ -23,6 +26,7 @@ import pytest
 from doc_blocks import bash_blocks
 from fedpd.cli import main
 from fedpd.remote import node
+from fedpd.remote.filestore import MARK, RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deployment.md"
@@ -78,16 +82,15 @@ def test_warm_nodes_serve_run_after_run_each_with_its_in_process_metrics(tmp_pat
 
     apps, expected = {}, {}
     for name, eta in (("first", 2.0), ("second", 5.0), ("first-again", 2.0)):
-        apps[name], _, expected[name] = app(tmp_path, rounds=2, algorithm="feddyn", eta=eta, name=name)
+        # one round each: a dual left from an earlier run would change the next run's first round
+        # already, and a FedDyn round is two messages to a node (train, commit), the second served
+        # from the run's built pieces (rounds after the first: tests/test_flower_deploy.py)
+        apps[name], _, expected[name] = app(tmp_path, rounds=1, algorithm="feddyn", eta=eta, name=name)
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.superlink()
         dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
         dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
-        for k in (0, 1):  # the warm processes are up (a fedpd without the command would fail here, not hang)
-            deadline = time.time() + 120
-            while "serving the SuperNode" not in dep.log(f"supernode{k}-clientapp") and time.time() < deadline:
-                assert dep.procs[f"supernode{k}-clientapp"].poll() is None, dep.log(f"supernode{k}-clientapp")
-                time.sleep(0.5)
+        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
         for name in ("first", "second", "first-again"):
             done = dep.flwr_run(apps[name], timeout=600)
             run_dir = tmp_path / f"run-{name}"
@@ -98,6 +101,10 @@ def test_warm_nodes_serve_run_after_run_each_with_its_in_process_metrics(tmp_pat
             assert dep.procs[f"supernode{k}-clientapp"].poll() is None, served
             assert len(re.findall(r"serving run \d+", served)) == 3 and "failed" not in served, served
             assert "flwr-clientapp" not in dep.log(f"supernode{k}"), dep.log(f"supernode{k}")
+    for store in ("store0", "store1"):  # one folder per run in a node's store, each naming its run directory
+        marks = [json.loads(p.read_text()) for p in (tmp_path / store / RUNS).glob(f"*/{MARK}")]
+        named = sorted(Path(m["run_dir"]).name for m in marks)
+        assert named == ["run-first", "run-first-again", "run-second"], marks
 
 
 @pytest.mark.slow

@@ -136,7 +136,9 @@ def test_an_interrupted_sweep_resumes_its_runs_from_the_checkpoints_it_received(
     """Ctrl-C the head once a checkpoint of a run has come back: that run's directory holds it,
     and the same command again resumes it (the records before the checkpoint are kept as they
     were, wall_s included) to the metrics of the run made locally in one go."""
-    for rounds in (20_000, 80_000):  # longer once if both runs ended before the Ctrl-C took (a loaded machine)
+    # ~10 s a run alone (the first checkpoint comes back after 5 s); longer if both runs ended before
+    # the Ctrl-C took (a fast or a loaded machine)
+    for rounds in (6_000, 20_000, 80_000):
         cfgs = [*configs(tmp_path)[:1], "--set", f"run.rounds={rounds}", "--set", f"run.eval_every={rounds // 40}",
                 "--set", "run.checkpoint_every=100"]
         out = tmp_path / f"ray{rounds}"

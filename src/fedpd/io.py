@@ -28,7 +28,7 @@ def create_temp(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
     raise FileExistsError(f"{path.parent}: no free temporary file name for {path.name}")
 
 
-def _atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     """``write`` into a temporary file beside ``path``, fsync it, rename it over ``path``."""
     path = Path(path)
     fd, tmp = create_temp(path)
@@ -59,7 +59,7 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    _atomic(path, lambda f: f.write(data))
+    atomic_write(path, lambda f: f.write(data))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -67,7 +67,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
-    _atomic(path, lambda f: torch.save(obj, f))
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def clean_json(record: dict) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import struct
 import subprocess
@@ -190,15 +191,30 @@ def _cifar_py_job(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cifar_jpeg(request):
-    """CIFAR-10 from the shared JPEG archive, loaded once per session (the heavy part of the real-data tests)."""
+def cifar_jpeg(request, cifar_jpeg_cache):
+    """CIFAR-10 from the shared JPEG archive, loaded once per session (the heavy part of the real-data
+    tests) and decoded for certain: the cache folder it loads through starts empty."""
     shared("cifar-10/cifar-10-jpeg.tar.gz")
     pytest.importorskip("PIL")
     if any("cifar_py_dir" in getattr(item, "fixturenames", ()) for item in request.session.items):
         request.getfixturevalue("_cifar_py_job")  # start the conversion first, so both run at once
     from fedpd.data import load_dataset
 
-    return load_dataset("cifar10", SHARED)
+    saved = os.environ.get("FEDPD_CACHE")
+    os.environ["FEDPD_CACHE"] = str(cifar_jpeg_cache)
+    try:
+        return load_dataset("cifar10", SHARED)
+    finally:
+        if saved is None:
+            os.environ.pop("FEDPD_CACHE")
+        else:
+            os.environ["FEDPD_CACHE"] = saved
+
+
+@pytest.fixture(scope="session")
+def cifar_jpeg_cache(tmp_path_factory) -> Path:
+    """The decoded-archive cache that ``cifar_jpeg`` filled."""
+    return tmp_path_factory.mktemp("decoded")
 
 
 @pytest.fixture(scope="session")

@@ -482,3 +482,65 @@ def test_dataset_status(tmp_path, writers):
     assert st["femnist"].state == "present" and st["femnist"].where == str(tmp_path / "leaf" / "femnist")
     assert st["cifar10"].state == "missing" and tmp_path / "cifar10" in st["cifar10"].looked
     assert st["image-folder"].state == "n/a"
+
+
+# ---------------------------------------------------------------------------------------------- decoded archives
+
+def _tensors(ds: Dataset) -> list:
+    return [ds.x_train, ds.y_train, ds.x_test, ds.y_test]
+
+
+def test_an_archive_is_decoded_once_then_read_from_the_cache(tmp_path, writers, monkeypatch):
+    pytest.importorskip("PIL")
+    from fedpd.data.loaders import images
+
+    monkeypatch.setenv("FEDPD_CACHE", str(tmp_path / "cache"))
+    path = writers.make_image_folder(tmp_path, as_tar=True)
+    first = load_image_folder(path)
+    (kept,) = (tmp_path / "cache").glob("imgs.tar.gz.*.npz")
+    decode = images._decode_all
+    monkeypatch.setattr(images, "_decode_all", lambda *a: pytest.fail("decoded again"))
+    again = load_image_folder(path)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(again), _tensors(first))) and again.classes == first.classes
+    monkeypatch.setattr(images, "_decode_all", decode)
+    grey = load_image_folder(path, mode="L")  # another decoding of the same archive: an entry of its own
+    assert grey.x_train.shape[1] == 1 and len(list((tmp_path / "cache").glob("*.npz"))) == 2
+    kept.write_bytes(b"not an npz")  # damaged: decoded again, and the entry replaced
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(load_image_folder(path)), _tensors(first)))
+    assert kept.read_bytes()[:2] == b"PK"
+
+
+def test_a_changed_archive_is_decoded_again(tmp_path, writers, monkeypatch):
+    """The entry is keyed by the archive's content, not its name or time: the same file name, written
+    again at once with other images, is not read from the old entry."""
+    pytest.importorskip("PIL")
+    monkeypatch.setenv("FEDPD_CACHE", str(tmp_path / "cache"))
+    path = writers.make_image_folder(tmp_path / "a", as_tar=True)
+    before = load_image_folder(path)
+    other = writers.make_image_folder(tmp_path / "b", as_tar=True, size=(5, 4))
+    path.write_bytes(other.read_bytes())
+    after = load_image_folder(path)
+    assert before.x_train.shape == (6, 3, 6, 8) and after.x_train.shape == (6, 3, 4, 5)
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 2
+
+
+def test_the_cache_is_where_the_environment_says_or_off(tmp_path, writers, monkeypatch):
+    pytest.importorskip("PIL")
+    from fedpd.data.loaders.decoded import cache_dir
+
+    path = writers.make_image_folder(tmp_path, as_tar=True)
+    monkeypatch.delenv("FEDPD_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "fedpd" / "decoded"
+    load_image_folder(path)
+    assert len(list((tmp_path / "xdg" / "fedpd" / "decoded").glob("*.npz"))) == 1
+    monkeypatch.setenv("FEDPD_CACHE", "off")
+    assert cache_dir() is None
+    (tmp_path / "blocked").write_text("a file where the cache folder would go")
+    for value in ("off", str(tmp_path / "blocked" / "cache")):  # off, and a cache that cannot be written
+        monkeypatch.setenv("FEDPD_CACHE", value)
+        assert load_image_folder(path).x_train.shape == (6, 3, 6, 8)
+    assert (tmp_path / "blocked").is_file()
+    monkeypatch.setenv("FEDPD_CACHE", str(tmp_path / "c2"))
+    assert load_image_folder(tmp_path / "_stage_images" / "imgs").num_classes == 2
+    assert not (tmp_path / "c2").exists()  # a folder of image files is read as it is, never cached

@@ -69,8 +69,9 @@ def looked_in(paths: list[Path]) -> str:
 
 
 def u8_images(x: np.ndarray) -> torch.Tensor:
-    """uint8 N x C x H x W -> float32 in [0, 1]."""
-    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).div_(255.0)
+    """uint8 N x C x H x W -> float32 in [0, 1] (converted by torch: several times faster than
+    NumPy's cast on CIFAR-10's 150 M pixels, and the same floats)."""
+    return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
 
 
 def as_labels(y) -> torch.Tensor:

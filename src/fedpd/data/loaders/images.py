@@ -1,5 +1,6 @@
 """Image folders: ``train/<class>/*.png|jpg`` + ``test/<class>/...``, as a folder or a (gzipped)
-tar archive decoded straight from the stream (needs Pillow)."""
+tar archive decoded straight from the stream (needs Pillow); an archive's decoded arrays are kept
+on disk for its next load (:mod:`fedpd.data.loaders.decoded`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from fedpd.data.loaders.base import Dataset, NotFound, as_labels, u8_images
+from fedpd.data.loaders.decoded import decoded
 from fedpd.errors import ConfigError, DataError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
@@ -67,11 +69,27 @@ def _image_root(path: Path) -> Path:
 def load_image_folder(path: str | os.PathLike, name: str = "image-folder", mode: str = "RGB") -> Dataset:
     """Read ``train/<class>/*`` and ``test/<class>/*`` images from a folder or a (gzipped) tar archive.
 
-    Archives are decoded straight from the tar stream. Classes are the sorted class-folder names; samples are
-    ordered by (class, file name). All images must have one size; ``mode`` is the Pillow mode ("RGB", "L").
+    Archives are decoded straight from the tar stream, once: the decoded arrays are kept on disk
+    and read back by the next load of the same archive (:mod:`fedpd.data.loaders.decoded`).
+    Classes are the sorted class-folder names; samples are ordered by (class, file name). All
+    images must have one size; ``mode`` is the Pillow mode ("RGB", "L").
     """
-    Image = _pil_image()
     path = Path(path)
+    if path.is_file():
+        arrays = decoded(path, f"image-folder {mode}", lambda: _decode_all(path, mode))
+    elif path.is_dir():
+        arrays = _decode_all(path, mode)
+    else:
+        raise NotFound(f"{name}: {path} not found, expected a folder or .tar.gz with train/<class>/ and test/<class>/",
+                       [path])
+    x_train, y_train, x_test, y_test, classes = arrays
+    return Dataset(name, u8_images(x_train), as_labels(y_train), u8_images(x_test), as_labels(y_test),
+                   num_classes=len(classes), classes=classes, source=str(path), meta={"format": "image-folder"})
+
+
+def _decode_all(path: Path, mode: str):
+    """(x_train, y_train, x_test, y_test, classes) of a folder or archive: uint8 N x C x H x W, labels."""
+    Image = _pil_image()
     entries: dict[str, list[tuple[str, str, np.ndarray]]] = {"train": [], "test": []}
     shape = None
 
@@ -93,7 +111,7 @@ def load_image_folder(path: str | os.PathLike, name: str = "image-folder", mode:
                 for f in sorted(cls_dir.iterdir()):
                     if f.is_file() and f.name.lower().endswith(IMAGE_EXTENSIONS):
                         add(split, cls_dir.name, str(f), f.read_bytes())
-    elif path.is_file():
+    else:
         try:
             with tarfile.open(path, "r|*") as tf:
                 for m in tf:
@@ -102,22 +120,18 @@ def load_image_folder(path: str | os.PathLike, name: str = "image-folder", mode:
                         add(*key, f"{path}:{m.name}", tf.extractfile(m).read())
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise DataError(f"{path}: corrupt or truncated archive ({e}); expected a tar(.gz) of train/ and test/") from None
-    else:
-        raise NotFound(f"{name}: {path} not found, expected a folder or .tar.gz with train/<class>/ and test/<class>/",
-                       [path])
     for split, items in entries.items():
         if not items:
             raise DataError(f"{path}: no images under {split}/<class>/ (extensions {', '.join(IMAGE_EXTENSIONS)})")
     classes = sorted({cls for items in entries.values() for cls, _, _ in items})
     index = {c: i for i, c in enumerate(classes)}
-    tensors = []
+    out = []
     for split in ("train", "test"):
         items = sorted(entries[split], key=lambda e: (index[e[0]], e[1]))
         x = np.stack([a for _, _, a in items])
         x = x[:, None] if x.ndim == 3 else x.transpose(0, 3, 1, 2)  # N x C x H x W
-        tensors += [u8_images(x), as_labels([index[c] for c, _, _ in items])]
-    return Dataset(name, *tensors, num_classes=len(classes), classes=classes, source=str(path),
-                   meta={"format": "image-folder"})
+        out += [np.ascontiguousarray(x), np.array([index[c] for c, _, _ in items], dtype=np.int64)]
+    return (*out, classes)
 
 
 def load_image_folder_option(root: Path, path: str | None = None, mode: str = "RGB") -> Dataset:
