@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import pickle
 import struct
 import subprocess
@@ -191,30 +190,19 @@ def _cifar_py_job(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cifar_jpeg(request, cifar_jpeg_cache):
+def cifar_jpeg(request):
     """CIFAR-10 from the shared JPEG archive, loaded once per session (the heavy part of the real-data
-    tests) and decoded for certain: the cache folder it loads through starts empty."""
-    shared("cifar-10/cifar-10-jpeg.tar.gz")
+    tests) and decoded for certain: the session's cache entry of the archive (tests/conftest.py) is
+    removed first, and the decode writes it again for the session's other tests."""
+    archive = shared("cifar-10/cifar-10-jpeg.tar.gz")
     pytest.importorskip("PIL")
     if any("cifar_py_dir" in getattr(item, "fixturenames", ()) for item in request.session.items):
         request.getfixturevalue("_cifar_py_job")  # start the conversion first, so both run at once
     from fedpd.data import load_dataset
+    from fedpd.data.loaders.decoded import entry
 
-    saved = os.environ.get("FEDPD_CACHE")
-    os.environ["FEDPD_CACHE"] = str(cifar_jpeg_cache)
-    try:
-        return load_dataset("cifar10", SHARED)
-    finally:
-        if saved is None:
-            os.environ.pop("FEDPD_CACHE")
-        else:
-            os.environ["FEDPD_CACHE"] = saved
-
-
-@pytest.fixture(scope="session")
-def cifar_jpeg_cache(tmp_path_factory) -> Path:
-    """The decoded-archive cache that ``cifar_jpeg`` filled."""
-    return tmp_path_factory.mktemp("decoded")
+    entry(archive, "image-folder RGB").unlink(missing_ok=True)
+    return load_dataset("cifar10", SHARED)
 
 
 @pytest.fixture(scope="session")

@@ -529,7 +529,7 @@ def test_the_cache_is_where_the_environment_says_or_off(tmp_path, writers, monke
     from fedpd.data.loaders.decoded import cache_dir
 
     path = writers.make_image_folder(tmp_path, as_tar=True)
-    monkeypatch.delenv("FEDPD_CACHE")
+    monkeypatch.delenv("FEDPD_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "fedpd" / "decoded"
     load_image_folder(path)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedpd.data import checksums, dataset_status, load_dataset
-from fedpd.data.loaders import images, resolve_data_dir
+from fedpd.data.loaders import decoded, images, resolve_data_dir
 from fedpd.errors import DataError
 
 SHARED = resolve_data_dir(None)  # $FEDPD_DATA, else fedpd's default data directory
@@ -69,7 +69,7 @@ def test_truncated_real_file_is_caught(tmp_path):
     assert "gzip" in str(e.value)
 
 
-def test_cifar10_jpeg(cifar_jpeg, cifar_jpeg_cache, monkeypatch):
+def test_cifar10_jpeg(cifar_jpeg, monkeypatch):
     ds = cifar_jpeg
     assert ds.x_train.shape == (50000, 3, 32, 32) and ds.x_test.shape == (10000, 3, 32, 32)
     assert ds.x_train.dtype == torch.float32 and ds.meta["format"] == "jpeg"
@@ -77,8 +77,7 @@ def test_cifar10_jpeg(cifar_jpeg, cifar_jpeg_cache, monkeypatch):
     assert torch.bincount(ds.y_test).tolist() == [1000] * 10
     assert ds.classes[0] == "airplane" and ds.classes[9] == "truck"
     # the decode left its arrays in the cache; the next load reads them: the same tensors, no decoding
-    monkeypatch.setenv("FEDPD_CACHE", str(cifar_jpeg_cache))
-    assert len(list(cifar_jpeg_cache.glob("cifar-10-jpeg.tar.gz.*.npz"))) == 1
+    assert decoded.entry(SHARED / "cifar-10" / "cifar-10-jpeg.tar.gz", "image-folder RGB").is_file()
     monkeypatch.setattr(images, "_decode_all", lambda *a: pytest.fail("decoded again"))
     again = load_dataset("cifar10", SHARED)
     for field in ("x_train", "y_train", "x_test", "y_test"):
