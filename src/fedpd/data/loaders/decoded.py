@@ -68,8 +68,8 @@ def decoded(source: Path, how: str, decode: Callable[[], Arrays]) -> Arrays:
         x_train, y_train, x_test, y_test, classes = arrays
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, lambda f: np.savez(f, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test,
-                                             classes=np.array(json.dumps(classes))))
+            atomic_write(path, lambda f: np.savez(f, x_train=x_train, y_train=y_train, x_test=x_test,
+                                                  y_test=y_test, classes=np.array(json.dumps(classes))))
         except OSError:
             pass
     return arrays
