@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from pathlib import Path
 
 import pytest
 
@@ -54,10 +55,7 @@ def _one_ray_at_a_time(request, tmp_path_factory):
     if request.node.nodeid.removeprefix("tests/") not in RAY_MODULES:
         yield
         return
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the workers' common folder
-    with open(root / "ray.lock", "w") as lock:
+    with open(_shared_folder(tmp_path_factory) / "ray.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -70,16 +68,15 @@ def _decoded_cache(tmp_path_factory):
     """The session's own cache of decoded image archives (fedpd.data.loaders.decoded), shared by
     its workers: the suite neither reads nor fills the user's, and an archive is decoded once per
     session, not once per test that loads it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FEDPD_CACHE", str(_shared_folder(tmp_path_factory) / "decoded"))
+        yield
+
+
+def _shared_folder(tmp_path_factory) -> Path:
+    """This session's temporary folder that all its xdist workers share."""
     root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the workers' common folder
-    saved = os.environ.get("FEDPD_CACHE")
-    os.environ["FEDPD_CACHE"] = str(root / "decoded")
-    yield
-    if saved is None:
-        os.environ.pop("FEDPD_CACHE", None)
-    else:
-        os.environ["FEDPD_CACHE"] = saved
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

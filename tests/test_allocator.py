@@ -39,9 +39,11 @@ def child(mode: str, **env) -> dict:
 def test_freed_blocks_are_reused_instead_of_faulted_again():
     pages = 40 * 2**20 // 4096
     default, kept = child("default"), child("keep")
-    for _ in range(2):  # the fewest of up to three fresh processes: on a machine short of memory a
-        if kept["faults"] <= 3 * pages:  # child's count can take in the faults of pages the kernel
-            break                         # reclaimed meanwhile (seen in one fresh-clone suite of 1 523 tests)
+    # the fewest faults of up to three fresh processes: on a machine short of memory one child's
+    # count can take in the faults of pages the kernel reclaimed meanwhile (seen in one suite)
+    for _ in range(2):
+        if kept["faults"] <= 3 * pages:
+            break
         kept = min(kept, child("keep"), key=lambda r: r["faults"])
     assert kept["kept"] is True
     assert default["faults"] >= 7 * pages  # each of the eight blocks mapped and faulted anew
