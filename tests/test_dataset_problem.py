@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,9 @@ def test_cli_run_two_rounds(tmp_path, data_dir, capsys):
 
 
 def test_problem_is_float32_and_seeded(data_dir):
-    p = build_problem(load_config(config(data_dir)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. torch's "not writable" over an idx file's bytes
+        p = build_problem(load_config(config(data_dir)))
     assert p.train.x.dtype == torch.float32 and p.x_init.dtype == torch.float32
     assert p.info["model"] == "logistic" and p.x_init.numel() == 784 * 10 + 10  # mnist's default model
     assert p.train.x.shape[1:] == (1, 28, 28) and p.train.sizes.tolist() == [10, 10, 10]

@@ -4,6 +4,7 @@ naming where it looked, the data directory, and the conversions of raw arrays to
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +72,11 @@ def looked_in(paths: list[Path]) -> str:
 def u8_images(x: np.ndarray) -> torch.Tensor:
     """uint8 N x C x H x W -> float32 in [0, 1] (converted by torch: several times faster than
     NumPy's cast on CIFAR-10's 150 M pixels, and the same floats)."""
-    return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
+    with warnings.catch_warnings():
+        # a read-only array (np.frombuffer over a file's bytes) is fine here: the uint8 view is
+        # only read, by the cast, which makes new storage
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
 
 
 def as_labels(y) -> torch.Tensor:
