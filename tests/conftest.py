@@ -39,9 +39,10 @@ SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
 
 #: the modules of a minute or more, after the Ray unit: most first, as measured in a fresh clone's
 #: suite on the 2-core machine (the TLS doc mostly waits for Flower: it overlaps the rest); the
-#: real-data tests decode CIFAR-10 into the session's cache before the GPU script's smoke reads it
-LONGEST = ["test_deployment_doc.py", "test_extending_doc.py", "test_afedpd_settings_doc.py", "test_flower_deploy.py",
-           "test_flower_warm.py", "test_readme.py", "data/test_data_real.py", "test_gpu_script.py",
+#: real-data tests decode CIFAR-10 into the session's cache before the A-FedPD settings doc and the
+#: GPU script's smoke read it
+LONGEST = ["test_deployment_doc.py", "test_extending_doc.py", "data/test_data_real.py", "test_flower_deploy.py",
+           "test_flower_warm.py", "test_afedpd_settings_doc.py", "test_readme.py", "test_gpu_script.py",
            "test_fedplus_sweep_doc.py"]
 
 

@@ -102,6 +102,20 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def share_decoded_cache(home: Path) -> None:
+    """Give the fresh ``home`` the session's cache of decoded image archives (tests/conftest.py's
+    ``$FEDPD_CACHE``) as its own ``~/.cache/fedpd/decoded``: a file in HOME, not a variable the doc
+    does not set. An entry is keyed by the archive's bytes and holds its decode's arrays
+    (tests/data/test_data_loaders.py), so the commands' results do not change — only a second
+    decode of CIFAR-10's 60 000 JPEGs (about 40 CPU seconds) is spared; decoding is tested in
+    tests/data."""
+    import os
+
+    folder = home / ".cache" / "fedpd"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "decoded").symlink_to(os.environ["FEDPD_CACHE"], target_is_directory=True)
+
+
 def run_script(script: str, cwd: Path, env: dict[str, str], timeout: float = 600):
     """``script`` as one bash script, stopping at the first failing command, in a session of its own
     whose processes are all stopped when it ends: a CompletedProcess with stdout and stderr together."""

@@ -1,7 +1,8 @@
 """docs/reproductions/afedpd_table2/settings.md, run as written: its bash block runs verbatim in an
 empty directory in a clean environment (fresh HOME; on PATH only this Python's scripts and the
 system's; PYTHONPATH only this checkout's src; FEDPD_DATA passed on) with ROUNDS=1 SAMPLES=2000 WORKERS=1,
-the knobs the doc offers for a quick check; every run must reach round 1 with its changed setting and the
+the knobs the doc offers for a quick check (HOME holds the session's decoded-archive cache:
+doc_blocks.share_decoded_cache); every run must reach round 1 with its changed setting and the
 sizes the knobs set (so a knob the commands ignore fails here)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from doc_blocks import bash_blocks, clean_env, run_script
+from doc_blocks import bash_blocks, clean_env, run_script, share_decoded_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reproductions" / "afedpd_table2" / "settings.md"
@@ -25,6 +26,7 @@ def test_the_settings_commands_run_as_written(tmp_path):
         pytest.skip("needs CIFAR-10 under $FEDPD_DATA (fedpd data download cifar10)")
     (block,) = bash_blocks(DOC, "Commands")
     env = clean_env(tmp_path, ROUNDS="1", SAMPLES="2000", WORKERS="1", FEDPD_DATA=data)
+    share_decoded_cache(tmp_path)
     done = run_script(block, tmp_path, env, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:]
     for run, (key, value) in {"eta2": ("eta", 2.0), "x0": ("output", "server"), "feddyn-eta2": ("eta", 2.0)}.items():

@@ -187,7 +187,7 @@ def test_all_examples_validate():
 def test_plot_split_draws_the_label_matrix_of_a_run(config, tmp_path, capsys):
     from fedpd.build import build_problem
     from fedpd.config import load_config
-    from fedpd.results import label_counts
+    from fedpd.results.figures import label_counts
 
     cfg = tmp_path / "s.toml"
     cfg.write_text('[problem]\nname = "synthetic"\nclients = 6\nmax_client_samples = 40\n'
@@ -218,7 +218,7 @@ def test_label_counts_of_pm1_labels_number_them_in_sorted_order():
     import torch
 
     from fedpd.problems.base import ClientSplit
-    from fedpd.results import label_counts
+    from fedpd.results.figures import label_counts
 
     split = ClientSplit.from_parts([torch.zeros(3, 1), torch.zeros(2, 1)],
                                    [torch.tensor([1.0, -1.0, 1.0]), torch.tensor([-1.0, -1.0])])

@@ -68,6 +68,24 @@ def test_version(capsys):
     assert re.match(rf"fedpd {re.escape(fedpd.__version__)} \(torch \S+, Python \d", out), out
 
 
+def test_help_and_compare_start_without_torch(config, tmp_path):
+    """`fedpd --help`, `fedpd data --help` and `fedpd compare` (reading runs, printing a table) import
+    neither torch nor matplotlib (fedpd.exports): they answer in a fraction of a second, not three."""
+    import subprocess
+    import sys
+
+    fedpd.run(config, tmp_path / "small", progress=False)
+    script = ("import json, sys\nfrom fedpd.cli import main\n"
+              "codes = [main(a) for a in (['--help'], ['data', '--help'], ['compare', sys.argv[1]])]\n"
+              "print(json.dumps([codes, sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)]))")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "small")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    codes, heavy = json.loads(done.stdout.splitlines()[-1])
+    assert codes == [0, 0, 0] and heavy == [], (codes, heavy)
+    assert "small" in done.stdout  # the table was printed
+
+
 def test_every_option_of_every_command_has_help():
     parser = make_parser()
     subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")

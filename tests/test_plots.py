@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'fe
 from matplotlib.collections import PolyCollection  # noqa: E402
 
 from helpers import run_cli as cli  # noqa: E402
-from fedpd.results import runs_figure  # noqa: E402
+from fedpd.results.figures import runs_figure  # noqa: E402
 
 SMALL = """
 [problem]
@@ -135,7 +135,7 @@ def test_caption_and_title(runs):
 
 def test_split_heatmap_has_a_tick_per_class_with_its_name(tmp_path, capsys):
     from fedpd.data.cli import label_matrix_figure
-    from fedpd.results import class_names
+    from fedpd.results.figures import class_names
 
     class P:  # a problem of Fashion-MNIST: its files carry no names, fedpd knows them
         info = {"dataset": "fashion-mnist"}

@@ -13,7 +13,7 @@ import pytest
 
 from fedpd.registry import AGGREGATORS
 from fedpd.reproduce.core import listing_table
-from fedpd.results import compare_table
+from fedpd.results.tables import compare_table
 
 from helpers import run_cli as cli
 

@@ -11,13 +11,12 @@ A new algorithm subclasses :class:`fedpd.Algorithm` (or a built-in of :mod:`fedp
 its options :class:`fedpd.Options`; a config names it by import path (docs/extending.md).
 """
 
-from fedpd.algorithms.base import Algorithm
-from fedpd.config import Config, load_config
-from fedpd.errors import ConfigError, DataError, FedpdError
-from fedpd.options import Options
-from fedpd.runner import RunResult, run
-from fedpd.simulation import Simulation
+from fedpd.exports import lazy
 
 __all__ = ["run", "RunResult", "Simulation", "Config", "load_config", "Algorithm", "Options", "FedpdError",
            "ConfigError", "DataError"]
 __version__ = "0.1.0"
+__getattr__, __dir__ = lazy(__name__, {
+    "run": "fedpd.runner", "RunResult": "fedpd.runner", "Simulation": "fedpd.simulation", "Config": "fedpd.config",
+    "load_config": "fedpd.config", "Algorithm": "fedpd.algorithms.base", "Options": "fedpd.options",
+    "FedpdError": "fedpd.errors", "ConfigError": "fedpd.errors", "DataError": "fedpd.errors"})

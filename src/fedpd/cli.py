@@ -148,7 +148,7 @@ def _cmd_show(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from fedpd.results import plot_runs, plot_split
+    from fedpd.results.figures import plot_runs, plot_split
 
     if args.split:
         if len(args.dirs) != 1 or args.metric:
@@ -165,7 +165,8 @@ def _cmd_plot(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from fedpd.results import compare_table, print_table, split_metrics
+    from fedpd.results.runs import split_metrics
+    from fedpd.results.tables import compare_table, print_table
 
     metrics = split_metrics(args.metrics) if args.metrics else None
     print_table(*compare_table(args.dirs, metrics), fmt=args.format)
@@ -174,7 +175,7 @@ def _cmd_compare(args) -> int:
 
 def _cmd_sweep(args) -> int:
     from fedpd.reproduce.cluster import cluster_from
-    from fedpd.results import compare_table, print_table
+    from fedpd.results.tables import compare_table, print_table
     from fedpd.sweep import parse_seeds, sweep
 
     seeds = parse_seeds(args.seeds) if args.seeds else None

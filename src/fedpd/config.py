@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from fedpd import names, plugins, registry
 from fedpd.errors import ConfigError
+from fedpd.io import load_toml
 from fedpd.models import check_model_options
 from fedpd.options import SEED_MAX, Options, refuse, validate
 from fedpd.privacy import PrivacyOptions
@@ -197,22 +198,6 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
             table[part] = table = dict(inner)  # a copy: the caller's dict stays as it was
         table[last] = parse_value(value.strip())
     return raw
-
-
-def load_toml(path: str | Path) -> dict:
-    path = Path(path)
-    if path.is_dir():
-        found = sorted(p.name for p in path.glob("*.toml"))[:3]
-        hint = f" (it holds {', '.join(found)}{', ...' if len(found) == 3 else ''})" if found else ""
-        raise ConfigError(f"config file {str(path)!r} is a directory; give one .toml file{hint}")
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} not found")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
 
 
 class Config:

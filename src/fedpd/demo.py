@@ -17,8 +17,9 @@ from typing import Callable
 
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
-from fedpd.results import Column, compare_table, load_run, plot_runs, print_table
-from fedpd.results.tables import check_format
+from fedpd.results.figures import plot_runs
+from fedpd.results.runs import load_run
+from fedpd.results.tables import Column, check_format, compare_table, print_table
 from fedpd.runner import CHECKPOINT, METRICS, run
 
 PROBLEM = {"name": "fedpd_logreg", "non_iid": "strong"}
@@ -100,6 +101,6 @@ def run_demo(out: str | Path | None = None, rounds: int = 600, progress: bool = 
 
 
 def _width() -> int:
-    from fedpd.results import terminal_width
+    from fedpd.results.tables import terminal_width
 
     return terminal_width()

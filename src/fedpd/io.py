@@ -6,12 +6,16 @@ import json
 import math
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-import torch
-
 from fedpd.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 def create_temp(path: Path, suffix: str = ".tmp") -> tuple[int, Path]:
@@ -67,6 +71,8 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_torch_save(obj, path: Path) -> None:
+    import torch  # here, not above: the modules that only read and write text load without torch
+
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
@@ -108,3 +114,20 @@ def read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             break
     return out
+
+
+def load_toml(path: str | Path) -> dict:
+    """A TOML file's tables, or a one-line :class:`ConfigError` naming the file and what is wrong."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.toml"))[:3]
+        hint = f" (it holds {', '.join(found)}{', ...' if len(found) == 3 else ''})" if found else ""
+        raise ConfigError(f"config file {str(path)!r} is a directory; give one .toml file{hint}")
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} not found")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None

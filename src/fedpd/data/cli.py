@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from fedpd.data.loaders import DATASETS, canonical_name, dataset_options, dataset_status, resolve_data_dir
 from fedpd.data.partition import PARTITIONS, format_label_matrix, label_matrix, partition
 from fedpd.errors import ConfigError
 
@@ -71,6 +70,8 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def cmd_list(args) -> int:
+    from fedpd.data.loaders import DATASETS, dataset_status, resolve_data_dir  # torch: not at the parser's build
+
     root = resolve_data_dir(args.data_dir)
     origin = "--data-dir" if args.data_dir else "$FEDPD_DATA" if os.environ.get("FEDPD_DATA") else "default cache dir"
     print(f"data dir: {root} ({origin})")
@@ -110,6 +111,7 @@ def installed_loaders() -> dict[str, tuple[str, str]]:
 
 def cmd_download(args) -> int:
     from fedpd.data.download import download
+    from fedpd.data.loaders import canonical_name
 
     folder = download(args.name, args.data_dir, base_url=args.base_url, progress=not args.no_progress)
     print(f"{canonical_name(args.name)}: files in {folder}")
@@ -172,6 +174,7 @@ def plot_label_matrix(matrix: np.ndarray, path, title: str, class_names: list[st
 def _load_for_split(args):
     """(the dataset's key, the dataset) of ``fedpd data split NAME``: one of fedpd's, an installed
     loader (entry point) or a loader's import path."""
+    from fedpd.data.loaders import canonical_name, dataset_options
     from fedpd.data.loaders.arrays import load_user_dataset
 
     if args.name in installed_loaders() or ":" in args.name:

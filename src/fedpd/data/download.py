@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 from fedpd.data.checksums import CANONICAL, Expected, verify_file
-from fedpd.data.loaders import canonical_name, resolve_data_dir
 from fedpd.errors import ConfigError, DataError
 from fedpd.io import create_temp
 
@@ -133,7 +132,7 @@ def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, time
 def load_or_say_how(name: str, data_dir: str | os.PathLike | None = None, **options):
     """``load_dataset(name, data_dir, **options)``; files that are missing, of a dataset this
     module fetches, are one line that ends with the command that fetches them."""
-    from fedpd.data.loaders import NotFound, load_dataset
+    from fedpd.data.loaders import NotFound, canonical_name, load_dataset
 
     try:
         return load_dataset(name, data_dir, **options)
@@ -155,6 +154,8 @@ def download(name: str, data_dir: str | os.PathLike | None = None, base_url: str
     ``(size, sha256)`` or ``Expected`` and overrides the canonical table (tests use it for fixture files).
     Raises DataError if a file cannot be fetched from any mirror or fails its check.
     """
+    from fedpd.data.loaders import canonical_name, resolve_data_dir  # torch: only when downloading
+
     key = canonical_name(name)
     if key not in FILES:
         raise ConfigError(f"no download for {key!r}; downloadable: {', '.join(FILES)} (LEAF data needs LEAF's own scripts)")

@@ -8,6 +8,7 @@ the budget, the command and the date (:mod:`fedpd.reproduce.report`, :mod:`fedpd
 The reports of the reduced budget are committed under ``docs/reproductions/``.
 """
 
-from fedpd.reproduce.core import experiments, get, reproduce
+from fedpd.exports import lazy
 
 __all__ = ["experiments", "get", "reproduce"]
+__getattr__, __dir__ = lazy(__name__, dict.fromkeys(__all__, "fedpd.reproduce.core"))

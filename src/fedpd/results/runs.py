@@ -9,9 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedpd.config import load_toml
 from fedpd.errors import ConfigError
-from fedpd.io import read_jsonl
+from fedpd.io import load_toml, read_jsonl
 
 X_AXES = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "sample_grads", "wall_s")
 LOWER_IS_BETTER = ("loss", "grad_norm", "residual", "drift", "error", "mse", "backdoor")
