@@ -69,21 +69,24 @@ def test_version(capsys):
 
 
 def test_help_and_compare_start_without_torch(config, tmp_path):
-    """`fedpd --help`, `fedpd data --help` and `fedpd compare` (reading runs, printing a table) import
-    neither torch nor matplotlib (fedpd.exports): they answer in a fraction of a second, not three."""
+    """`fedpd --help`, `fedpd data --help`, `fedpd compare` (reading runs, printing a table) and
+    `fedpd flower connection` import neither torch nor matplotlib (fedpd.exports): they answer in a
+    fraction of a second, not three."""
+    import os
     import subprocess
     import sys
 
     fedpd.run(config, tmp_path / "small", progress=False)
     script = ("import json, sys\nfrom fedpd.cli import main\n"
-              "codes = [main(a) for a in (['--help'], ['data', '--help'], ['compare', sys.argv[1]])]\n"
+              "codes = [main(a) for a in (['--help'], ['data', '--help'], ['compare', sys.argv[1]],\n"
+              "         ['flower', 'connection', 'here', '--address', '127.0.0.1:9093', '--insecure'])]\n"
               "print(json.dumps([codes, sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)]))")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "small")], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env={**os.environ, "FLWR_HOME": str(tmp_path / "flwr")})
     assert done.returncode == 0, done.stderr
     codes, heavy = json.loads(done.stdout.splitlines()[-1])
-    assert codes == [0, 0, 0] and heavy == [], (codes, heavy)
-    assert "small" in done.stdout  # the table was printed
+    assert codes == [0, 0, 0, 0] and heavy == [], (codes, heavy)
+    assert "small" in done.stdout and "here" in (tmp_path / "flwr" / "config.toml").read_text()
 
 
 def test_every_option_of_every_command_has_help():

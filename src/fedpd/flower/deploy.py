@@ -23,12 +23,15 @@ import ipaddress
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tomli_w
 
-from fedpd.config import Config
 from fedpd.errors import ConfigError
 from fedpd.io import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:  # `fedpd flower connection` and `certs` start without torch
+    from fedpd.config import Config
 
 APP_FILE = "pyproject.toml"
 
