@@ -71,7 +71,7 @@ def test_version(capsys):
 def test_help_and_compare_start_without_torch(config, tmp_path):
     """`fedpd --help`, `fedpd data --help`, `fedpd compare` (reading runs, printing a table) and
     `fedpd flower connection` import neither torch nor matplotlib (fedpd.exports): they answer in a
-    fraction of a second, not three."""
+    fraction of a second, not three; `fedpd plot` of metrics imports matplotlib, not torch."""
     import os
     import subprocess
     import sys
@@ -80,13 +80,16 @@ def test_help_and_compare_start_without_torch(config, tmp_path):
     script = ("import json, sys\nfrom fedpd.cli import main\n"
               "codes = [main(a) for a in (['--help'], ['data', '--help'], ['compare', sys.argv[1]],\n"
               "         ['flower', 'connection', 'here', '--address', '127.0.0.1:9093', '--insecure'])]\n"
-              "print(json.dumps([codes, sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)]))")
+              "light = sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)\n"
+              "codes.append(main(['plot', sys.argv[1], '--metric', 'train_loss', '--output', sys.argv[1] + '.png']))\n"
+              "print(json.dumps([codes, light, 'torch' in sys.modules]))")
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "small")], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "FLWR_HOME": str(tmp_path / "flwr")})
     assert done.returncode == 0, done.stderr
-    codes, heavy = json.loads(done.stdout.splitlines()[-1])
-    assert codes == [0, 0, 0, 0] and heavy == [], (codes, heavy)
+    codes, heavy, plot_imported_torch = json.loads(done.stdout.splitlines()[-1])
+    assert codes == [0] * 5 and heavy == [] and not plot_imported_torch, (codes, heavy)
     assert "small" in done.stdout and "here" in (tmp_path / "flwr" / "config.toml").read_text()
+    assert (tmp_path / "small.png").stat().st_size > 1000
 
 
 def test_every_option_of_every_command_has_help():

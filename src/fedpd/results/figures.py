@@ -12,17 +12,19 @@ import textwrap
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedpd.checks import FedpdNotice
 from fedpd.data.partition import label_matrix
 from fedpd.errors import ConfigError, reason
 from fedpd.io import atomic_write_bytes
-from fedpd.problems.base import ClientSplit
 from fedpd.results.runs import (X_AXES, Run, disambiguate, expand_runs, finite, flat_config, group_runs, is_seed,
                                 read_run, split_metrics)
+
+if TYPE_CHECKING:  # a plot of metrics reads JSON lines: no torch
+    from fedpd.problems.base import ClientSplit
 
 #: axis labels, in words and maths
 LABELS = {
@@ -247,6 +249,8 @@ def runs_figure(paths, metrics, x: str = "round", labels=None, title=None, yscal
 def label_counts(split: ClientSplit, num_classes: int = 0) -> tuple[np.ndarray, list]:
     """Samples of each class per client, [clients, classes], and the label of each column.
     Integer labels are their own column; other labels (e.g. ±1) are numbered in sorted order."""
+    import torch
+
     y = split.y[0:split.y.shape[0]]  # a tensor, also where the samples are generated on demand
     if y.is_floating_point():
         values, column = torch.unique(y, return_inverse=True)
