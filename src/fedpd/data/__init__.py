@@ -16,8 +16,9 @@ __all__ = [
     "resolve_data_dir", "download", "random_crop_flip", "PARTITIONS", "iid", "dirichlet", "shards", "power_law",
     "natural", "partition", "train_test_split_per_client", "label_matrix", "format_label_matrix",
 ]
-# imported above, NumPy at most: `download` and `partition` are also modules' names, and a module
-# loaded after its function were looked up lazily would take the name back. The rest needs torch:
+# `download` and `partition` (NumPy at most) are imported above: they are also the names of their
+# modules, and a module loaded after its function had been looked up would take the name back.
+# The rest needs torch, imported on first use:
 __getattr__, __dir__ = lazy(__name__, {
     "random_crop_flip": "fedpd.data.augment",
     **dict.fromkeys(["DATASETS", "LEAF_CHARS", "Dataset", "dataset_status", "load_dataset", "load_glove",
