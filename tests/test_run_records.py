@@ -73,6 +73,23 @@ def test_report_only_rebuilds_the_same_report_from_the_records_alone(tmp_path, c
     assert "--report-only --out <this folder>" in readme
 
 
+def test_report_only_takes_the_largest_budget_of_the_records():
+    """A run two budgets share keeps the budget it was made at (robustness's DP curve: reduced records
+    in the medium report), so --report-only without --budget reads the largest; none, or a budget
+    the experiment has not, is one line."""
+    from fedpd.errors import ConfigError
+    from fedpd.reproduce.core import budget_of
+
+    def held(*budgets):
+        return {f"g/s{i}": records.Record(f"g/s{i}", "g", i, {}, b, {}, []) for i, b in enumerate(budgets)}
+
+    assert budget_of("robustness", held("reduced", "medium", "reduced")) == "medium"
+    assert budget_of("robustness", held("smoke")) == "smoke"
+    for bad, needle in ((held(), "no run records"), (held("medium", "huge"), "'huge'")):
+        with pytest.raises(ConfigError, match=needle):
+            budget_of("robustness", bad)
+
+
 def test_a_recorded_run_never_runs_again_and_records_made_apart_merge(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     _smoke("fedpd_fig2", a)

@@ -76,7 +76,7 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--budget", choices=BUDGETS, default=None,
                    help="smoke: a few rounds (tests); reduced (the default): under an hour on a 2-core CPU; medium: >= 3 "
                    "seeds and enough work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's "
-                   "(a cluster). With --report-only or --verify: the budget the records are of")
+                   "(a cluster). With --report-only or --verify: the largest budget the records are of")
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
     p.add_argument("--runs", metavar="PATTERNS", help="run only the runs whose key (as the progress lines show it, "

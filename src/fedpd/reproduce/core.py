@@ -288,12 +288,18 @@ def _logged_invocations(out: Path) -> dict[str, dict]:
 
 
 def budget_of(name: str, held: dict) -> str:
-    """The budget a report folder's records were made at (one line when none or several)."""
-    budgets = sorted({r.budget for r in held.values()})
-    if len(budgets) != 1:
-        raise ConfigError(f"reproduce {name} --report-only: " + ("no run records in the report folder" if not budgets
-                          else f"the records are of several budgets ({', '.join(budgets)}): give --budget"))
-    return budgets[0]
+    """The largest budget a report folder's records were made at: a run two budgets share (the same
+    config) keeps the budget it was made at, so a medium report may hold reduced records, never the
+    other way round. One line when there are no records, or records of a budget the experiment has not."""
+    order = list(get(name).budgets)
+    budgets = {r.budget for r in held.values()}
+    if not budgets:
+        raise ConfigError(f"reproduce {name} --report-only: no run records in the report folder")
+    unknown = sorted(budgets - set(order))
+    if unknown:
+        raise ConfigError(f"reproduce {name} --report-only: records of budget {unknown[0]!r}, which {name} does "
+                          f"not have (allowed: {', '.join(order)}): give --budget")
+    return max(budgets, key=order.index)
 
 
 #: the flags of ``fedpd reproduce`` that take a path, and what an absolute one is recorded as
