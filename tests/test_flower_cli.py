@@ -101,6 +101,33 @@ def test_connection_writes_flwrs_config_and_checks_the_certificate(tmp_path, cap
     assert config["prod"]["root-certificates"] == str(tmp_path / "ca.crt")
 
 
+def test_connection_wait_returns_once_the_superlink_listens_and_fails_in_one_line_when_it_never_does(
+        tmp_path, capsys, monkeypatch):
+    """--wait: a script that has just started ``flower-superlink ... &`` registers node keys only once
+    the SuperLink answers (flwr does not retry: docs/deployment.md's section 3 raced it)."""
+    import socket
+    import threading
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    with socket.socket() as free:  # a port nothing listens on, then a listener opened after a delay
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    capsys.readouterr()
+    assert main(["flower", "connection", "x", "--address", f"127.0.0.1:{port}", "--insecure", "--wait", "0.5"]) == 2
+    assert f"127.0.0.1:{port} did not answer within 0.5 s" in one_line(capsys)
+    assert main(["flower", "connection", "x", "--address", f"127.0.0.1:{port}", "--insecure", "--wait", "-1"]) == 2
+    assert "--wait -1 (allowed: 0 or more" in one_line(capsys)
+    listener = socket.socket()
+    threading.Timer(1.0, lambda: (listener.bind(("127.0.0.1", port)), listener.listen())).start()
+    try:
+        assert main(["flower", "connection", "x", "--address", f"127.0.0.1:{port}", "--insecure", "--wait", "30"]) == 0
+    finally:
+        listener.close()
+    out = capsys.readouterr().out
+    waited = float(out.split("answers (after ")[1].split(" s)")[0])
+    assert 0.5 <= waited < 30, out  # it waited for the listener, and returned once it was there
+
+
 def test_certs_refuse_to_replace_keys_without_overwrite(tmp_path, capsys):
     certs = tmp_path / "certs"
     assert main(["flower", "certs", str(certs), "--nodes", "1"]) == 0

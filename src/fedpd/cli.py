@@ -380,6 +380,9 @@ def make_parser() -> argparse.ArgumentParser:
     fn.add_argument("--root-certificates", metavar="CA_FILE", help="the CA certificate (TLS), e.g. ca.crt")
     fn.add_argument("--insecure", action="store_true", help="plain HTTP (tests on one machine only)")
     fn.add_argument("--default", action="store_true", help="make it flwr's default connection")
+    fn.add_argument("--wait", type=float, metavar="SECONDS",
+                    help="then wait up to SECONDS for the SuperLink to answer at --address (a script that has just "
+                    "started it in the background, before flwr supernode register or flwr run)")
     fn.set_defaults(func=_cmd_flower_connection)
     fw = flsub.add_parser("clientapp", help="a warm ClientApp beside a SuperNode started with --isolation process: "
                           "one process serves every message (docs/deployment.md)")
@@ -427,12 +430,17 @@ def _cmd_flower_app(args) -> int:
 
 
 def _cmd_flower_connection(args) -> int:
-    from fedpd.flower.deploy import write_connection
+    from fedpd.flower.deploy import wait_for_superlink, write_connection
 
     if args.insecure and args.root_certificates:
         raise FedpdError("fedpd flower connection: give --root-certificates or --insecure, not both")
+    if args.wait is not None and args.wait < 0:
+        raise FedpdError(f"fedpd flower connection: --wait {args.wait:g} (allowed: 0 or more seconds)")
     path = write_connection(args.name, args.address, args.root_certificates, args.insecure, args.default)
     print(f"wrote connection {args.name!r} ({args.address}) into {path}")
+    if args.wait is not None:
+        waited = wait_for_superlink(args.address, args.wait)
+        print(f"the SuperLink at {args.address} answers (after {waited:.1f} s)")
     return 0
 
 

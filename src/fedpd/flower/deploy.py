@@ -178,3 +178,23 @@ def write_connection(name: str, address: str, root_certificates: Path | None = N
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, tomli_w.dumps(current))
     return path
+
+
+def wait_for_superlink(address: str, seconds: float) -> float:
+    """Wait until the SuperLink at ``address`` (HOST:PORT) accepts connections; the seconds waited.
+    A script that starts ``flower-superlink ... &`` and then runs ``flwr supernode register`` would
+    otherwise race the SuperLink's start (flwr does not retry)."""
+    import socket
+    import time
+
+    host, _, port = address.rpartition(":")
+    start = time.monotonic()
+    while True:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+            return time.monotonic() - start
+        except OSError:
+            if time.monotonic() - start >= seconds:
+                raise ConfigError(f"the SuperLink at {address} did not answer within {seconds:g} s (is it started, "
+                                  f"and --address its --host and --port?)") from None
+            time.sleep(0.2)
