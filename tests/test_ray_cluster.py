@@ -78,7 +78,8 @@ def test_a_task_streams_its_run_directory_and_resumes_from_the_files_it_is_given
     from fedpd.config import apply_overrides, load_toml
     from fedpd.runner import run
 
-    monkeypatch.setattr(cluster, "SNAPSHOT_SECONDS", 0)  # every checkpoint
+    monkeypatch.setattr(cluster, "SNAPSHOT_SECONDS", 0)  # every checkpoint, however long reading the files
+    monkeypatch.setattr(cluster, "SNAPSHOT_SPACING", 0)  # took (on a loaded machine: longer than a round)
     config = apply_overrides(load_toml(configs(tmp_path)[0]), ["run.rounds=6"])
     items = list(cluster.run_task("a/s0", config, "new", False, True, {}, {}))
     assert [i[0] for i in items] == ["files"] * (len(items) - 1) + ["done"] and len(items) >= 4
