@@ -4,10 +4,10 @@ process that makes, writes and frees a 40 MB block again and again: a block abov
 mapping threshold is mapped and faulted anew every time by default; with the thresholds set, the
 heap serves it and takes it back, and once the process has run a while no block faults at all.
 
-Counted after a warm-up: each aligned block (torch asks for 64-byte alignment) leaves a small
-fragment after it that glibc keeps in its per-thread cache, unmerged, so until that cache is full
-(a few blocks) a freed block cannot merge with the top of the heap and the next one is placed
-anew. How soon the cache fills depends on what the process allocated before — counting from the
+Counted after a warm-up: in a fresh process the first few blocks are placed anew each time (our
+reading of glibc: each aligned block — torch asks for 64-byte alignment — leaves a small fragment
+after it, kept unmerged in the per-thread cache until that cache is full, so a freed block cannot
+merge with the top of the heap). How soon the cache fills depends on what the process allocated before — counting from the
 first block made this test pass or fail with the imports before it (a lazier ``import fedpd``)."""
 
 from __future__ import annotations
