@@ -13,6 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from fedpd.errors import ConfigError
+from fedpd.flower.deploy import wait_for_superlink
+
 BIN = Path(sys.executable).parent
 ENV = {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TELEMETRY_ENABLED": "0",
        "FLWR_DISABLE_UPDATE_CHECK": "1", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
@@ -108,13 +111,10 @@ class Deployment:
         if self.auth:
             flags.append("--enable-supernode-auth")
         self.start("superlink", [str(BIN / "flower-superlink"), *flags, "--host", "127.0.0.1", "--port", str(self.port)])
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"the SuperLink did not start:\n{self.log('superlink')}")
+        try:
+            wait_for_superlink(f"127.0.0.1:{self.port}", 30)
+        except ConfigError:
+            raise RuntimeError(f"the SuperLink did not start:\n{self.log('superlink')}") from None
 
     def register(self, k: int) -> int:
         out = subprocess.run([str(BIN / "flwr"), "supernode", "register", str(self.certs / f"node{k}.pub"), "test",

@@ -13,10 +13,11 @@ its options :class:`fedpd.Options`; a config names it by import path (docs/exten
 
 from fedpd.exports import lazy
 
-__all__ = ["run", "RunResult", "Simulation", "Config", "load_config", "Algorithm", "Options", "FedpdError",
-           "ConfigError", "DataError"]
+#: public name -> the module that defines it (imported on first use: fedpd.exports)
+_WHERE = {"run": "fedpd.runner", "RunResult": "fedpd.runner", "Simulation": "fedpd.simulation",
+          "Config": "fedpd.config", "load_config": "fedpd.config", "Algorithm": "fedpd.algorithms.base",
+          "Options": "fedpd.options", "FedpdError": "fedpd.errors", "ConfigError": "fedpd.errors",
+          "DataError": "fedpd.errors"}
+__all__ = list(_WHERE)
 __version__ = "0.1.0"
-__getattr__, __dir__ = lazy(__name__, {
-    "run": "fedpd.runner", "RunResult": "fedpd.runner", "Simulation": "fedpd.simulation", "Config": "fedpd.config",
-    "load_config": "fedpd.config", "Algorithm": "fedpd.algorithms.base", "Options": "fedpd.options",
-    "FedpdError": "fedpd.errors", "ConfigError": "fedpd.errors", "DataError": "fedpd.errors"})
+__getattr__, __dir__ = lazy(__name__, _WHERE)

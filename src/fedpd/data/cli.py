@@ -3,6 +3,7 @@
 
 ``add_data_parser(subparsers)`` registers it on the main CLI's argparse sub-parsers; every leaf parser sets
 ``func=(args) -> int``. Errors are raised as FedpdError subclasses for the main CLI to print.
+The loaders (torch) are imported by the commands, not here: building the parser stays light.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def cmd_list(args) -> int:
-    from fedpd.data.loaders import DATASETS, dataset_status, resolve_data_dir  # torch: not at the parser's build
+    from fedpd.data.loaders import DATASETS, dataset_status, resolve_data_dir
 
     root = resolve_data_dir(args.data_dir)
     origin = "--data-dir" if args.data_dir else "$FEDPD_DATA" if os.environ.get("FEDPD_DATA") else "default cache dir"

@@ -4,7 +4,7 @@ Each file streams to a temporary file in the target folder, is checked against i
 (``checksums.CANONICAL``), then renamed into place with ``os.replace``; on any failure the temporary file is
 removed, so the data directory never holds a partial file, and folders the download created are removed again
 if they are still empty. Files get the usual permissions (0666 less the umask). Files already present and valid
-are skipped.
+are skipped. The loaders (torch) are imported where used: ``fedpd.data`` imports this module eagerly.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def download(name: str, data_dir: str | os.PathLike | None = None, base_url: str
     ``(size, sha256)`` or ``Expected`` and overrides the canonical table (tests use it for fixture files).
     Raises DataError if a file cannot be fetched from any mirror or fails its check.
     """
-    from fedpd.data.loaders import canonical_name, resolve_data_dir  # torch: only when downloading
+    from fedpd.data.loaders import canonical_name, resolve_data_dir
 
     key = canonical_name(name)
     if key not in FILES:
