@@ -7,11 +7,11 @@ any other one — its own tmp_path, ports the system hands out, processes it sto
 those that start a two-node ``ray start`` cluster: its head takes fixed ports of Ray's own (the Ray
 client server's 10001, among others) that a second cluster would also want. The modules in
 :data:`RAY_MODULES` are therefore one unit of work, run one after another on one worker (the
-scheduler below), and also take one lock for their whole run (in case another ``--dist`` spreads
-them over workers). A local Ray session (fedpd's Flower simulation: ``address="local"``, its own
-ports and session folder) runs beside anything, a cluster included: the clusters keep their
-address file in a temporary folder of their own (tests/ray_cluster.py), so no ``ray.init`` finds
-them.
+scheduler below), and share one cluster (the ``ray_cluster`` fixture, started once), held under
+a lock the workers share (in case another ``--dist`` spreads them over workers). A local Ray
+session (fedpd's Flower simulation: ``address="local"``, its own ports and session folder) runs
+beside anything, a cluster included: the clusters keep their address file in a temporary folder
+of their own (tests/ray_cluster.py), so no ``ray.init`` finds them.
 
 (Not ``--dist loadgroup``: with pytest 9.2, xdist 3.8's groups are silently ignored — it renames
 ``item._nodeid``, which pytest no longer reads.)
@@ -24,9 +24,11 @@ so that no long module starts last while the other workers sit idle."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -50,18 +52,56 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0].removeprefix("tests/")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_ray_at_a_time(request, tmp_path_factory):
-    """An exclusive lock, shared by this session's workers, held while a module of RAY_MODULES runs."""
-    if request.node.nodeid.removeprefix("tests/") not in RAY_MODULES:
-        yield
-        return
-    with open(_shared_folder(tmp_path_factory) / "ray.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+#: the two-node cluster of :func:`ray_cluster` while the Ray unit runs: its lock, then the cluster
+_cluster = contextlib.ExitStack()
+_cluster_address: list[str] = []
+
+
+@pytest.fixture
+def ray_cluster(tmp_path_factory) -> str:
+    """The address (HOST:PORT) of a two-node cluster (tests/ray_cluster.py), shared by the modules of
+    RAY_MODULES: started when first asked for, under an exclusive lock that this session's workers
+    share, and stopped when the worker's next test is not of RAY_MODULES
+    (:func:`pytest_runtest_teardown`): an idle cluster still costs CPU."""
+    if not _cluster_address:
+        pytest.importorskip("ray", reason="Ray is not installed (pip install 'fedpd[flower]')")
+        from ray_cluster import two_node_cluster
+
+        lock = _cluster.enter_context(open(_shared_folder(tmp_path_factory) / "ray.lock", "w"))
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        _cluster_address.append(_cluster.enter_context(two_node_cluster()))
+    return _cluster_address[0]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _cluster_address and (nextitem is None or _module(nextitem) not in RAY_MODULES):
+        _cluster_address.clear()
+        _cluster.close()
+
+
+@pytest.fixture(scope="session")
+def smoke_report(tmp_path_factory) -> Callable[[str, Path], Path]:
+    """``smoke_report(name, out)``: a copy in ``out`` of ``fedpd reproduce NAME --budget smoke``'s
+    report folder (records, runs, README.md, ...), made once per session and shared by its workers,
+    for the tests that read or change a finished smoke report; the README's path. A test of what
+    ``core.reproduce`` does to a folder it is given calls it itself."""
+    import shutil
+
+    from fedpd.reproduce import core
+
+    def report(name: str, out: Path) -> Path:
+        made = _shared_folder(tmp_path_factory) / "smoke-reports" / name
+        made.parent.mkdir(exist_ok=True)
+        with open(made.parent / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one worker makes it, the others wait for it
+            if not (made / "README.md").is_file():
+                shutil.rmtree(made, ignore_errors=True)
+                core.reproduce(name, budget="smoke", out=made, jobs=1, progress=False,
+                               command=f"fedpd reproduce {name} --budget smoke")
+        shutil.copytree(made, out, dirs_exist_ok=True)
+        return out / "README.md"
+
+    return report
 
 
 @pytest.fixture(scope="session", autouse=True)

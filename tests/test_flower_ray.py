@@ -15,7 +15,6 @@ import fedpd  # noqa: E402
 from fedpd.config import load_config  # noqa: E402
 
 from engine_conformance import SGD, config, records  # noqa: E402
-from ray_cluster import two_node_cluster  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -25,23 +24,22 @@ for key, value in {"FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_TE
 
 
 @pytest.mark.parametrize("case", ["afedpd"])
-def test_a_simulation_spread_over_a_two_node_ray_cluster(case, tmp_path, monkeypatch):
+def test_a_simulation_spread_over_a_two_node_ray_cluster(case, tmp_path, monkeypatch, ray_cluster):
     """``ray start --head`` and ``ray start --address=…`` (two Ray nodes on this machine, as on two
     machines), RAY_ADDRESS exported, then the run: clients trained on both Ray nodes and the
     metrics equal the in-process run. Every process started is stopped by PID."""
     from fedpd.flower.simulation import FlowerSession, backend_config
 
-    with two_node_cluster() as address:
-        monkeypatch.setenv("RAY_ADDRESS", address)
-        # Flower's actor pool hands a job to the last actor that became idle: jobs of a few
-        # milliseconds, arriving one by one on a loaded machine, would all go to one actor. Local
-        # work long enough for a round's jobs to overlap lets both actors (one per node) train.
-        cfg = config(case, rounds=4, solver={**SGD, "local_steps": 1500})
-        reference = records(fedpd.run(cfg))
-        nodes = 4
-        with FlowerSession(nodes, backend_config(load_config(cfg, ["run.engine=flower"]))) as session:
-            sim_cfg = load_config(cfg, ["run.engine=flower"])
-            result = fedpd.run(sim_cfg, tmp_path / "run", transport=session.transport)
-        assert records(result) == reference
-        ray_nodes = {h.split("/", 1)[1] for h in result.simulation.engine.hosts_seen if "/" in h}
-        assert len(ray_nodes) == 2, result.simulation.engine.hosts_seen  # clients ran on both Ray nodes
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
+    # Flower's actor pool hands a job to the last actor that became idle: jobs of a few
+    # milliseconds, arriving one by one on a loaded machine, would all go to one actor. Local
+    # work long enough for a round's jobs to overlap lets both actors (one per node) train.
+    cfg = config(case, rounds=4, solver={**SGD, "local_steps": 1500})
+    reference = records(fedpd.run(cfg))
+    nodes = 4
+    with FlowerSession(nodes, backend_config(load_config(cfg, ["run.engine=flower"]))) as session:
+        sim_cfg = load_config(cfg, ["run.engine=flower"])
+        result = fedpd.run(sim_cfg, tmp_path / "run", transport=session.transport)
+    assert records(result) == reference
+    ray_nodes = {h.split("/", 1)[1] for h in result.simulation.engine.hosts_seen if "/" in h}
+    assert len(ray_nodes) == 2, result.simulation.engine.hosts_seen  # clients ran on both Ray nodes

@@ -21,7 +21,7 @@ from fedpd.cli import main
 from fedpd.errors import ConfigError
 from fedpd.reproduce import cluster
 
-from ray_cluster import free_port, two_node_cluster
+from ray_cluster import free_port
 from test_sweep import _configs, _records as records
 
 
@@ -106,11 +106,9 @@ def test_a_task_streams_its_run_directory_and_resumes_from_the_files_it_is_given
 
 
 # --- on a two-node cluster ---------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def address():
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'fedpd[flower]')")
-    with two_node_cluster() as addr:
-        yield addr
+@pytest.fixture
+def address(ray_cluster):
+    return ray_cluster  # tests/conftest.py: one cluster for this module and test_flower_ray.py
 
 
 @pytest.mark.slow

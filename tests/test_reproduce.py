@@ -97,11 +97,11 @@ def _check_report(name: str, out: Path) -> str:
     ("fedpd_fig2", None), ("fedpd_p_heterogeneity", None), ("feddyn_fedpd", None), ("robustness", "mnist"),
     ("fedplus_table2", "mnist"), ("fedpd_femnist", "femnist"), ("afedpd_table2", "cifar10"),
 ])
-def test_smoke_reproduction_end_to_end(name, dataset, tmp_path):
+def test_smoke_reproduction_end_to_end(name, dataset, tmp_path, smoke_report):
     if dataset and not _has(dataset):
         pytest.skip(f"{dataset} not found in {DATA_DIR} (set FEDPD_DATA to the folder that holds it)")
     out = tmp_path / name
-    readme = _smoke(name, out)
+    readme = smoke_report(name, out)  # made by core.reproduce once this session, shared
     assert readme == out / "README.md"
     _check_report(name, out)
     held = records.load(out / "records")
@@ -109,9 +109,9 @@ def test_smoke_reproduction_end_to_end(name, dataset, tmp_path):
     assert all(r.provenance["command"] == f"fedpd reproduce {name} --budget smoke" for r in held.values())
 
 
-def test_second_invocation_skips_complete_runs(tmp_path):
+def test_second_invocation_skips_complete_runs(tmp_path, smoke_report):
     out = tmp_path / "r"
-    _smoke("feddyn_fedpd", out)
+    smoke_report("feddyn_fedpd", out)
     before = {p: p.stat().st_mtime_ns for p in [*(out / "runs").rglob("metrics.jsonl"), *(out / "records").rglob("*")]}
     _smoke("feddyn_fedpd", out)
     assert {p: p.stat().st_mtime_ns for p in [*(out / "runs").rglob("metrics.jsonl"),
@@ -120,9 +120,9 @@ def test_second_invocation_skips_complete_runs(tmp_path):
     assert "Every one of the 9 runs is recorded." in text and "| 9 |" in text  # one row: the invocation that ran them
 
 
-def test_feddyn_equals_fedpd_in_the_smoke_report(tmp_path):
+def test_feddyn_equals_fedpd_in_the_smoke_report(tmp_path, smoke_report):
     out = tmp_path / "r"
-    _smoke("feddyn_fedpd", out)
+    smoke_report("feddyn_fedpd", out)
     results = core.rep.Results.from_dirs(core.get("feddyn_fedpd").runs(core.get("feddyn_fedpd").budgets["smoke"]),
                                          out / "runs")
     a = results.select(problem="ls", variant="fedpd")[0].trajectory()
@@ -135,6 +135,37 @@ def _tiny(rounds: int) -> dict:
     return {"problem": {"name": "least_squares", "clients": 4, "dim": 3}, "algorithm": {"name": "fedavg"},
             "solver": {"name": "gd", "lr": 0.1, "local_steps": 2}, "run": {"rounds": rounds, "eval_every": 1,
                                                                           "checkpoint_every": 1}}
+
+
+def test_a_runs_reference_cycles_are_freed_when_it_ends_and_nothing_stays_frozen(tmp_path, monkeypatch):
+    """execute() collects the garbage a run leaves in reference cycles (a sweep's worker would grow
+    otherwise), looking only at what the run made (gc.freeze meanwhile), and unfreezes afterwards."""
+    import gc
+    import weakref
+
+    import fedpd.runner
+
+    class Web:  # a finished Simulation's kind of garbage: objects that refer to each other
+        pass
+
+    left: list[weakref.ref] = []
+    plain = fedpd.runner.run
+
+    def run_leaving_a_cycle(*args, **kwargs):
+        web = Web()
+        web.me = web
+        left.append(weakref.ref(web))
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(fedpd.runner, "run", run_leaving_a_cycle)
+    gc.disable()  # only execute's own collection may free it
+    try:
+        _, _, error, _ = execute.execute("t/s0", _tiny(2), str(tmp_path / "t"), "new", False, False)
+        assert error == "" and (tmp_path / "t" / "metrics.jsonl").is_file()
+        assert left and left[0]() is None
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
 
 
 def test_interrupted_run_is_resumed_to_the_same_metrics(tmp_path):

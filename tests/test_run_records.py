@@ -33,8 +33,8 @@ def _keys(name: str) -> list[str]:
     return [s.key for s in core.get(name).runs(core.get(name).budgets["smoke"])]
 
 
-def test_a_record_holds_config_metrics_and_provenance(tmp_path):
-    _smoke("fedpd_fig2", tmp_path)
+def test_a_record_holds_config_metrics_and_provenance(tmp_path, smoke_report):
+    smoke_report("fedpd_fig2", tmp_path)
     held = records.load(tmp_path / "records")
     assert sorted(held) == sorted(_keys("fedpd_fig2"))
     key = sorted(held)[0]
@@ -60,9 +60,9 @@ def test_metrics_columns_round_trip_with_missing_values():
     assert records.Record.from_json(data).metrics == rows  # floats exact, absent stays absent
 
 
-def test_report_only_rebuilds_the_same_report_from_the_records_alone(tmp_path, capsys):
+def test_report_only_rebuilds_the_same_report_from_the_records_alone(tmp_path, capsys, smoke_report):
     out = tmp_path / "r"
-    _smoke("feddyn_fedpd", out)
+    smoke_report("feddyn_fedpd", out)
     readme, table = (out / "README.md").read_text(), (out / "results.csv").read_text()
     shutil.rmtree(out / "runs")
     for name in ("README.md", "results.csv", "trajectories.png"):
@@ -90,9 +90,9 @@ def test_report_only_takes_the_largest_budget_of_the_records():
             budget_of("robustness", bad)
 
 
-def test_a_recorded_run_never_runs_again_and_records_made_apart_merge(tmp_path):
+def test_a_recorded_run_never_runs_again_and_records_made_apart_merge(tmp_path, smoke_report):
     a, b = tmp_path / "a", tmp_path / "b"
-    _smoke("fedpd_fig2", a)
+    smoke_report("fedpd_fig2", a)
     keys = _keys("fedpd_fig2")
     # machine B holds half of the records (say from a merge), no run directories: it runs only the rest
     for key in keys[::2]:
@@ -111,8 +111,8 @@ def test_a_recorded_run_never_runs_again_and_records_made_apart_merge(tmp_path):
     assert strip(b / "results.csv") == strip(a / "results.csv")
 
 
-def test_a_record_of_another_config_is_run_again(tmp_path, capsys):
-    _smoke("fedpd_fig2", tmp_path)
+def test_a_record_of_another_config_is_run_again(tmp_path, capsys, smoke_report):
+    smoke_report("fedpd_fig2", tmp_path)
     key = _keys("fedpd_fig2")[0]
     path = records.path_of(tmp_path / "records", key)
     data = json.loads(gzip.decompress(path.read_bytes()))
@@ -136,8 +136,8 @@ def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys
 
 
 @pytest.mark.parametrize("name", ["fedpd_fig2", "feddyn_fedpd", "fedpd_p_heterogeneity"])
-def test_a_report_of_part_of_the_budget_names_what_is_missing(name, tmp_path):
-    _smoke(name, tmp_path)
+def test_a_report_of_part_of_the_budget_names_what_is_missing(name, tmp_path, smoke_report):
+    smoke_report(name, tmp_path)
     keys = _keys(name)
     records.path_of(tmp_path / "records", keys[0]).unlink()
     assert main(["reproduce", name, "--report-only", "--out", str(tmp_path), "--budget", "smoke"]) == 0
@@ -147,8 +147,8 @@ def test_a_report_of_part_of_the_budget_names_what_is_missing(name, tmp_path):
 
 # --- --verify -------------------------------------------------------------------------------------
 
-def test_verify_agrees_and_a_changed_update_rule_fails_it(tmp_path, monkeypatch, capsys):
-    _smoke("fedpd_fig2", tmp_path)
+def test_verify_agrees_and_a_changed_update_rule_fails_it(tmp_path, monkeypatch, capsys, smoke_report):
+    smoke_report("fedpd_fig2", tmp_path)
     assert main(["reproduce", "fedpd_fig2", "--verify", "3", "--out", str(tmp_path), "--quiet"]) == 0
     assert "3 of 3 records agree" in capsys.readouterr().out
     # a deliberate change of FedAvg's server step (x0 = the mean of the uploads, moved by 1 %)
@@ -168,10 +168,11 @@ def test_verify_agrees_and_a_changed_update_rule_fails_it(tmp_path, monkeypatch,
     assert "differs: round 1," in out and any(k in out for k in fedavg)
 
 
-def test_a_record_of_an_absent_device_is_checked_at_round_0_closely_and_after_it_loosely(tmp_path, monkeypatch):
+def test_a_record_of_an_absent_device_is_checked_at_round_0_closely_and_after_it_loosely(tmp_path, monkeypatch,
+                                                                                        smoke_report):
     """A GPU's record re-run on the CPU: the untrained round 0 to float32 rounding, the trained rounds
     to CROSS_DEVICE_RTOL (rounding grows through training), counters exactly."""
-    _smoke("fedpd_fig2", tmp_path)
+    smoke_report("fedpd_fig2", tmp_path)
     record = records.load(tmp_path / "records")[sorted(_keys("fedpd_fig2"))[0]]
     record.config = {**record.config, "run": {**record.config["run"], "device": "cuda"}}
     monkeypatch.setattr(ver, "_present", lambda device: "cpu")  # this machine has no such device

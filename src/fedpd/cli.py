@@ -40,19 +40,23 @@ class _Parser(argparse.ArgumentParser):
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
+    import platform
+
     try:
         ours = version("fedpd")
     except PackageNotFoundError:  # pragma: no cover - run from a source tree
         from fedpd import __version__ as ours
-    import platform
+    try:
+        theirs = version("torch")  # the installed distribution's: no 2-second import of torch
+    except PackageNotFoundError:  # pragma: no cover - a torch not installed by pip
+        import torch
 
-    import torch
-
-    return f"fedpd {ours} (torch {torch.__version__}, Python {platform.python_version()})"
+        theirs = torch.__version__
+    return f"fedpd {ours} (torch {theirs}, Python {platform.python_version()})"
 
 
 class _VersionAction(argparse.Action):
-    """``--version``, worked out only when asked (it imports torch)."""
+    """``--version``, worked out only when asked."""
 
     def __init__(self, option_strings, dest, **kwargs):
         kwargs.update(nargs=0, default=argparse.SUPPRESS)
@@ -544,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
 
     _CURRENT.update(dir=None, demo=None, command=None)
     streams = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err = _ReaderSafe(sys.stdout), _ReaderSafe(sys.stderr)
+    sys.stdout, sys.stderr = out, _ = _ReaderSafe(sys.stdout), _ReaderSafe(sys.stderr)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _notices(warnings.showwarning)
