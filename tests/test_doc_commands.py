@@ -60,6 +60,8 @@ BLOCKS = {
         "exempt", "a timing on FEMNIST, run by hand"),
     ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/sweep_collection.py"): (
+        "exempt", "a benchmark, run by hand (half a minute); tests/test_reproduce.py tests the collection it times"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
