@@ -74,7 +74,8 @@ def ray_cluster(tmp_path_factory) -> str:
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if _cluster_address and (nextitem is None or _module(nextitem) not in RAY_MODULES):
+    """The Ray unit's last test: stop its cluster, release the lock (also after a failed start)."""
+    if _module(item) in RAY_MODULES and (nextitem is None or _module(nextitem) not in RAY_MODULES):
         _cluster_address.clear()
         _cluster.close()
 

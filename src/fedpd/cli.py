@@ -38,9 +38,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     import platform
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
         ours = version("fedpd")

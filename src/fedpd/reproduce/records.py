@@ -165,7 +165,8 @@ def provenance(command: str, started: str, elapsed_s: float | None, run_machine:
 
     out = {"fedpd": __version__, "commit": commit, "command": command, "started": started,
            "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-           "elapsed_s": None if elapsed_s is None else round(float(elapsed_s), 1),
+           # milliseconds: a smoke run takes a few hundredths of a second (tenths read 0.0)
+           "elapsed_s": None if elapsed_s is None else round(float(elapsed_s), 3),
            "machine": run_machine or machine()}
     if adopted:
         out["adopted"] = True
