@@ -32,6 +32,13 @@ from typing import Callable
 
 import pytest
 
+# Ray starts its worker processes at nice 15. The suite keeps both cores busy, so a Flower
+# simulation's actors (the ones that train) got a few per cent of a core and its tests stalled: one
+# took 220 s instead of 23 beside four busy loops, and 87-91 s instead of ~20 in two fresh-clone
+# runs. Ray sessions the tests start (in process, and the clusters of tests/ray_cluster.py) read
+# this; the docs' walk-throughs run in a clean environment, as a user's would.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 #: the modules that start a two-node ``ray start`` cluster
 RAY_MODULES = {"test_flower_ray.py", "test_ray_cluster.py"}
 
