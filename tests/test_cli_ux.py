@@ -69,16 +69,18 @@ def test_version(capsys):
 
 
 def test_help_and_compare_start_without_torch(config, tmp_path):
-    """`fedpd --help`, `fedpd --version`, `fedpd data --help`, `fedpd compare` (reading runs, printing a
-    table) and `fedpd flower connection` import neither torch nor matplotlib (fedpd.exports): they
-    answer in a fraction of a second, not three; `fedpd plot` of metrics imports matplotlib, not torch."""
+    """`fedpd --help`, `fedpd --version`, `fedpd data --help`, `fedpd data list`, `fedpd compare`
+    (reading runs, printing a table) and `fedpd flower connection` import neither torch nor matplotlib
+    (fedpd.exports; the data loaders import torch where they make tensors): they answer in a fraction
+    of a second, not three; `fedpd plot` of metrics imports matplotlib, not torch."""
     import os
     import subprocess
     import sys
 
     fedpd.run(config, tmp_path / "small", progress=False)
     script = ("import json, sys\nfrom fedpd.cli import main\n"
-              "codes = [main(a) for a in (['--help'], ['--version'], ['data', '--help'], ['compare', sys.argv[1]],\n"
+              "codes = [main(a) for a in (['--help'], ['--version'], ['data', '--help'], ['data', 'list'],\n"
+              "         ['compare', sys.argv[1]],\n"
               "         ['flower', 'connection', 'here', '--address', '127.0.0.1:9093', '--insecure'])]\n"
               "light = sorted(m for m in ('torch', 'matplotlib') if m in sys.modules)\n"
               "codes.append(main(['plot', sys.argv[1], '--metric', 'train_loss', '--output', sys.argv[1] + '.png']))\n"
@@ -87,7 +89,7 @@ def test_help_and_compare_start_without_torch(config, tmp_path):
                           timeout=120, env={**os.environ, "FLWR_HOME": str(tmp_path / "flwr")})
     assert done.returncode == 0, done.stderr
     codes, heavy, plot_imported_torch = json.loads(done.stdout.splitlines()[-1])
-    assert codes == [0] * 6 and heavy == [] and not plot_imported_torch, (codes, heavy)
+    assert codes == [0] * 7 and heavy == [] and not plot_imported_torch, (codes, heavy)
     assert "small" in done.stdout and "here" in (tmp_path / "flwr" / "config.toml").read_text()
     assert (tmp_path / "small.png").stat().st_size > 1000
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import torch
 
 from fedpd import names, plugins
 from fedpd.data.loaders import ALIASES, DATASETS
@@ -46,6 +45,8 @@ def user_loader(name: str):
 
 def load_user_dataset(path: str) -> Dataset:
     """The dataset the loader ``path`` names returns, checked (one line on any problem)."""
+    import torch  # here, not at the top: `fedpd data list` starts without torch
+
     try:
         loader = user_loader(path)
     except plugins.PluginError as err:
@@ -95,6 +96,8 @@ def _named(returned, path: str) -> dict:
 
 
 def _array(value, key: str, path: str) -> np.ndarray:
+    import torch
+
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     try:

@@ -7,11 +7,14 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedpd.errors import DataError
+
+if TYPE_CHECKING:  # imported where a tensor is made: `fedpd data list` starts without torch
+    import torch
 
 
 @dataclass(repr=False)
@@ -76,8 +79,12 @@ def u8_images(x: np.ndarray) -> torch.Tensor:
         # a read-only array (np.frombuffer over a file's bytes) is fine here: the uint8 view is
         # only read, by the cast, which makes new storage
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        import torch
+
         return torch.from_numpy(np.ascontiguousarray(x)).to(torch.float32).div_(255.0)
 
 
 def as_labels(y) -> torch.Tensor:
+    import torch
+
     return torch.from_numpy(np.asarray(y, dtype=np.int64).copy())

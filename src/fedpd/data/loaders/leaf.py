@@ -7,12 +7,15 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedpd.data.loaders.base import Dataset, NotFound, as_labels, looked_in
 from fedpd.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # imported where a tensor is made: `fedpd data list` starts without torch
+    import torch
 
 # LEAF's Shakespeare alphabet (80 characters); index 80 is reserved for characters outside it.
 LEAF_CHARS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
@@ -96,6 +99,8 @@ def _binary_label(y, where: str) -> int:
 
 
 def load_leaf(root: Path, name: str, vocab_size: int = 10000, seq_len: int = 25) -> Dataset:
+    import torch
+
     train_files, test_files = find_leaf(root, name)
     splits = {"train": _read_leaf(train_files), "test": _read_leaf(test_files)}
     users: list[str] = []
@@ -155,6 +160,8 @@ def load_glove(path: str | os.PathLike, vocab: list[str], seed: int = 0) -> torc
     """An embedding matrix [len(vocab), D] from a GloVe text file (``word v1 ... vD`` per line, D from the
     first line): a word's row is its GloVe vector; words the file lacks get seeded N(0, s^2) rows, s the std of
     the vectors found; row 0 (padding) is zero. Only the vocabulary's lines are parsed."""
+    import torch
+
     path = Path(path)
     index = {w: i for i, w in enumerate(vocab)}
     found: dict[int, np.ndarray] = {}
