@@ -3,7 +3,7 @@
 
 ``add_data_parser(subparsers)`` registers it on the main CLI's argparse sub-parsers; every leaf parser sets
 ``func=(args) -> int``. Errors are raised as FedpdError subclasses for the main CLI to print.
-The loaders (torch) are imported by the commands, not here: building the parser stays light.
+The loaders are imported by the commands, not here: building the parser stays light.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each file streams to a temporary file in the target folder, is checked against i
 (``checksums.CANONICAL``), then renamed into place with ``os.replace``; on any failure the temporary file is
 removed, so the data directory never holds a partial file, and folders the download created are removed again
 if they are still empty. Files get the usual permissions (0666 less the umask). Files already present and valid
-are skipped. The loaders (torch) are imported where used: ``fedpd.data`` imports this module eagerly.
+are skipped. The loaders are imported where used: ``fedpd.data`` imports this module eagerly.
 """
 
 from __future__ import annotations
