@@ -39,6 +39,7 @@ from torch import Tensor
 from fedpd import names
 from fedpd.errors import ConfigError
 from fedpd.options import NoOptions, Options, declares, validate
+from fedpd.ordered import ordered_norm
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
 
 __all__ = [
@@ -298,7 +299,7 @@ def _reference(reference, w: Tensor) -> Tensor:
 
 def _clip_factors(diff: Tensor, bound: float) -> Tensor:
     """min(1, bound / ‖diff_i‖) per row (1 for a zero row)."""
-    norms = torch.linalg.vector_norm(diff, dim=1)
+    norms = ordered_norm(diff, dim=1)
     return torch.where(norms > bound, bound / norms.clamp_min(torch.finfo(diff.dtype).tiny), torch.ones_like(norms))
 
 
@@ -363,7 +364,7 @@ def _check_iteration(tol, max_iter) -> tuple[float, int]:
 
 def _converged(change: Tensor, z: Tensor, tol: float) -> bool:
     """‖Δz‖ <= tol (1 + ‖z‖): relative change, with the 1 guarding z ≈ 0."""
-    return bool(change <= tol * (1.0 + torch.linalg.vector_norm(z)))
+    return bool(change <= tol * (1.0 + ordered_norm(z)))
 
 
 @declares("geometric_median", GeometricMedianOptions, "geometric median by smoothed Weiszfeld (RFA, Pillutla et al.)")
@@ -392,22 +393,22 @@ def geometric_median(
     z = beta @ w
     converged, it = False, 0
     while it < max_iter:
-        dist = torch.linalg.vector_norm(w - z, dim=1)
+        dist = ordered_norm(w - z, dim=1)
         c = beta / dist.clamp_min(eps)
         z_new = (c @ w) / c.sum()
-        change = torch.linalg.vector_norm(z_new - z)
+        change = ordered_norm(z_new - z)
         z = z_new
         it += 1
         if _converged(change, z, tol):
             converged = True
             break
-    objective = float(beta @ torch.linalg.vector_norm(w - z, dim=1))
+    objective = float(beta @ ordered_norm(w - z, dim=1))
     return z, {"iterations": it, "converged": converged, "objective": objective}
 
 
 def _rounding_level(z: Tensor, w_mean: Tensor, theta: Tensor, beta: Tensor | None) -> float:
     """A bound on the floating-point noise in one step z ← mean(w) − mean(θ)."""
-    size = sum(float(torch.linalg.vector_norm(t)) for t in (z, w_mean, _weighted_mean(theta.abs(), beta)))
+    size = sum(float(ordered_norm(t)) for t in (z, w_mean, _weighted_mean(theta.abs(), beta)))
     return 8 * torch.finfo(z.dtype).eps * (1.0 + size)
 
 
@@ -495,7 +496,7 @@ def fedplus_aggregate(
         z_new = w_mean - _weighted_mean(theta, beta)
         if pinned is not None:
             z_new[pinned] = w_mean[pinned]
-        change_t = torch.linalg.vector_norm(z_new - z)
+        change_t = ordered_norm(z_new - z)
         z = z_new
         it += 1
         change = float(change_t)

@@ -50,6 +50,7 @@ from torch import Tensor
 
 from fedpd.errors import ConfigError
 from fedpd.options import SEED_MAX, NoOptions, Options, validate
+from fedpd.ordered import ordered_norm
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.streams import ClientStreams
 
@@ -433,7 +434,7 @@ class Backdoor(UpdateAttack):
         step = (u - ref) * (float(u.shape[0]) if gamma is None else gamma)  # u: all K rows of the round
         bound = self.settings["max_norm"]
         if bound is not None:
-            norms = torch.linalg.vector_norm(step.reshape(step.shape[0], -1), dim=1)
+            norms = ordered_norm(step.reshape(step.shape[0], -1), dim=1)
             scale = torch.where(norms > bound, bound / norms.clamp_min(torch.finfo(step.dtype).tiny),
                                 torch.ones_like(norms))
             step = step * scale.view(-1, *([1] * (step.dim() - 1)))

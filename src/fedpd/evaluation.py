@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor
 
+from fedpd.ordered import ordered_mean, ordered_sq_norm, ordered_sum
 from fedpd.problems.base import Problem
 
 CHUNK = 8192  # the most samples a chunk holds
@@ -139,7 +140,7 @@ def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None, batch: 
         with torch.set_grad_enabled(gradient):
             for index, owner in chunks:
                 per_sample = problem.loss(problem.model(x_eval, split.x[index]), split.y[index])
-                value = (per_sample * (inverse[owner] * scale).to(per_sample.dtype)).sum()
+                value = ordered_sum(per_sample * (inverse[owner] * scale).to(per_sample.dtype))
                 if gradient:
                     (g,) = torch.autograd.grad(value, x_eval)
                     grad_total += g
@@ -153,7 +154,7 @@ def evaluate(problem: Problem, x: Tensor, clients: Tensor | None = None, batch: 
         if "train_loss" in chosen:
             out["train_loss"] = loss_total
         if gradient:
-            out["grad_norm_sq"] = float((grad_total * grad_total).sum())
+            out["grad_norm_sq"] = float(ordered_sq_norm(grad_total))
     if "test_loss" in chosen or "test_acc" in chosen:
         test = evaluate_test(problem, x.detach(), clients, chunk)
         out.update({k: v for k, v in test.items() if k in chosen or k == "backdoor_acc"})  # the attack asked for it
@@ -172,7 +173,7 @@ def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None, ba
         inputs = split.x[index]
         outputs = problem.model(x, inputs)
         y = split.y[index]
-        loss_sum += float(problem.loss(outputs, y).sum())
+        loss_sum += float(ordered_sum(problem.loss(outputs, y)))
         if problem.classifies:
             correct += int((problem.predict(outputs) == y).sum())
         if backdoor is not None:
@@ -241,21 +242,21 @@ def evaluate_personal(problem: Problem, models: Tensor, worst: float = 0.1,
             mask = W.reshape(-1).double()
             loss = problem.loss(flat_out, Y.reshape(k * m)).double() * mask
             score = _score(problem, flat_out, Y.reshape(k * m)) * mask
-            loss_sum[ids] = loss.reshape(k, m).sum(1)
-            score_sum[ids] = score.reshape(k, m).sum(1)
+            loss_sum[ids] = ordered_sum(loss.reshape(k, m), 1)
+            score_sum[ids] = ordered_sum(score.reshape(k, m), 1)
     if clients is not None:
         sizes, loss_sum, score_sum = sizes[chosen], loss_sum[chosen], score_sum[chosen]
     has = sizes > 0
     count = sizes[has].double()
     loss_c, score_c = loss_sum[has] / count, score_sum[has] / count
     n_worst = max(1, math.ceil(worst * int(has.sum())))
-    out = {"personal_loss": float(loss_c.mean())}
+    out = {"personal_loss": float(ordered_mean(loss_c))}
     if problem.classifies:
-        out["personal_acc"] = float(score_c.mean())
-        out["personal_acc_worst10"] = float(score_c.sort().values[:n_worst].mean())
+        out["personal_acc"] = float(ordered_mean(score_c))
+        out["personal_acc_worst10"] = float(ordered_mean(score_c.sort().values[:n_worst]))
     else:
-        out["personal_mse"] = float(score_c.mean())
-        out["personal_mse_worst10"] = float(score_c.sort(descending=True).values[:n_worst].mean())
+        out["personal_mse"] = float(ordered_mean(score_c))
+        out["personal_mse_worst10"] = float(ordered_mean(score_c.sort(descending=True).values[:n_worst]))
     return out
 
 

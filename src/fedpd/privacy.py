@@ -41,6 +41,7 @@ from pydantic import Field, model_validator
 from fedpd.algorithms.base import DIAGNOSTICS, METRIC_PREFIX, Algorithm, streams_means
 from fedpd.errors import ConfigError
 from fedpd.options import Options, refuse
+from fedpd.ordered import ordered_sq_norm
 from fedpd.streams import ClientStreams
 
 SAMPLERS = ("all", "uniform", "bernoulli")
@@ -171,7 +172,7 @@ class _Private:
     def mean_terms(self, server, uploads):
         keys, x0, S = self._keys(uploads), server["x0"], server["dp_clip"]
         deltas = {k: uploads[k] - x0 if k in self.model_uploads else uploads[k] for k in keys}
-        norm = torch.sqrt(sum((d.double() ** 2).sum(1) for d in deltas.values()))  # joint norm, [k]
+        norm = torch.sqrt(sum(ordered_sq_norm(d.double(), 1) for d in deltas.values()))  # joint norm, [k]
         scale = torch.clamp(S / torch.clamp(norm, min=1e-300), max=1.0)
         clipped = {k: d * scale[:, None].to(d.dtype) for k, d in deltas.items()}
         terms = {_SUM + k: v for k, v in clipped.items()}

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from fedpd.errors import ConfigError
+from fedpd.ordered import ordered_norm
 
 __all__ = [
     "PROX_KINDS",
@@ -111,7 +112,7 @@ def prox_l2(v: Tensor, delta: float) -> Tensor:
     """
     _check_v(v)
     delta = check_delta(delta)
-    norm = torch.linalg.vector_norm(v, dim=-1, keepdim=True)
+    norm = ordered_norm(v, dim=-1, keepdim=True)
     tiny = torch.finfo(v.dtype).tiny
     scale = torch.where(norm > delta, 1.0 - delta / norm.clamp_min(tiny), torch.zeros_like(norm))
     return scale * v

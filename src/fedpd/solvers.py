@@ -27,6 +27,7 @@ from pydantic import Field
 from torch import Tensor
 
 from fedpd.options import NoOptions, Options
+from fedpd.ordered import ordered_norm, ordered_sq_norm
 from fedpd.problems.base import ClientData
 from fedpd.streams import ClientStreams
 
@@ -84,7 +85,7 @@ class LocalObjective:
         v = g if self.linear is None else g + self.linear
         if self.mu:
             v = v - self.mu * self.center
-        v = v * (max_norm / (v.norm(dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
+        v = v * (max_norm / (ordered_norm(v, dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
         return v + self.mu * x if self.mu else v
 
 
@@ -179,7 +180,7 @@ class LocalRun:
         x + r·g/‖g‖ (g = ∇f_i(x) on the same batch), per client; else g."""
         if not self.sam_radius:
             return g
-        return self.f_grad(x + self.sam_radius * g / g.norm(dim=1, keepdim=True).clamp_min(1e-12), batch, q)
+        return self.f_grad(x + self.sam_radius * g / ordered_norm(g, dim=1, keepdim=True).clamp_min(1e-12), batch, q)
 
     def grad(self, x: Tensor, batch, q: int) -> Tensor:
         """The solver's gradient of f_i at step q: SAM if configured, plus weight decay."""
@@ -265,7 +266,7 @@ class GradientSolver:
             g_f = run.f_grad(x, batch, q, out=g_out)
             if q == 0 or tol:  # ‖∇(local objective)‖² at the iterate
                 g_L = objective.add_grad(g_f + self.weight_decay * x if self.weight_decay else g_f, x)
-                gap = (g_L * g_L).sum(1)
+                gap = ordered_sq_norm(g_L, 1)
                 if q == 0:
                     start_gap = gap
                 if tol:
@@ -318,7 +319,7 @@ class ExactSolver:
             rhs = rhs + objective.mu * objective.center
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
         steps = torch.ones(ctx.ids.numel(), dtype=torch.int64)
-        return LocalResult(sol, steps, 1.0, (g0 * g0).sum(1))
+        return LocalResult(sol, steps, 1.0, ordered_sq_norm(g0, 1))
 
 
 SOLVERS = (GradientSolver, SGDSolver, ExactSolver)

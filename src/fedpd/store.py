@@ -28,6 +28,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from fedpd.ordered import ordered_sum
+
 State = dict[str, Tensor]
 
 #: the mean over clients is summed in chunks of this many bytes of rows, in ascending client
@@ -42,7 +44,7 @@ def ordered_mean(read, count: int, init: Tensor, num_clients: int) -> Tensor:
     step = max(1, MEAN_CHUNK_BYTES // max(1, init.numel() * init.element_size()))
     total = None
     for a in range(0, count, step):
-        part = read(a, min(a + step, count)).sum(0)
+        part = ordered_sum(read(a, min(a + step, count)), 0)
         total = part if total is None else total + part
     if total is None:
         total = torch.zeros_like(init)

@@ -12,7 +12,8 @@ by its import path (``algorithm.name = "my_algorithms:MyFedAvg"``). The pieces a
   senders' ids, the round, N; :class:`FederationInfo` (``setup``): N, d, the model's layout;
 * :class:`LocalObjective`: the terms ⟨v, x⟩ + (μ/2)‖x − c‖² an algorithm adds to f_i;
 * :class:`Options` (pydantic, with :func:`refuse` for cross-field rules): the config options;
-* :func:`expand`, :func:`mean_sq_dist`, :func:`with_metrics`: row helpers on ``[K, d]``.
+* :func:`expand`, :func:`sq_dist`, :func:`mean_sq_dist`, :func:`with_metrics`: row helpers on ``[K, d]`` (the
+  squared distances summed in a fixed order: :mod:`fedpd.ordered`).
 
 The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`) is
 written with these public names only, as a user's algorithm is; so are q-FFL
@@ -20,7 +21,7 @@ written with these public names only, as a user's algorithm is; so are q-FFL
 package, so they are not re-exported here (``from fedpd.algorithms.fedopt import FedAdam``).
 """
 
-from fedpd.algorithms.base import Algorithm, ClientStates, State, expand, mean_sq_dist, with_metrics
+from fedpd.algorithms.base import Algorithm, ClientStates, State, expand, mean_sq_dist, sq_dist, with_metrics
 from fedpd.algorithms.fedavg import FedAvg, FedProx
 from fedpd.algorithms.fedcm import FedCM
 from fedpd.algorithms.fedpd_vr import FedPDVR
@@ -37,7 +38,7 @@ from fedpd.solvers import LocalObjective
 
 __all__ = [
     "Algorithm", "State", "ClientStates", "ClientContext", "ServerContext", "FederationInfo", "LocalObjective",
-    "Options", "refuse", "expand", "mean_sq_dist", "with_metrics",
+    "Options", "refuse", "expand", "sq_dist", "mean_sq_dist", "with_metrics",
     "FedAvg", "FedProx", "Scaffold", "FedPD", "FedDyn", "FedADMM", "AFedPD", "PrimalDual", "FedSAM", "AFedPDSAM",
     "FedSpeed", "FedCM", "FedPDVR", "ParallelSAGA", "StochasticSAGA", "ParallelADMM", "StochasticADMM", "FedPlus",
     "FedAvgPlus", "FedGeoMedPlus", "FedCoMedPlus", "FedPlusLocal", "FedPlusFedAvg", "FedPlusRFA", "FedPlusCoMed",

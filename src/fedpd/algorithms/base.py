@@ -35,6 +35,7 @@ from torch import Tensor
 
 from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.options import NoOptions, Options
+from fedpd.ordered import ordered_mean, ordered_sq_norm
 
 State = dict[str, Tensor]
 EMPTY: State = {}
@@ -268,12 +269,12 @@ def with_metric_means(server: State, means: State) -> State:
 
 def sq_dist(x: Tensor, x0: Tensor) -> Tensor:
     """‖x_k − x0‖² per row of x [K, d] (x0 [d] or [K, d]): [K]."""
-    return ((x - x0) ** 2).sum(1)
+    return ordered_sq_norm(x - x0, 1)
 
 
 def mean_sq_dist(x: Tensor, x0: Tensor) -> Tensor:
     """mean_k ‖x_k − x0‖² for x [K, d] and x0 [d] or [K, d] (a 0-d tensor)."""
-    return ((x - x0) ** 2).sum(1).mean()
+    return ordered_mean(ordered_sq_norm(x - x0, 1))
 
 
 def expand(x: Tensor, k: int) -> Tensor:

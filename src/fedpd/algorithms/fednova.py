@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedpd.algorithms import Algorithm, LocalObjective, Options, expand
+from fedpd.algorithms import Algorithm, LocalObjective, Options, expand, sq_dist
 from fedpd.errors import ConfigError  # fedpd.ConfigError, from where it is defined (fedpd imports the built-ins)
 
 
@@ -95,7 +95,7 @@ class FedNova(Algorithm):
 
     def mean_terms(self, server, uploads):
         x, x0 = uploads["x"], server["x0"]
-        terms = {"primal_residual": ((x - x0) ** 2).sum(1)}
+        terms = {"primal_residual": sq_dist(x, x0)}
         if "a_norm" in uploads:
             a = uploads["a_norm"]
             return {**terms, "normalized": (x - x0) / a[:, None], "a_norm": a}

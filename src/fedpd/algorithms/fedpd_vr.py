@@ -9,6 +9,7 @@ from pydantic import Field
 from fedpd.algorithms.primal_dual import FedPDOptions, PrimalDual
 from fedpd.context import ClientContext
 from fedpd.options import Options
+from fedpd.ordered import ordered_sq_norm
 from fedpd.solvers import LocalObjective
 
 
@@ -61,7 +62,7 @@ class FedPDVR(PrimalDual):
         x, g = start, clients["g"]
         if ctx.round % self.refresh_every == 0:
             g = ctx.data.gradient(x, *ctx.data.all())
-        gap = ((g + objective.grad(x)) ** 2).sum(1)
+        gap = ordered_sq_norm(g + objective.grad(x), 1)
         for q in range(run.rounds):
             x_new = x - run.lr * (g + objective.grad(x))
             batch = run.batch(q)

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from fedpd.aggregators import coordinate_median
+from fedpd.ordered import ordered_norm
 
 RULES = ("fixed", "spread")
 
@@ -52,7 +53,7 @@ def spread(rows: Tensor, kind: str) -> float:
         nz = nz[nz > 0]
         return float(nz.median()) if nz.numel() else 0.0
     if kind == "l2":
-        return float(r.norm(dim=1).median())
+        return float(ordered_norm(r, dim=1).median())
     raise ValueError(f"delta_rule 'spread' applies to psi l1 or l2, not {kind!r}")
 
 

@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from fedpd.algorithms.base import Algorithm, expand, metric_terms, with_metric_means
+from fedpd.algorithms.base import Algorithm, expand, metric_terms, sq_dist, with_metric_means
 from fedpd.context import ClientContext, ServerContext
 from fedpd.options import Options, refuse
 from fedpd.solvers import LocalObjective
@@ -178,7 +178,7 @@ class PrimalDual(Algorithm):
             lam = lam + (message["D"] - clients["D_last"])
         start = clients["x"] if self.start == "warm" else anchor
         x, extra, gap, steps = self.local_solve(ctx, clients, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor))
-        metrics = {"metric_primal_residual": ((x - anchor) ** 2).sum(1)}
+        metrics = {"metric_primal_residual": sq_dist(x, anchor)}
         if gap is not None:
             metrics["metric_dual_drift"] = gap
         if self.local_tol:

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms import Algorithm, LocalObjective, Options, expand
+from fedpd.algorithms import Algorithm, LocalObjective, Options, expand, sq_dist
+from fedpd.ordered import ordered_sq_norm
 
 #: the floor of F_k (the authors' code adds 1e-10 to the loss before the powers)
 LOSS_FLOOR = 1e-10
@@ -67,9 +68,9 @@ class QFFL(Algorithm):
         lipschitz = self.lipschitz or 1.0 / res.lr
         step = lipschitz * (x0 - res.x)  # Δw_k
         weight = loss ** self.q  # F_k^q
-        h = self.q * loss ** (self.q - 1) * (step * step).sum(1) + lipschitz * weight
+        h = self.q * loss ** (self.q - 1) * ordered_sq_norm(step, 1) + lipschitz * weight
         return {"delta": weight[:, None] * step, "h": h,
-                "metric_primal_residual": ((res.x - x0) ** 2).sum(1)}, clients
+                "metric_primal_residual": sq_dist(res.x, x0)}, clients
 
     def mean_terms(self, server, uploads):
         return dict(uploads)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch.func import vmap
 
 from fedpd.flat import FlatModel
+from fedpd.ordered import ordered_sq_norm, ordered_sum
 from fedpd.problems.losses import BATCH_MEAN
 from fedpd.streams import ClientStreams
 
@@ -217,7 +218,7 @@ class Problem:
         to rounding as from the flat one). Not counted."""
         if not self.per_client or self.regularizer is not None:
             g = self.gradients()(x, X, Y, W)
-            norms = (g * g).sum(1) if grad_sq else None
+            norms = ordered_sq_norm(g, 1) if grad_sq else None
             x.add_(g, alpha=-lr)
             return norms
         norms = torch.empty(x.shape[0], dtype=x.dtype, device=x.device) if grad_sq else None
@@ -249,7 +250,7 @@ class Problem:
         outputs = forward(x, X)
         k, b = Y.shape[:2]
         per_sample = self.loss(outputs.reshape(k * b, *outputs.shape[2:]), Y.reshape(k * b)).reshape(k, b)
-        value = (per_sample * W).sum(1) / W.sum(1)
+        value = ordered_sum(per_sample * W, 1) / ordered_sum(W, 1)
         if self.regularizer is not None:
             value = value + vmap(self.regularizer)(x)
         return value

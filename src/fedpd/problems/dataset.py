@@ -41,6 +41,7 @@ from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import MODELS, build_model, check_outputs, model_factory, model_options
 from fedpd.options import Options, SEED_MAX, declares, refuse
+from fedpd.ordered import ordered_sum
 from fedpd.plugins import PluginError
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
@@ -79,6 +80,25 @@ def _subsample(x: Tensor, y: Tensor, users: Tensor | None, limit: int | None, rn
         return x, y, users
     keep = torch.from_numpy(np.sort(rng.choice(len(y), limit, replace=False)))
     return x[keep], y[keep], (users[keep] if users is not None else None)
+
+
+#: samples converted to float64 at a time for :func:`channel_statistics`
+STATISTICS_CHUNK = 1024
+
+
+def channel_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per channel of images x [n, C, H, W]: the mean and the sample standard deviation (n·H·W − 1
+    in the denominator, at least 1e-6), as [1, C, 1, 1] in x's dtype. Summed in float64: each
+    image's pixels by one call, the images' sums in order (:func:`fedpd.ordered.ordered_sum`), so
+    the statistics — and every standardised image — are the same bits at any thread count."""
+    n, count = x.shape[0], x.shape[0] * x.shape[2] * x.shape[3]
+
+    def per_image(f) -> Tensor:  # [n, C] float64, in chunks of images (no float64 copy of x)
+        return torch.cat([f(x[a:a + STATISTICS_CHUNK].double()).sum(dim=(2, 3)) for a in range(0, n, STATISTICS_CHUNK)])
+
+    mean = (ordered_sum(per_image(lambda b: b), 0) / count).reshape(1, -1, 1, 1)
+    var = ordered_sum(per_image(lambda b: (b - mean) ** 2), 0) / max(1, count - 1)
+    return mean.to(x.dtype), var.sqrt().clamp_min(1e-6).reshape(1, -1, 1, 1).to(x.dtype)
 
 
 #: options that only a built-in dataset's files have (a user's loader returns arrays)
@@ -205,8 +225,7 @@ def dataset_problem(
     x_tr, y_tr, u_tr = _subsample(ds.x_train, ds.y_train, ds.train_users, max_samples, rng)
     x_te, y_te, u_te = _subsample(ds.x_test, ds.y_test, ds.test_users, max_test_samples, rng)
     if normalize and images:  # per-channel standardisation with training statistics
-        mean = x_tr.mean(dim=(0, 2, 3), keepdim=True)
-        std = x_tr.std(dim=(0, 2, 3), keepdim=True).clamp_min(1e-6)
+        mean, std = channel_statistics(x_tr)
         x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
 
     labels = y_tr.numpy()

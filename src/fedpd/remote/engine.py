@@ -42,6 +42,7 @@ from fedpd.protocol import run_round
 from fedpd.remote.filestore import run_key
 from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
 from fedpd.remote.node import NodeRuntime
+from fedpd.store import ordered_mean
 
 
 def notice(message: str) -> None:
@@ -121,17 +122,31 @@ class RemoteStates:
     def __init__(self, engine: "RemoteEngine", init: State, num_clients: int):
         self.engine, self.init, self.num_clients = engine, init, num_clients
 
-    def full(self, key: str) -> Tensor:
-        out = self.init[key].expand(self.num_clients, *self.init[key].shape).clone()
+    def _stored(self, key: str) -> tuple[Tensor, Tensor]:
+        """(ids ascending, their rows of ``key``) of the clients that have taken part, from every node."""
+        init = self.init[key]
+        ids, rows = [], []
         replies = self.engine.ask({n: Envelope("states", {"key": key}) for n in self.engine.hosted})
         for node, reply in replies.items():
-            ids = reply.config.get("ids", [])
-            if ids:
-                out[torch.tensor(ids, dtype=torch.int64)] = unpack("s", reply.arrays, out.device)[key].to(out.dtype)
+            if reply.config.get("ids"):
+                ids += reply.config["ids"]
+                rows.append(unpack("s", reply.arrays, init.device)[key].to(init.dtype))
+        if not ids:
+            return torch.zeros(0, dtype=torch.int64), init.new_zeros(0, *init.shape)
+        ids = torch.tensor(ids, dtype=torch.int64)
+        order = torch.argsort(ids)
+        return ids[order], torch.cat(rows)[order.to(init.device)]
+
+    def full(self, key: str) -> Tensor:
+        out = self.init[key].expand(self.num_clients, *self.init[key].shape).clone()
+        ids, rows = self._stored(key)
+        out[ids.to(out.device)] = rows
         return out
 
     def mean(self, key: str) -> Tensor:
-        return self.full(key).sum(0) / self.num_clients  # summed in ascending client order
+        """The in-process store's sum (:func:`fedpd.store.ordered_mean`): the same bits on every engine."""
+        ids, rows = self._stored(key)
+        return ordered_mean(lambda a, b: rows[a:b], len(ids), self.init[key], self.num_clients)
 
     def __len__(self) -> int:
         raise NotImplementedError("the number of materialised clients lives on the nodes")
