@@ -37,6 +37,11 @@ MEASURED: dict[str, tuple[float, str]] = {
 }
 
 
+#: the heterogeneous part of robustness (issue 44): `fedpd reproduce robustness --budget medium --estimate 2`
+#: restricted to that part (fedpd.reproduce.core.estimate on its cost settings)
+HETERO_COST = "The heterogeneous part: not measured yet."
+
+
 def cost_note(name: str) -> str:
     if name not in MEASURED:
         return "Cost not measured yet."
