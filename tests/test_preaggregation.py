@@ -201,3 +201,16 @@ def test_client_momentum_is_refused_where_uploads_are_not_updates():
         load_config({"problem": LS, "algorithm": {"name": "feddyn", "client_momentum": 0.5}})
     with pytest.raises(ConfigError, match="^algorithm.client_momentum: input should be less than 1"):
         load_config({"problem": LS, "algorithm": {"name": "fedavg", "client_momentum": 1.0}})
+
+
+def test_the_docs_config_block_loads_as_written():
+    """docs/algorithms.md's [algorithm] block of a chain with client momentum is a valid config."""
+    import tomllib
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text()
+    block = text.split("### Heterogeneous clients", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    cfg = load_config({**tomllib.loads(block), "problem": {"name": "least_squares", "clients": 20, "dim": 2,
+                                                           "samples_per_client": 3}})
+    algorithm = cfg.options["algorithm"]
+    assert algorithm.client_momentum == 0.9 and algorithm.aggregator_options["pre"] == ["arc", "nnm"]
