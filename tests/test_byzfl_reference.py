@@ -53,7 +53,7 @@ def rows(seed: int, n: int = 11, d: int = 6) -> torch.Tensor:
     return torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
-SEEDS = range(3)
+SEEDS = range(2)
 close = torch.testing.assert_close
 
 
