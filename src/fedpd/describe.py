@@ -282,7 +282,12 @@ def show(section: str, name: str | None, file=None) -> None:
               file=out)
         return
     elif section == "aggregator":
+        from fedpd.preaggregators import PreOptions
+
         rows = option_rows(section, name, entry.options)
+        if name not in ("mean", "fedplus"):  # the pre-aggregation chain any robust rule may take
+            own = {r.name for r in rows}
+            rows += [r for r in option_rows(section, name, PreOptions) if r.name not in own]
         doc = _doc_paragraph(entry.build)
         header = f'algorithm.aggregator = "{name}", with [algorithm.aggregator_options]'
     else:

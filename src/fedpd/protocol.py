@@ -113,7 +113,7 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
         return server, {}, accepted
     if not bool(keep.all()):
         upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-    server, reply = algorithm.aggregate(server, upload, ServerContext(accepted, round, num_clients))
+    server, reply = algorithm.aggregate(server, upload, ServerContext(accepted, round, num_clients, seed))
     return server, reply, accepted
 
 
@@ -130,7 +130,7 @@ def _streamed(algorithm: Algorithm, server: State, groups, message: State, round
     accepted = torch.cat(running.accepted) if running.accepted else torch.zeros(0, dtype=torch.int64)
     if not accepted.numel():
         return server, {}, accepted
-    server, reply = algorithm.aggregate_means(server, running.mean.means(), ServerContext(accepted, round, num_clients))
+    server, reply = algorithm.aggregate_means(server, running.mean.means(), ServerContext(accepted, round, num_clients, seed))
     return server, reply, accepted
 
 

@@ -62,7 +62,7 @@ class Simulation:
             store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init, self.num_clients)
             if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which
                 self.cfg = load_config(cfg, [f"run.store={kind}"])
-        attack = build_attack(cfg).bind(self.num_clients)
+        attack = build_attack(cfg).bind(self.num_clients).against(self.algorithm)
         self.engine: Engine = make_engine(self.cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
                                           transport=transport, store=store)
         self.round = 0
