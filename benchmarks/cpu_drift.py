@@ -74,7 +74,7 @@ def differences(rows: dict, again: dict) -> tuple[float, float, float]:
                 continue
             if math.isnan(v) or math.isnan(w):
                 continue
-            if k.endswith("_acc"):
+            if "_acc" in k:
                 acc = max(acc, abs(v - w))
             else:
                 rel = max(rel, abs(v - w) / max(abs(v), abs(w)))
@@ -98,7 +98,9 @@ def main() -> None:
 
     from fedpd.reproduce import records
     from fedpd.reproduce.records import cpu_kind
-    from fedpd.reproduce.verify import _dtype, choose
+    from fedpd.build import run_dtype
+    from fedpd.config import load_config
+    from fedpd.reproduce.verify import choose
 
     print(f"this machine: {cpu_kind()}", flush=True)
     names = [n for n in args.reports.split(",") if n] or sorted(d.name for d in REPORTS.iterdir()
@@ -121,7 +123,7 @@ def main() -> None:
         for path in PATHS:
             for key in keys:
                 rec = held[key]
-                dtype = _dtype(rec.config)
+                dtype = run_dtype(load_config(rec.config))
                 recorded = {m["round"]: m for m in rec.metrics}
                 vs_record = differences(recorded, runs[path][key]) if not args.rounds else None
                 vs_here = differences(runs["this CPU"][key], runs[path][key])

@@ -55,20 +55,14 @@ def test_on_another_cpu_a_one_percent_change_of_a_rule_still_fails(smoke_report,
     assert result.ok and result.rule == ver.OTHER_CPU.name and result.compared > 10
     lr = ver.verify_record(_with(elsewhere, "solver", "lr", 1.01))
     assert not lr.ok and lr.mismatch.startswith("round 1,")
-    plain = FedAvg.aggregate_means
-
-    def server_step_one_percent_longer(self, server, means, ctx):
-        out, state = plain(self, server, means, ctx)
-        return {**out, "x0": server["x0"] + 1.01 * (out["x0"] - server["x0"])}, state
-
-    monkeypatch.setattr(FedAvg, "aggregate_means", server_step_one_percent_longer)
+    _server_step_one_percent_longer(monkeypatch)
     step = ver.verify_record(elsewhere)
     assert not step.ok and step.mismatch.startswith("round 1,")
 
 
 #: float32 FedAvg on FedProx's Synthetic(1, 1): the record's execution path (vectorised over the
 #: clients, as on a GPU) and the re-run's (per client, as on the CPU for a large model) add the
-#: same terms in other orders, as two devices' kernels do
+#: same terms in other orders, as two kinds of CPU or two devices do
 FLOAT32 = {"problem": {"name": "synthetic", "alpha": 1.0, "beta": 1.0}, "algorithm": {"name": "fedavg"},
            "solver": {"name": "sgd", "lr": 0.05, "local_steps": 10, "batch_size": 10},
            "sampler": {"name": "uniform", "clients_per_round": 10},
@@ -76,47 +70,64 @@ FLOAT32 = {"problem": {"name": "synthetic", "alpha": 1.0, "beta": 1.0}, "algorit
 
 
 @pytest.fixture(scope="module")
-def gpu_like_record() -> records.Record:
-    """A record as a GPU run leaves it (its metrics every 4 rounds, its first rounds in ``early``),
-    made here by the vectorised path and marked as made on "cuda"."""
+def float32_record() -> records.Record:
+    """A float32 record as a run leaves it (its metrics every 4 rounds, its first rounds in
+    ``early``), made by the vectorised path on another kind of CPU; its config asks the re-run for
+    the per-client path."""
     config = load_config(FLOAT32).resolved()
     metrics = [execute.rerun(config, 4)[r] for r in (0, 4)]
     early = [execute.rerun(config, execute.EARLY_ROUNDS, every=1)[r] for r in range(execute.EARLY_ROUNDS + 1)]
-    config["run"] = {**config["run"], "device": "cuda", "execution": "per_client"}  # the re-run's path
-    return records.Record("gpu/s0", "gpu", 0, {}, "medium", config, metrics, {"machine": {"device": "cuda"}},
-                          early=early)
+    config["run"] = {**config["run"], "execution": "per_client"}
+    return records.Record("f32/s0", "f32", 0, {}, "medium", config, metrics,
+                          {"machine": {"device": "cpu", "cpu_kind": "another kind"}}, early=early)
 
 
-def test_another_device_compares_the_first_rounds_closely(gpu_like_record, monkeypatch):
-    monkeypatch.setattr(ver, "_present", lambda device: "cpu")  # this machine has no GPU
-    result = ver.verify_record(gpu_like_record)
-    assert result.ok and result.across == "cuda → cpu" and result.rule == ver.OTHER_DEVICE.name
-    assert result.compared > 4 * len(gpu_like_record.early)  # the early rounds too
-    lr = ver.verify_record(_with(gpu_like_record, "solver", "lr", 1.01))
-    assert not lr.ok and "(early rounds)" in lr.mismatch
-    # without the early rounds the 5 % check of round 4 alone lets the same change through
-    late_only = ver.verify_record(dataclasses.replace(_with(gpu_like_record, "solver", "lr", 1.01), early=[]))
-    assert late_only.ok and "no early rounds" in late_only.rule
+def _server_step_one_percent_longer(monkeypatch) -> None:
     plain = FedAvg.aggregate_means
 
-    def server_step_one_percent_longer(self, server, means, ctx):
+    def longer(self, server, means, ctx):
         out, state = plain(self, server, means, ctx)
         return {**out, "x0": server["x0"] + 1.01 * (out["x0"] - server["x0"])}, state
 
-    monkeypatch.setattr(FedAvg, "aggregate_means", server_step_one_percent_longer)
-    step = ver.verify_record(gpu_like_record)
+    monkeypatch.setattr(FedAvg, "aggregate_means", longer)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_float32_elsewhere_is_compared_closely_in_its_first_rounds(float32_record, device, monkeypatch):
+    """On another kind of CPU, or a GPU's record on the CPU: the early rounds to EARLY_RTOL catch a
+    1 % change of the learning rate or of the server step, which the loose check of a GPU record's
+    later rounds alone lets through."""
+    record = float32_record
+    if device == "cuda":
+        record = dataclasses.replace(record, config={**record.config, "run": {**record.config["run"], "device": "cuda"}})
+        monkeypatch.setattr(ver, "_present", lambda device: "cpu")  # this machine has no GPU
+    rule = ver.OTHER_DEVICE if device == "cuda" else ver.OTHER_CPU
+    result = ver.verify_record(record)
+    assert result.ok and result.rule == rule.name and result.compared > 4 * len(record.early)
+    assert result.across == ("cuda → cpu" if device == "cuda" else "")
+    lr = ver.verify_record(_with(record, "solver", "lr", 1.01))
+    assert not lr.ok and "(early rounds)" in lr.mismatch
+    late_only = ver.verify_record(dataclasses.replace(_with(record, "solver", "lr", 1.01), early=[]))
+    assert "no early rounds" in late_only.rule
+    if device == "cuda":
+        assert late_only.ok  # 5 % of round 4 lets it through
+    _server_step_one_percent_longer(monkeypatch)
+    step = ver.verify_record(record)
     assert not step.ok and "(early rounds)" in step.mismatch
 
 
-def test_the_early_rounds_round_trip_through_a_record_file(tmp_path, gpu_like_record):
-    spec = type("Spec", (), {"key": "gpu/s0", "group": "gpu", "seed": 0, "labels": {}})()
-    records.write(tmp_path, spec, "medium", gpu_like_record.config, gpu_like_record.metrics, {},
-                  early=gpu_like_record.early)
-    again = records.load(tmp_path)["gpu/s0"]
-    assert again.early == gpu_like_record.early and [m["round"] for m in again.early] == [0, 1, 2, 3]
+def test_the_early_rounds_round_trip_through_a_record_file(tmp_path, float32_record):
+    spec = type("Spec", (), {"key": "f32/s0", "group": "f32", "seed": 0, "labels": {}})()
+    records.write(tmp_path, spec, "medium", float32_record.config, float32_record.metrics, {},
+                  early=float32_record.early)
+    again = records.load(tmp_path)["f32/s0"]
+    assert again.early == float32_record.early and [m["round"] for m in again.early] == [0, 1, 2, 3]
 
 
-def test_a_run_on_a_gpu_keeps_its_first_rounds_for_the_record(tmp_path):
+def test_float32_and_gpu_runs_keep_their_first_rounds_for_the_record(tmp_path):
+    float64 = {**FLOAT32, "run": {**FLOAT32["run"], "dtype": "float64"}}
+    assert execute.keeps_early_rounds(FLOAT32) and not execute.keeps_early_rounds(float64)
+    assert execute.keeps_early_rounds({**float64, "run": {**float64["run"], "device": "cuda"}})
     execute.record_early_rounds(FLOAT32, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / execute.EARLY).read_text().splitlines()]
     assert [r["round"] for r in rows] == list(range(execute.EARLY_ROUNDS + 1))

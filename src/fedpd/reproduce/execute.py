@@ -148,11 +148,20 @@ def rerun(config: dict, rounds: int, device: str | None = None, every: int | Non
         return {int(m["round"]): m for m in read_jsonl(Path(tmp) / "run" / METRICS)}
 
 
+def keeps_early_rounds(config: dict) -> bool:
+    """Whether a run's record keeps its first rounds (``early.jsonl``): a float32 run or a run on a
+    GPU, whose re-run on another kind of CPU or device can be compared closely only there, before
+    rounding differences compound through training (:mod:`fedpd.reproduce.verify`)."""
+    from fedpd.build import run_dtype
+
+    cfg = load_config(config)
+    return cfg.run.device != "cpu" or run_dtype(cfg) == "float32"
+
+
 def record_early_rounds(config: dict, path: Path) -> None:
     """``early.jsonl``: the metrics after each of the run's first :data:`EARLY_ROUNDS` rounds (a
     second, identical pass of those rounds, evaluated every round: the simulator is deterministic
-    given the config). Kept for runs on a GPU, whose re-run on a CPU is compared there closely,
-    before the two devices' rounding differences compound (:mod:`fedpd.reproduce.verify`)."""
+    given the config) — a few per cent of a run of a hundred rounds."""
     from fedpd.io import atomic_write_text
 
     rows = rerun(config, EARLY_ROUNDS, every=1)
@@ -196,7 +205,7 @@ def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_ch
                     on_checkpoint=on_checkpoint)
             if trace and not (path / TRAJECTORY).is_file():
                 trace_models(config, path)
-            if load_config(config).run.device != "cpu" and not (path / EARLY).is_file():
+            if keeps_early_rounds(config) and not (path / EARLY).is_file():
                 record_early_rounds(config, path)
             if not keep_checkpoints:
                 (path / CHECKPOINT).unlink(missing_ok=True)

@@ -10,20 +10,20 @@ printed with each result (docs/reproductions/README.md, "Verification"):
   fixed order (:mod:`fedpd.ordered`), so nothing but the code can change them; float32 numbers to
   :data:`FLOAT32_RTOL`, as a float32 BLAS product's rounding may depend on the thread count.
 * **another kind of CPU** (or a record that does not name its kind): MKL and torch's kernels take
-  other code paths there, which add the same terms in another order: float64 numbers to
-  :data:`CROSS_CPU_RTOL`, float32 to :data:`FLOAT32_RTOL`, the share of correct predictions to
-  :data:`FLIPS_ATOL`. Measured by ``benchmarks/cpu_drift.py`` (docs/performance.md, "Numbers
-  across CPUs"); the tolerances hold the largest drift measured with a margin, and a 1 % change
-  of an update rule moves the numbers orders of magnitude further (tests/test_verify_rules.py).
-* **another device** (a GPU's record re-run on the CPU): the untrained round 0 to
-  :data:`FLOAT32_RTOL`; the record's per-round metrics of its first :data:`EARLY_ROUNDS` rounds
-  (``early``, kept by records made since that field exists) to :data:`CROSS_DEVICE_EARLY_RTOL`,
-  before rounding differences compound — tight enough that a 1 % change of a learning rate or of
-  a server step fails it; later rounds only to :data:`CROSS_DEVICE_RTOL` (a CUDA record of the
-  A-FedPD screen and its CPU re-run differed by 0.7 % in training loss at round 10), a check against
-  a wrong config only.
+  other code paths there, which add the same terms in another order. float64 numbers to
+  :data:`CROSS_CPU_RTOL`: the largest drift measured over the rounds ``--verify`` re-runs of every
+  committed report (``benchmarks/cpu_drift.py``; docs/performance.md, "Numbers across CPUs") with a
+  margin, while a 1 % change of an update rule moves them by far more. float32 numbers compound
+  their rounding through training as far as such a change moves them, so they are compared closely
+  where training has not amplified it yet: round 0 to :data:`FLOAT32_RTOL`, the record's per-round
+  metrics of its first rounds (``early``, kept by float32 records) to :data:`EARLY_RTOL`, the later
+  rounds to :data:`CROSS_CPU_TRAINED_RTOL` only.
+* **another device** (a GPU's record re-run on the CPU): as float32 on another CPU, the later rounds
+  to :data:`CROSS_DEVICE_RTOL` (a CUDA record of the A-FedPD screen and its CPU re-run differed by
+  0.7 % in training loss at round 10).
 
-Counters (communication, samples read) are exact under every rule; wall-clock metrics are not
+A share of correct predictions may also differ by :data:`FLIPS_ATOL` on another CPU or device;
+counters (communication, samples read) are exact under every rule; wall-clock metrics are not
 compared.
 """
 
@@ -34,24 +34,30 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedpd.build import run_dtype
+from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.reproduce.execute import EARLY_ROUNDS, rerun
 
-#: float32 numbers: a float32 sum's rounding depends on the order of its terms, which a BLAS
-#: product's thread split, the machine's vector width and the library build may change (the
-#: robustness experiment's float32 MNIST MLP, run per client and vectorised — two summation
-#: orders — differs by at most 2.3e-7 relative after 3 rounds); ATOL: a number that is 0 up to rounding
+#: float32 numbers untrained (round 0) or on the same kind of CPU: a float32 sum's rounding depends
+#: on the order of its terms, which a BLAS product's thread split may change; ATOL: 0 up to rounding
 FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-9
-#: float64 numbers on another kind of CPU (the module docstring; measured drift: docs/performance.md);
-#: ATOL: a number that is 0 up to rounding (a squared gradient norm at machine precision, ~1e-33)
-CROSS_CPU_RTOL, CROSS_CPU_ATOL = 1e-10, 1e-20
-#: a share of correct predictions (``*_acc``) on another CPU or device: a rounding difference may
-#: move a test sample across a decision boundary
-FLIPS_ATOL = 2e-3
-#: another device: the tolerance of the first rounds a record keeps per round (``early``:
-#: rounds 0 to :data:`fedpd.reproduce.execute.EARLY_ROUNDS`)
-CROSS_DEVICE_EARLY_RTOL = 1e-3
-#: another device: the tolerance of the record's later rounds (a gross check)
+#: float64 numbers on another kind of CPU (the module docstring; the drift measured: docs/performance.md,
+#: "Numbers across CPUs"); ATOL: a number that is 0 up to rounding (‖∇f‖² at machine precision, ~1e-33)
+CROSS_CPU_RTOL, CROSS_CPU_ATOL = 1e-7, 1e-20
+#: float32 numbers of trained rounds on another kind of CPU: rounding differences compound through
+#: training (the MNIST MLP of the robustness report: 1.2e-3 relative after 10 rounds) as far as a
+#: 1 % change of the learning rate moves them (1.2e-3 to 1.6e-2), so this is a check against a wrong
+#: config only — the close one is of the early rounds
+CROSS_CPU_TRAINED_RTOL = 1e-2
+#: a share of correct predictions (``test_acc``, ``personal_acc_worst10``, ...) on another CPU or
+#: device: a rounding difference may move a test sample across a decision boundary (measured: 5e-4
+#: of the pooled test set, 1e-3 of the worst clients' mean, after 10 MLP rounds)
+FLIPS_ATOL = 5e-3
+#: the first rounds a float32 or GPU record keeps per round (``early``: rounds 0 to
+#: :data:`fedpd.reproduce.execute.EARLY_ROUNDS`), compared on another CPU or device to this
+EARLY_RTOL = 1e-3
+#: another device: the tolerance of the record's later rounds (a check against a wrong config only)
 CROSS_DEVICE_RTOL = 5e-2
 #: metrics that measure time, not the computation
 UNTIMED = ("wall_s",)
@@ -59,34 +65,34 @@ UNTIMED = ("wall_s",)
 
 @dataclass(frozen=True)
 class Rule:
-    """How a record and its re-run are compared: each float metric to a relative tolerance (0:
-    identical); counters always exactly."""
+    """How a record and its re-run are compared: each float metric to a (relative, absolute)
+    tolerance (:meth:`tolerance`; (0, 0): identical); counters always exactly."""
 
     name: str
-    float64_rtol: float
-    float32_rtol: float
+    float64_rtol: float | None  # every round of a float64 record (None: as float32)
+    float32_rtol: float  # round 0 of a float32 record: no training yet
+    trained_rtol: float | None = None  # float32 rounds after 0 (None: float32_rtol)
+    early_rtol: float | None = None  # the record's ``early`` rounds after 0
     acc_atol: float = 0.0  # ``*_acc`` metrics: this much absolute difference allowed as well
-    trained_rtol: float | None = None  # another device: rounds after 0 of the record's metrics
-    early_rtol: float | None = None  # another device: its ``early`` per-round metrics
 
     def tolerance(self, dtype: str, round_: int, early: bool = False) -> tuple[float, float]:
-        """(relative, absolute) tolerance of a float metric of round ``round_`` (``early``: of the
-        record's early rounds)."""
-        if early and self.early_rtol is not None and round_ > 0:
+        """(relative, absolute) tolerance of a float metric of round ``round_`` (``early``: one of
+        the record's early rounds)."""
+        if early and round_ > 0 and self.early_rtol is not None:
             return self.early_rtol, FLOAT32_ATOL
-        if self.trained_rtol is not None and round_ > 0:
-            return self.trained_rtol, FLOAT32_ATOL
-        if dtype == "float64":
+        if dtype == "float64" and self.float64_rtol is not None:
             return self.float64_rtol, CROSS_CPU_ATOL if self.float64_rtol else 0.0
+        if round_ > 0 and self.trained_rtol is not None:
+            return self.trained_rtol, FLOAT32_ATOL
         return self.float32_rtol, FLOAT32_ATOL
 
 
-SAME_CPU = Rule("same kind of CPU: float64 identical, float32 to 1e-4", 0.0, FLOAT32_RTOL)
-OTHER_CPU = Rule(f"another kind of CPU: float64 to {CROSS_CPU_RTOL:g}, float32 to {FLOAT32_RTOL:g}, accuracy to "
-                 f"{FLIPS_ATOL:g}", CROSS_CPU_RTOL, FLOAT32_RTOL, FLIPS_ATOL)
-OTHER_DEVICE = Rule(f"another device: round 0 to {FLOAT32_RTOL:g}, rounds 1–{EARLY_ROUNDS} to "
-                    f"{CROSS_DEVICE_EARLY_RTOL:g}, later rounds to {CROSS_DEVICE_RTOL:g}", FLOAT32_RTOL, FLOAT32_RTOL,
-                    FLIPS_ATOL, CROSS_DEVICE_RTOL, CROSS_DEVICE_EARLY_RTOL)
+SAME_CPU = Rule(f"same kind of CPU: float64 identical, float32 to {FLOAT32_RTOL:g}", 0.0, FLOAT32_RTOL)
+OTHER_CPU = Rule(f"another kind of CPU: float64 to {CROSS_CPU_RTOL:g}; float32 round 0 to {FLOAT32_RTOL:g}, early "
+                 f"rounds to {EARLY_RTOL:g}, later rounds to {CROSS_CPU_TRAINED_RTOL:g}", CROSS_CPU_RTOL,
+                 FLOAT32_RTOL, CROSS_CPU_TRAINED_RTOL, EARLY_RTOL, FLIPS_ATOL)
+OTHER_DEVICE = Rule(f"another device: round 0 to {FLOAT32_RTOL:g}, early rounds to {EARLY_RTOL:g}, later rounds to "
+                    f"{CROSS_DEVICE_RTOL:g}", None, FLOAT32_RTOL, CROSS_DEVICE_RTOL, EARLY_RTOL, FLIPS_ATOL)
 
 
 @dataclass
@@ -113,7 +119,8 @@ def choose(keys: list[str], k: int, seed: int = 0) -> list[str]:
 def agree(recorded, rerun, tolerance: tuple[float, float] = (0.0, 0.0), acc_atol: float = 0.0,
           key: str = "") -> bool:
     """Whether a recorded metric and its re-run agree: integers exactly, floats to ``tolerance``
-    (relative, absolute; (0, 0): exactly), a ``*_acc`` metric also to ``acc_atol``."""
+    (relative, absolute; (0, 0): exactly), a share of correct predictions (``test_acc``,
+    ``personal_acc_worst10``, ...) also to ``acc_atol``."""
     rtol, atol = tolerance
     if recorded is None or rerun is None:
         return recorded is rerun
@@ -126,7 +133,7 @@ def agree(recorded, rerun, tolerance: tuple[float, float] = (0.0, 0.0), acc_atol
         if math.isinf(a) or math.isinf(b):
             return False
         return (abs(a - b) <= rtol * max(abs(a), abs(b)) + atol
-                or (key.endswith("_acc") and abs(a - b) <= acc_atol))
+                or ("_acc" in key and abs(a - b) <= acc_atol))
     return recorded == rerun
 
 
@@ -174,19 +181,21 @@ def verify_record(record, rounds: int = 3) -> Verified:
     if not evaluated:
         return Verified(record.key, 0, 0, "", "the record holds no metrics")
     upto = next((r for r in evaluated if r >= rounds), evaluated[-1])
-    dtype = _dtype(record.config)
+    dtype = run_dtype(load_config(record.config))
     made_on = record.config.get("run", {}).get("device", "cpu")
     device = _present(made_on)
     across = f"{made_on} → {device}" if device != made_on else ""
     rule = rule_of(record, device)
-    early = record.early if across else []
+    loose = rule.trained_rtol is not None and (dtype == "float32" or rule.float64_rtol is None)
+    early = record.early if loose else []  # its trained rounds are compared loosely: the early ones closely
     again = rerun(record.config, max(upto, len(early) - 1), device, every=1 if early else None)
-    compared, mismatch = compare(record.metrics, again, dtype, rule, upto)
-    if not mismatch and early:
-        more, mismatch = compare(early, again, dtype, rule, EARLY_ROUNDS, early=True)
+    compared, mismatch = compare(early, again, dtype, rule, EARLY_ROUNDS, early=True) if early else (0, "")
+    if not mismatch:
+        more, mismatch = compare(record.metrics, again, dtype, rule, upto)
         compared += more
-    name = rule.name if not across or early else f"{rule.name} (the record keeps no early rounds: rounds 1–" \
-                                                  f"{EARLY_ROUNDS} not compared closely)"
+    name = rule.name
+    if loose and not early:
+        name += " (the record keeps no early rounds: its trained rounds are checked loosely only)"
     return Verified(record.key, upto, compared, dtype, mismatch, across, name)
 
 
@@ -200,20 +209,6 @@ def _present(device: str) -> str:
     except ConfigError:
         return "cpu"
     return device
-
-
-def _dtype(config: dict) -> str:
-    """The dtype a run computed in: run.dtype, or for "auto" the problem's own (float32 for the
-    problems that take a model, i.e. datasets; float64 for the built-in ones; fedpd.build)."""
-    import inspect
-
-    from fedpd.config import load_config
-
-    cfg = load_config(config)
-    if cfg.run.dtype != "auto":
-        return cfg.run.dtype
-    takes_model = "model" in inspect.signature(cfg.entries["problem"].build).parameters
-    return "float32" if takes_model else "float64"
 
 
 def verify(name: str, out: str | Path, k: int, budget: str | None = None, rounds: int = 3, seed: int = 0,
