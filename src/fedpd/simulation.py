@@ -54,7 +54,7 @@ class Simulation:
         self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
-        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client
+        check_against_problem(cfg, self.problem, self.algorithm)  # e.g. a batch larger than every client
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
