@@ -18,7 +18,8 @@ SHORT = {"train_loss": "train loss", "grad_norm_sq": "‖∇f‖²", "test_loss"
          "personal_acc": "pers. acc", "personal_loss": "pers. loss", "personal_mse": "pers. MSE",
          "comm_rounds": "comm", "uplink_floats": "uplink", "rounds": "rounds", "algorithm": "algorithm",
          "run": "run", "backdoor_acc": "backdoor acc", "downlink_floats": "downlink\nfloats",
-         "sample_grads": "sample\ngrads", "rejected_uploads": "rejected\nuploads", "wall_s": "wall s"}
+         "sample_grads": "sample\ngrads", "rejected_uploads": "rejected\nuploads", "wall_s": "wall s",
+         "personal_acc_worst10": "worst 10% acc", "personal_mse_worst10": "worst 10% MSE"}
 #: what `fedpd compare` shows first, where the runs report it (personal metrics first); every other
 #: metric a run recorded follows (:func:`recorded_metrics`)
 COMPARE_METRICS = ("personal_acc", "personal_mse", "personal_loss", "train_loss", "grad_norm_sq", "test_loss",
@@ -205,10 +206,23 @@ def render_table(columns: list[Column], rows: list[dict], width: int | None = No
     console.print(table)
     dropped = [columns[i] for i in range(len(columns)) if i not in keep]
     if dropped:
-        names = ", ".join(c.header.replace("\n", " ") for c in dropped)
+        names = ", ".join(_named(dropped))
         note = f"left out at {width} columns: {names} (all of them: --format csv, json or markdown)"
         console.print(textwrap.fill(note, width=width), markup=False)
     return [c.key for c in dropped]
+
+
+def _named(columns: list[Column]) -> list[str]:
+    """The headers of ``columns`` on one line each, a metric's final and best as one: "test loss
+    (final, best)"."""
+    parts: dict[str, list[str]] = {}
+    for c in columns:
+        name, _, part = c.header.rpartition("\n")
+        if part in ("final", "best") and name:
+            parts.setdefault(name.replace("\n", " "), []).append(part)
+        else:
+            parts.setdefault(c.header.replace("\n", " "), [])
+    return [f"{name} ({', '.join(p)})" if len(p) > 1 else f"{name} {p[0]}" if p else name for name, p in parts.items()]
 
 
 def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:
