@@ -65,7 +65,8 @@ def test_compare_table_leads_with_backdoor_accuracy_and_a_plain_run_has_no_setti
     monkeypatch.setenv("COLUMNS", "80")  # what is left out is named, a metric's final and best together
     code, out, _ = cli(["compare", *map(str, backdoor_runs[:2])], capsys)
     note = " ".join(out.split("left out at 80 columns:")[1].split())
-    assert code == 0 and "train loss (final, best)" in note and "rejected uploads" in note, out
+    assert code == 0 and "test loss (final, best)" in note and "rejected uploads" in note, out
+    assert "test acc" in " ".join(out.splitlines()[:2])  # an accuracy outranks the setting columns
     code, out, _ = cli(["compare", str(backdoor_runs[2]), "--format", "csv"], capsys)
     keys = next(csv.reader(io.StringIO(out)))
     assert "privacy" in keys and "aggregator" not in keys and "attack" not in keys

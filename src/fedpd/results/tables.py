@@ -64,7 +64,7 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
     settings = {key: [describe(r.cfg) for r in runs] for key, describe in SETTINGS.items()}
     settings = {key: values for key, values in settings.items() if any(values)}  # where some run sets it
     columns = [Column("run", "run", False, 0), Column("algorithm", "algorithm", False, 1),
-               *[Column(key, key, False, 2) for key in settings],
+               *[Column(key, key, False, 3) for key in settings],  # after the first metric and accuracies
                Column("rounds", "rounds", True, 20 + len(metrics)), Column("comm_rounds", "comm\nrounds", True, 3),
                Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics))]
     private = any("dp_epsilon" in r.records[-1] for r in runs)  # [privacy]: the ε spent, at the run's delta
