@@ -151,6 +151,14 @@ def test_the_personalised_section_runs_as_written(tmp_path, monkeypatch, capsys)
             assert argv[0] == "fedpd" and main(argv[1:]) == 0, line
         table = capsys.readouterr().out
         head = FlatModel(sys.modules["my_fedpd"].TinyCNN((1, 12, 12), 4, width=8)).mask("head")
+        import fedpd  # the page: the same metrics in process and on loopback nodes (other groups of clients)
+
+        def two_rounds(*more):
+            history = fedpd.run("my_experiment.toml", overrides=["algorithm.name=my_fedrep:FedRep", "run.rounds=2",
+                                                                 "run.eval_every=1", *more]).history
+            return [{k: v for k, v in r.items() if k != "wall_s"} for r in history]
+
+        assert two_rounds() == two_rounds("run.engine=loopback", "run.nodes=3")
     finally:
         for name in set(sys.modules) - before:
             if name.startswith("my_"):
