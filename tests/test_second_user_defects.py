@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -13,11 +15,13 @@ import fedpd
 from fedpd.checks import FedpdNotice
 from fedpd.config import load_config
 from fedpd.progress import summary
+from fedpd.results.runs import X_AXES
 from fedpd.simulation import Simulation
 
 from helpers import run_cli as cli
 from user_plugins import write_module
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = {"problem": {"name": "synthetic", "clients": 6, "max_client_samples": 40},
         "solver": {"name": "sgd", "lr": 0.1, "local_steps": 2, "batch_size": 8},
         "run": {"rounds": 2, "eval_every": 1}}
@@ -112,3 +116,37 @@ def test_personal_metrics_on_pooled_slices_of_a_non_iid_split_are_one_note(tmp_p
     if noted:
         assert f'problem.test: "pooled" with partition = "{partition}"' in notes[0] and "per_client" in notes[0]
         assert "\n" not in notes[0]
+
+
+# --- 5: the fedplus_mnist problem says how to fetch MNIST; a long y label is never cut ----------
+def test_fedplus_mnist_without_its_data_names_the_download_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
+    code, _, err = cli(["run", str(ROOT / "examples" / "fedgeomed_plus_mnist.toml"), "--out", str(tmp_path / "r")],
+                       capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].endswith("fetch it with: fedpd data download mnist"), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_metric_label_fits_its_panel(tmp_path):
+    """`fedpd plot --metric backdoor_acc` cut its label (67 characters) at both ends: a long label
+    now breaks into lines, each panel's label within the panel's height — alone, and every long
+    label in one figure of panels in two columns (each row as tall as any figure's)."""
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'fedpd[plot]')")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from fedpd.results.figures import LABELS, Y_LABEL_CHARS, runs_figure
+
+    keys = [k for k, label in LABELS.items() if k not in X_AXES and len(label) > Y_LABEL_CHARS]  # the wrapped ones
+    assert "backdoor_acc" in keys and "personal_acc_worst10" in keys
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"round": r, "comm_rounds": r, **{k: 0.1 * r + 0.01 for k in keys}}) + "\n" for r in range(4)))
+    for metrics in (["backdoor_acc"], keys):
+        fig = runs_figure([run], metrics)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.canvas.draw()
+        for ax in fig.axes[:len(metrics)]:
+            label, panel = ax.yaxis.label.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert label.height <= panel.height and 0 <= label.y0 and label.y1 <= fig.bbox.height, ax.get_ylabel()
