@@ -566,7 +566,7 @@ class Backdoor(UpdateAttack):
                               "classification problem with real inputs)")
         classes = problem.info.get("num_classes")
         if classes is None:
-            classes = int(max(train.y.max(), problem.test.y.max(initial=0))) + 1
+            classes = int(torch.cat([train.y, problem.test.y]).max()) + 1  # the labels seen (synthetic)
         target, size = self.settings["target"], self.settings["trigger_size"]
         if target >= classes:
             raise ConfigError(f"attack.target: {target} is not a class of this problem (allowed: 0..{classes - 1})")

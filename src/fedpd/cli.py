@@ -308,17 +308,18 @@ def make_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=_cmd_plot)
 
     cp = sub.add_parser("compare", help="final and best metrics of runs, one row per run",
-                        description="Final and best value of each metric, one row per run. The table fits the "
-                        "terminal (least important columns left out, and named); --format csv, json or "
-                        "markdown prints every column for other programs.",
+                        description="Final and best value of every metric the runs recorded, the final value "
+                        "of each counter, and each run's aggregator, attack and privacy where a run sets them; one "
+                        "row per run. The table fits the terminal (least important columns left out, and named); "
+                        "--format csv, json or markdown prints every column for other programs.",
                         epilog="examples:\n  fedpd compare runs/fedpd runs/fedavg\n"
                         "  fedpd compare runs/* --format csv > results.csv",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     cp.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
     _format_option(cp)
     cp.add_argument("--metrics", metavar="KEY[,KEY]", action="append",
-                    help="metrics to show (default: the losses, grad_norm_sq, accuracies and personal metrics "
-                    "the runs report)")
+                    help="metrics to show (default: every metric the runs report, the personal metrics, losses, "
+                    "grad_norm_sq and accuracies first)")
     cp.set_defaults(func=_cmd_compare)
 
     sw = sub.add_parser("sweep", help="several configs and/or seeds as independent runs, in parallel processes",

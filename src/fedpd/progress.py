@@ -15,7 +15,7 @@ def _fmt_time(seconds: float) -> str:
 #: them (Fed+ and the personalised baselines: each client's own model on its own test data), then
 #: the server model's
 PERSONAL_KEYS = ("personal_acc", "personal_mse", "personal_loss")
-GLOBAL_KEYS = ("train_loss", "grad_norm_sq", "test_acc", "comm_rounds")
+GLOBAL_KEYS = ("train_loss", "grad_norm_sq", "test_acc", "backdoor_acc", "comm_rounds")
 
 
 def _item(key: str, value) -> str:
