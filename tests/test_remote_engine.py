@@ -40,7 +40,7 @@ def remote_engine(tmp_path, hosted: list[list[int]]) -> RemoteEngine:
 @pytest.mark.parametrize("hosted, needle", [
     ([[0, 1, 2], [], [3, 4, 5]], "hosts no client"),
     ([[0, 1, 2, 3], [3, 4, 5]], "client 3 is hosted twice"),
-    ([[0, 1], [3, 4, 5]], "clients [2] are hosted by no node"),
+    ([[0, 1], [3, 4, 5]], "clients 2 are hosted by no node"),
     ([[0, 1, 2], [3, 4, 5, 9]], "hosts client 9"),
 ])
 def test_a_bad_federation_is_one_line_before_any_round(tmp_path, hosted, needle):

@@ -176,6 +176,30 @@ def _cmd_compare(args) -> int:
     return 0
 
 
+def _cmd_status(args) -> int:
+    from fedpd import status
+
+    if args.notices < 0:
+        raise FedpdError(f"--notices {args.notices}: allowed 0 or more")
+    worst, rows = 0, []
+    for out in args.dirs:
+        record = status.read(Path(out))
+        if not record:
+            raise FedpdError(f"{out!r}: not a fedpd run directory (no config.toml, no status.json)")
+        code = status.exit_code(record["state"])
+        worst = code if worst == 0 or code == status.ENDED_EARLY else worst
+        rows.append({"dir": str(out), "exit": code, **record})
+        if args.format == "table":
+            print(status.describe(Path(out), record))
+            for note in record.get("notices", [])[-args.notices:] if args.notices else []:
+                print(f"  round {note.get('round')}: {note.get('text')}")
+    if args.format == "json":
+        import json
+
+        print(json.dumps(rows, indent=1))
+    return worst
+
+
 def _cmd_sweep(args) -> int:
     from fedpd.reproduce.cluster import cluster_from
     from fedpd.results.tables import compare_table, print_table
@@ -321,6 +345,22 @@ def make_parser() -> argparse.ArgumentParser:
                     help="metrics to show (default: every metric the runs report, the personal metrics, losses, "
                     "grad_norm_sq and accuracies first)")
     cp.set_defaults(func=_cmd_compare)
+
+    st = sub.add_parser("status", help="how runs went: finished, running, or ended early (and why); exit status says",
+                        description="One line per run directory: finished, running, or how it ended early (failed, "
+                        "stopped, refused, died: its server process is gone), where, and how to continue it; then the "
+                        "last notices of a run on nodes (dropouts, rejected uploads, nodes gone). A Flower deployment's "
+                        "flwr run exits 0 whatever happened: this is what a script checks.",
+                        epilog="exit status: 0 every run finished; 4 a run is still running (none ended early); "
+                        "1 a run ended early; 2 bad input.\n\nexamples:\n  fedpd status deploy/run\n"
+                        "  flwr run deploy/app local-tls --stream; fedpd status deploy/run || echo 'not finished'",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    st.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
+    st.add_argument("--notices", type=int, default=5, metavar="N", help="the last N notices of each run (default 5; "
+                    "0: none)")
+    st.add_argument("--format", default="table", choices=("table", "json"),
+                    help="table (default), or json: every run's whole record, for other programs")
+    st.set_defaults(func=_cmd_status)
 
     sw = sub.add_parser("sweep", help="several configs and/or seeds as independent runs, in parallel processes",
                         description="Run every CONFIG with every seed as its own run directory, OUT/<config>/s<seed>, "

@@ -35,15 +35,16 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from fedpd import plugins
+from fedpd import advice, plugins
 from fedpd.checks import FedpdNotice, check_finite
 from fedpd.config import RESUMABLE, Config, Unset, first_difference, load_config
-from fedpd.engines import NODES, open_runtime
-from fedpd.errors import ConfigError, reason
+from fedpd.engines import NODES, in_process, open_runtime
+from fedpd.errors import ConfigError, FedpdError, reason
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.progress import Progress
 from fedpd.results.runs import runs_below
 from fedpd.simulation import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, Simulation
+from fedpd.status import StatusFile
 from fedpd.tensorboard import open_writer
 
 CHECKPOINT = "checkpoint.pt"
@@ -66,7 +67,7 @@ def read_checkpoint(path: Path, cfg: Config) -> dict:
         raise ConfigError(f"{path}: not a fedpd checkpoint")
     if sd.get("version") != CHECKPOINT_VERSION:
         raise ConfigError(f"{path}: checkpoint format version {sd.get('version')!r}; this fedpd reads version "
-                          f"{CHECKPOINT_VERSION} (start the run again with --overwrite)")
+                          f"{CHECKPOINT_VERSION} (start the run again with {advice.overwrite()})")
     ours, theirs = cfg.fingerprint(), sd.get("config")
     if isinstance(theirs, dict) and isinstance(theirs.get("run"), dict) and theirs["run"].get("store") == "auto":
         ours["run"]["store"] = "auto"  # a remote engine's run: run.store (in process only) was never resolved
@@ -125,7 +126,7 @@ def _kept_history(out: Path, cfg: Config, round: int) -> list[dict]:
     if not path.exists():
         if round > 0:
             raise ConfigError(f"{path}: missing, but the checkpoint is at round {round} (restore the file, or start "
-                              f"again with --overwrite)")
+                              f"again with {advice.overwrite()})")
         return []
     every = cfg.run.eval_every
     history = [r for r in read_jsonl(path) if r.get("round", 0) <= round
@@ -134,7 +135,7 @@ def _kept_history(out: Path, cfg: Config, round: int) -> list[dict]:
     lost = [t for t in range(0, round + 1, every) if t not in have] if round > 0 else []
     if lost:
         raise ConfigError(f"{path}: has no record of round {lost[0]}, but the checkpoint is at round {round} "
-                          f"(the file was cut short or edited; start again with --overwrite)")
+                          f"(the file was cut short or edited; start again with {advice.overwrite()})")
     return history
 
 
@@ -165,13 +166,18 @@ def _check_out(out: Path, overwrite: bool) -> list[str]:
     held = [p for p in (METRICS, CHECKPOINT, NODES) if (out / p).exists()]
     if held and not overwrite and not (out / CHECKPOINT).exists():  # stopped before its first checkpoint
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}) but no checkpoint "
-                          f"(the run stopped before its first one): nothing to resume; replace it with --overwrite "
-                          f"(Python: overwrite=True)")
+                          f"(the run stopped before its first one): nothing to resume; replace it with "
+                          f"{advice.overwrite(python=True)}")
     if held and not overwrite:
         raise ConfigError(f"run directory {str(out)!r} already holds results ({', '.join(held)}); "
-                          f"continue it with --resume {out} (Python: resume={str(out)!r}), or replace it with "
-                          f"--overwrite (Python: overwrite=True)")
+                          f"continue it with {advice.resume(out, python=True)}, or replace it with "
+                          f"{advice.overwrite(python=True)}")
     return held
+
+
+def _asked(out: Path) -> str:
+    """The resume that was asked for, as the user asked it."""
+    return f"resume=true (run directory {out})" if advice.in_flower_app() else f"--resume {str(out)!r}"
 
 
 def _prepare_out(out: Path, overwrite: bool) -> None:
@@ -200,11 +206,11 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
     if resume is not None:
         out = Path(resume)
         if not (out / CONFIG).is_file():
-            raise ConfigError(f"--resume {str(out)!r}: no {CONFIG} there (not a fedpd run directory)")
+            raise ConfigError(f"{_asked(out)}: no {CONFIG} there (not a fedpd run directory)")
         if not (out / CHECKPOINT).is_file():  # a resume would silently start from round 0
-            raise ConfigError(f"--resume {str(out)!r}: no {CHECKPOINT} there (the run stopped before its first "
-                              f"checkpoint): nothing to resume; start the run again with --out {str(out)!r} "
-                              f"--overwrite")
+            again = advice.overwrite() if advice.in_flower_app() else f"--out {str(out)!r} --overwrite"
+            raise ConfigError(f"{_asked(out)}: no {CHECKPOINT} there (the run stopped before its first "
+                              f"checkpoint): nothing to resume; start the run again with {again}")
         if any(isinstance(item, Unset) for item in overrides):
             raise ConfigError("--unset cannot be combined with --resume (a resume continues the run's own config)")
         cfg = load_run_config(out, overrides)
@@ -256,13 +262,18 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
                     atomic_write_text(out / CONFIG, cfg.to_toml())
                 atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
                 _warn_if_changed(out, _read_plugins(out))
-        return _loop(sim, cfg, out, history, progress, label, on_checkpoint)
+        status = None
+        if out is not None and not in_process(cfg, transport):  # clients on nodes: how the run went, and its notices
+            status = StatusFile(out, round=sim.round, rounds=cfg.run.rounds, resume=advice.resume_command(out),
+                                resumed=resume)
+            sim.engine.on_notice = status.note
+        return _loop(sim, cfg, out, history, progress, label, on_checkpoint, status)
     finally:
         sim.close()  # run.workers' processes
 
 
 def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str,
-          on_checkpoint=None) -> RunResult:
+          on_checkpoint=None, status: StatusFile | None = None) -> RunResult:
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     dp = getattr(sim.algorithm, "_dp", None)  # [privacy]: stop before a round would pass target_epsilon
     if dp is not None:
@@ -287,6 +298,8 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
             sim.checkpointed()  # a versioned store may now drop what this checkpoint replaces
             if on_checkpoint is not None:
                 on_checkpoint(out)
+            if status is not None:
+                status.progress(sim.round)
 
     try:
         due = sim.round % every == 0 or sim.round == rounds
@@ -301,8 +314,25 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
                 bar.update(sim.round)
             if sim.round % ckpt_every == 0 or sim.round == rounds:
                 checkpoint()
+        sim.finish()
+    except BaseException as err:
+        if status is not None:  # how it ended, for whoever reads the run directory
+            stopped = isinstance(err, (KeyboardInterrupt, SystemExit))
+            status.end("stopped" if stopped else "failed", sim.round, _why(err))
+        raise
     finally:
         bar.close()
         if tb is not None:
             tb.close()
+    if status is not None:
+        status.end("finished", sim.round)
     return RunResult(history, sim.model().detach(), sim, out, cfg)
+
+
+def _why(err: BaseException) -> str:
+    """The line that ended a run: a fedpd error's whole message, else the exception's first line."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(err, SystemExit):
+        return f"stopped (exit status {err.code})"
+    return str(err) if isinstance(err, FedpdError) else reason(err, limit=300)

@@ -186,6 +186,13 @@ class Simulation:
         else:
             self.engine.load_state_dict(entry)
 
+    def finish(self) -> None:
+        """The run reached its target: an engine that holds work back sends it now (a deployment's
+        remote engine: the last round's commits)."""
+        finish = getattr(self.engine, "finish", None)
+        if finish is not None:
+            finish()
+
     def checkpointed(self) -> None:
         """The checkpoint of this round is on disk: the engine may drop older versions, and the
         node folders a moved run left behind (:mod:`fedpd.handover`) go."""

@@ -39,10 +39,12 @@ def to_envelope(content: RecordDict) -> Envelope:
 
 
 class FlowerTransport:
-    """The remote engine's transport through a ServerApp's ``grid``."""
+    """The remote engine's transport through a ServerApp's ``grid``; ``deployed``: a deployment's
+    SuperNodes (not Flower's simulation), where each exchange waits for a SuperNode's poll, so a
+    round's commits ride with the next message to each node (:class:`~fedpd.remote.engine.RemoteEngine`)."""
 
-    def __init__(self, grid, wait: float = 0.2):
-        self.grid, self.wait = grid, wait
+    def __init__(self, grid, wait: float = 0.2, deployed: bool = False):
+        self.grid, self.wait, self.defer_commits = grid, wait, deployed
 
     def nodes(self) -> list[int]:
         return sorted(int(n) for n in self.grid.get_node_ids())

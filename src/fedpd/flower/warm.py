@@ -15,6 +15,12 @@ ClientApp left it. Tasks are served one at a time, as a SuperNode hands them out
 It runs only fedpd's ClientApp: a run whose app names another ClientApp gets an error reply and
 its task fails, as a ClientApp that cannot be loaded does. Flower's Runtime API has no version
 promise; this follows the Flower ``pyproject.toml`` pins (1.42; 1.41's is the same).
+
+Each task is served in a thread of its own while the loop keeps watch: a task whose message does
+not arrive is left waiting (after :data:`STUCK_S`) and the next task is served. That happens when
+the SuperLink restarts during a run: the SuperNode makes a task of a message of the stopped run,
+whose content it can no longer fetch, and Flower waits for it for up to two hours — the node
+would serve nothing else. A SIGTERM stops the loop at once; a task that is running finishes first.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import threading
 #: the ClientApp component this process runs (the one ``fedpd flower app`` writes)
 CLIENTAPP = "fedpd.flower.clientapp:client_app"
 _LAST_RUN: list[int] = []  # the Flower run id of the last task served (for the log only)
+#: seconds a claimed task may wait for its message before the next task is served beside it
+STUCK_S = 10.0
 
 
 def _client(address: str, root_certificates: str | None, interceptors: list, retry: bool = True):
@@ -43,9 +51,11 @@ def _client(address: str, root_certificates: str | None, interceptors: list, ret
                                                  retry_invoker=retry)
 
 
-def serve_task(address: str, token: str, root_certificates: str | None = None) -> str:
+def serve_task(address: str, token: str, root_certificates: str | None = None,
+               arrived: threading.Event | None = None) -> str:
     """Serve the claimed task of ``token``: pull its message and context, run fedpd's ClientApp
-    here, push the reply and the context back. Returns Flower's sub-status of the task."""
+    here, push the reply and the context back (``arrived`` is set once the message is here).
+    Returns Flower's sub-status of the task."""
     from flwr.app import Message
     from flwr.app.error import Error
     from flwr.common.config import get_fab_config
@@ -73,6 +83,8 @@ def serve_task(address: str, token: str, root_certificates: str | None = None) -
     try:
         heartbeat.start()
         message, context, run, fab = pull_task_input(client)
+        if arrived is not None:
+            arrived.set()
         if _LAST_RUN != [run.run_id]:  # one line whenever another run's messages start coming
             _LAST_RUN[:] = [run.run_id]
             print(f"fedpd flower clientapp: serving run {run.run_id}", file=sys.stderr, flush=True)
@@ -103,11 +115,29 @@ def serve_task(address: str, token: str, root_certificates: str | None = None) -
     return status
 
 
+class _Task:
+    """A claimed task, served in a thread of its own."""
+
+    def __init__(self, address: str, token: str, root_certificates: str | None):
+        import time
+
+        self.arrived, self.since = threading.Event(), time.monotonic()
+        self.thread = threading.Thread(target=serve_task, args=(address, token, root_certificates, self.arrived),
+                                       daemon=True, name="fedpd-task")
+        self.thread.start()
+
+    def waits_for_its_message(self) -> float:
+        """Seconds it has waited for its message (0 once it arrived, or the task is over)."""
+        import time
+
+        return 0.0 if self.arrived.is_set() or not self.thread.is_alive() else time.monotonic() - self.since
+
+
 def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
           stop: threading.Event | None = None) -> None:
     """Claim and serve the SuperNode's ClientApp tasks at ``address`` until ``stop`` is set (or
-    SIGTERM / SIGINT, between two tasks). A SuperNode that is not (or no longer) reachable is
-    waited for: one that restarts on the same port is served again."""
+    SIGTERM / SIGINT; a task in progress finishes). A SuperNode that is not (or no longer)
+    reachable is waited for: one that restarts on the same port is served again."""
     from flwr.proto.runtime_pb2 import AcquireTaskRequest
     from flwr.supercore.constant import TaskType
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
@@ -121,10 +151,13 @@ def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
     client = _client(address, root_certificates, [RuntimeVersionHttpInterceptor(component_name="SuperExec")],
                      retry=False)  # this loop waits and asks again
     request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
-    waiting = False
+    waiting, current = False, None
     print(f"fedpd flower clientapp: serving the SuperNode at {address}", file=sys.stderr, flush=True)
     try:
         while not stop.is_set():
+            if current is not None and current.thread.is_alive() and current.waits_for_its_message() < STUCK_S:
+                stop.wait(poll)  # one task at a time, unless it waits for a message that does not come
+                continue
             try:
                 claimed = client.AcquireTask(request)
             except Exception as err:  # the SuperNode is not there (yet, or any more): wait for it
@@ -138,8 +171,14 @@ def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
                 print(f"fedpd flower clientapp: serving the SuperNode at {address}", file=sys.stderr, flush=True)
                 waiting = False
             if claimed.HasField("task") and claimed.token:
-                serve_task(address, claimed.token, root_certificates)
+                if current is not None and current.thread.is_alive():
+                    print(f"fedpd flower clientapp: a task has waited {current.waits_for_its_message():.0f} s for "
+                          f"its message (one of a run that stopped?); serving the next task meanwhile",
+                          file=sys.stderr, flush=True)
+                current = _Task(address, claimed.token, root_certificates)
             else:
                 stop.wait(poll)
+        if current is not None and current.arrived.is_set():
+            current.thread.join()  # a task in progress finishes (its reply goes back)
     finally:
         client.close()

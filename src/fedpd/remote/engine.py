@@ -11,8 +11,19 @@ unit tests use); :mod:`fedpd.flower` sends the same envelopes as Flower messages
 A node that answers a ``train`` with an error, a malformed or an oversized reply has its
 clients' uploads rejected (counted in ``rejected_uploads``); one that does not answer at all has
 its clients counted as ``dropouts``; either way their states are kept, one line says so on
-stderr and the run goes on. Bad federations are refused before the first round with one line: a node hosting
-no client, a client hosted twice, a client hosted by nobody.
+stderr (and in the run's ``status.json``, :mod:`fedpd.status`) and the run goes on. A node the
+transport lists no longer (Flower marks a SuperNode offline when it leaves or misses its
+heartbeats) is not waited for: one line says it is gone, at once, and its clients drop out of
+every round until it, or a node hosting them, is listed again. Bad federations are refused before
+the first round with one line: a node hosting no client, a client hosted twice, a client hosted by
+nobody (after waiting ``timeout`` for nodes to connect, which is said at once).
+
+In a deployment (a transport with ``defer_commits``) a round's commit is not a message of its own:
+every exchange waits for a SuperNode's poll (3 s when it is idle), so the commit rides with the
+node's next message (train, restore or states; the node applies it first) and a round costs one
+exchange, as in Flower's own strategies. Until then it is pending on the server, kept in the
+checkpoint (a resume's restore carries it), and the run's end sends what is left. The numbers
+are the same: a commit computes the same thing later.
 
 Node state is run-scoped: every request carries the run's key (a token drawn when the run
 starts, kept in its checkpoints, and the config's hash; :func:`~fedpd.remote.filestore.run_key`).
@@ -29,12 +40,13 @@ import json
 import secrets
 import sys
 import time
-from typing import Hashable, Protocol
+from typing import Callable, Hashable, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from fedpd import advice
 from fedpd.algorithms.base import Algorithm, State
 from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
@@ -49,6 +61,12 @@ from fedpd.store import ordered_mean
 def notice(message: str) -> None:
     """One line on stderr about something the run survives (a node that failed a round)."""
     print(f"fedpd: {message}", file=sys.stderr, flush=True)
+
+
+def hosting_advice(clients: list[int]) -> str:
+    """What the operator can do about clients that no connected node hosts."""
+    return (f"start a SuperNode hosting them (--node-config \"hosted-clients='{client_ranges(clients)}' "
+            f"store-dir='...'\", with the store-dir that holds their states)")
 
 
 #: a reply the transport knows will never come (node unavailable, message expired)
@@ -80,8 +98,8 @@ class LoopbackTransport:
     dead id stays listed (as a kill -9'ed SuperNode does for a minute) and the node comes back
     at once under a new id with the same clients and files (a restart without registered keys)."""
 
-    def __init__(self, runtimes: dict[int, NodeRuntime]):
-        self.runtimes = dict(runtimes)
+    def __init__(self, runtimes: dict[int, NodeRuntime], defer_commits: bool = False):
+        self.runtimes, self.defer_commits = dict(runtimes), defer_commits
         self._replies: dict[int, Envelope | str] = {}
         self._count = 0
         self.lose: dict[int, int] = {}
@@ -176,18 +194,25 @@ class RemoteEngine:
         self.store = RemoteStates(self, init_client, num_clients)
         self._sample_grads = 0
         self.prune: int | None = None  # rounds of the last checkpoint written: nodes may drop older versions
+        self.on_notice: Callable[[int, str], None] | None = None  # (round from 1, line): the run's record
+        self.gone: dict[int, list[int]] = {}  # nodes listed no longer -> their clients (dropped out until back)
+        # commits that ride with each node's next message (a deployment: see the module docstring):
+        # the clients a node trained -> (round, those accepted); and each such round's reply
+        self.defer = bool(getattr(transport, "defer_commits", False))
+        self.pending: dict[tuple[int, ...], tuple[int, list[int]]] = {}
+        self.replies: dict[int, State] = {}
+        self.rounds = 0  # rounds the nodes' states have seen
         self.node_of: dict[int, int] = {}
         self.node_of = self._federation()
         self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
         self._trained: dict[int, list[int]] = {}
-        self.rounds = 0  # rounds the nodes' states have seen
         self.hosts_seen: set[str] = set()  # where clients trained (machine / Ray node), as nodes report it
 
     # --- who hosts whom ---------------------------------------------------------------------
     def _federation(self) -> dict[int, int]:
         """Who hosts whom, from every node's hello; waits (up to the timeout) until every client
         is hosted, as nodes connect one by one."""
-        deadline = time.monotonic() + self.timeout
+        deadline, said = time.monotonic() + self.timeout, False
         while True:
             nodes = self.transport.nodes()
             replies = self.exchange({n: Envelope("hello") for n in nodes}, timeout=self.hello_timeout,
@@ -213,31 +238,69 @@ class RemoteEngine:
             missing = [i for i in range(self.num_clients) if i not in node_of]
             if not missing:
                 return node_of
+            where = f"{len(nodes)} node(s) connected" if nodes else "no node is connected"
             if time.monotonic() > deadline or not hasattr(self.transport, "wait_for_nodes"):
-                where = f" ({len(nodes)} node(s) connected)" if nodes else " (no node is connected: start the SuperNodes)"
-                raise ConfigError(f"clients {missing[:5]}{' ...' if len(missing) > 5 else ''} are hosted by no node "
-                                  f"({len(missing)} of {self.num_clients}){where}")
+                raise ConfigError(f"clients {client_ranges(missing)} are hosted by no node ({len(missing)} of "
+                                  f"{self.num_clients} clients; {where}): {hosting_advice(missing)}, or raise "
+                                  f"run.node_timeout (waited {self.timeout:g} s)")
+            if not said:  # the wait is said at once, not only when it ends
+                self.notice(f"waiting up to {self.timeout:g} s (run.node_timeout) for nodes hosting clients "
+                            f"{client_ranges(missing)} ({where})")
+                said = True
             self.transport.wait_for_nodes()
 
     def ask(self, requests: dict[int, Envelope], timeout: float | None = None) -> dict[int, Envelope]:
-        """Requests that must succeed (hello, commit, restore, states): a failure is an error."""
+        """Requests that must succeed (hello, commit, restore, states): a failure is an error. A node
+        that is gone is waited for (up to the timeout): nothing can go on without its clients."""
+        listed = set(self.transport.nodes())
+        for node in requests:
+            if node in self.gone or node not in listed:
+                self.notice(f"{self.node_name(node)} is not connected: waiting up to {self.timeout:g} s "
+                            f"(run.node_timeout) for it, to {requests[node].kind}; "
+                            f"{hosting_advice(self.hosted.get(node, []))}")
+        carried = self._carry(requests)
         replies = self.exchange(requests, timeout=timeout)
         for node, reply in replies.items():
             if reply is None:
                 raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
-                                  f"(run.node_timeout)")
+                                  f"(run.node_timeout): {hosting_advice(self.hosted.get(node, []))}, then resume")
             if "error" in reply.config:
                 raise ConfigError(f"{self.node_name(node)}: {requests[node].kind} failed: {reply.config['error']}")
+        self._carried(carried, replies)
         return replies
 
+    def _carry(self, requests: dict[int, Envelope]) -> dict[int, tuple[int, ...]]:
+        """Put each pending commit into the request to the node that hosts its clients now; which
+        commit went to which node."""
+        carried = {}
+        for clients, (round, accepted) in self.pending.items():
+            node = self._host(list(clients))
+            if node in requests and requests[node].kind != "hello":
+                env = requests[node]
+                env.config.update({"commit-round": round, "commit-accepted": accepted})
+                env.arrays = {**env.arrays, **pack("r", self.replies[round])}
+                carried[node] = clients
+        return carried
+
+    def _carried(self, carried: dict[int, tuple[int, ...]], replies: dict) -> None:
+        """The commits of the nodes that answered (no error) are made: no longer pending."""
+        for node, clients in carried.items():
+            reply = replies.get(node)
+            if reply is not None and "error" not in reply.config:
+                del self.pending[clients]
+        needed = {round for round, _ in self.pending.values()}
+        self.replies = {r: v for r, v in self.replies.items() if r in needed}
+
     def exchange(self, requests: dict[int, Envelope], timeout: float | None = None,
-                 reroute: bool = True) -> dict[int, Envelope | None]:
+                 reroute: bool = True, drop_gone: bool = False) -> dict[int, Envelope | None]:
         """Send every node its request; the replies by node (None: none within the deadline).
 
         A node that is lost on the way (it vanished from the node list, or the transport says
         its reply will never come) has its request sent again to the node that hosts its clients
         now — a restarted SuperNode comes back under a new id with the same clients and files,
-        and the work is deterministic, so the result is the same."""
+        and the work is deterministic, so the result is the same. ``drop_gone``: a request whose
+        clients' node is not listed (Flower marks a node that left, or missed its heartbeats, as
+        offline) is not waited for: None at once, and the node is said to be gone (once)."""
         for env in requests.values():
             env.config.update(self.context, config=self.config_toml)
         # whose work each request is: the clients asked for (train, commit) or all the node hosts
@@ -256,8 +319,11 @@ class RemoteEngine:
                 else:
                     outstanding[handle] = (key, node)
 
-        # to the node that hosts the request's clients now (a restart moves them)
-        send([(key, self._host(clients[key]) if clients[key] else key) for key in requests])
+        # to the node that hosts the request's clients now (a restart moves them); nothing to a
+        # node that is not listed (it would find stale work when it comes back)
+        targets = [(key, self._host(clients[key]) if clients[key] else key) for key in requests]
+        lost += [key for key, node in targets if node not in known]
+        send([(key, node) for key, node in targets if node in known])
         while outstanding or lost:
             for handle, reply in self.transport.pull(list(outstanding)).items():
                 key, _ = outstanding.pop(handle)
@@ -282,6 +348,11 @@ class RemoteEngine:
                 for key, _ in again:
                     lost.remove(key)
                 send(again)
+            if drop_gone:  # nowhere to send it: its clients' node is gone
+                for key in list(lost):
+                    self._gone(self._host(clients[key]) if clients[key] else key)
+                    lost.remove(key)
+                    replies[key] = None
             if time.monotonic() > deadline:
                 break
             if outstanding or lost:
@@ -295,6 +366,28 @@ class RemoteEngine:
         then the transport's id for it (Flower's is a 19-digit number nobody has seen)."""
         hosted = self.hosted.get(node)
         return f"the node of clients {client_ranges(hosted)} (node id {node})" if hosted else f"node {node}"
+
+    def notice(self, text: str, round: int | None = None) -> None:
+        """One line on stderr, and in the run's record (round counted from 1; default the round in
+        progress)."""
+        notice(text)
+        if self.on_notice is not None:
+            self.on_notice(self.rounds + 1 if round is None else round, text)
+
+    def _gone(self, node: int | None) -> None:
+        """``node`` is not listed any more: said once, its clients drop out until it is back."""
+        if node is None or node in self.gone:
+            return
+        clients = self.gone[node] = self.hosted.get(node, [])
+        self.notice(f"{self.node_name(node)} is gone (not among the connected nodes): its clients drop out of "
+                    f"every round until it is back; {hosting_advice(clients)}")
+
+    def _back(self) -> None:
+        """Say so when a gone node, or a node hosting its clients, is listed again."""
+        nodes = set(self.transport.nodes())
+        for node in sorted(self.gone):
+            if node in nodes or node not in self.hosted:  # back, or its clients moved to a node that joined
+                self.notice(f"the node of clients {client_ranges(self.gone.pop(node))} is back")
 
     def _host(self, clients: list[int]) -> int | None:
         """The one node that hosts all of ``clients`` now (None: none, or they are split)."""
@@ -326,6 +419,7 @@ class RemoteEngine:
         return server
 
     def train(self, message: State, ids: Tensor, round: int) -> list[tuple[Tensor, State]]:
+        self._back()
         by_node: dict[int, list[int]] = {}
         for i in ids.tolist():
             by_node.setdefault(self.node_of[i], []).append(i)
@@ -338,25 +432,30 @@ class RemoteEngine:
         self._opened = True
         requests.update({n: Envelope("restore", {"rounds": self.rounds}) for n in starting})
         self._asked = dict(by_node)
-        replies = self.exchange(requests)
+        carried = self._carry(requests)
+        replies = self.exchange(requests, drop_gone=True)  # a node that is gone is not waited for
+        answered = {n for n, r in replies.items() if r is not None and not (n in by_node and self._problem(r, by_node[n]))}
+        self._carried({n: c for n, c in carried.items() if n in answered}, replies)  # (a commit sent again is harmless)
         for node in starting:
             reply = replies.get(node)
             if reply is None or "error" in reply.config:
                 why = "no reply" if reply is None else reply.config["error"]
-                notice(f"{self.node_name(node)}: could not start the run ({why}); it will when its clients' work "
-                       f"arrives")
+                self.notice(f"{self.node_name(node)}: could not start the run ({why}); it will when its clients' "
+                            f"work arrives", round + 1)
         self._trained, groups = {}, []
         for node, asked in by_node.items():
             reply = replies.get(node)
             part = torch.tensor(asked, dtype=torch.int64)
-            if reply is None:  # the node is gone: its clients dropped out of the round
+            if reply is None:  # no reply in time, or the node is gone: its clients dropped out of the round
                 self.comm.dropouts += len(asked)
-                notice(f"{self.node_name(node)}: no reply to train in round {round + 1}; its {len(asked)} client(s) "
-                       f"dropped out")
+                if node not in self.gone:  # (a gone node was said once)
+                    self.notice(f"{self.node_name(node)}: no reply to train in round {round + 1}; its {len(asked)} "
+                                f"client(s) dropped out", round + 1)
                 continue
             problem = self._problem(reply, asked)
             if problem:  # an error, a malformed or an oversized reply: rejected, state kept
-                notice(f"{self.node_name(node)}: {problem} in round {round + 1}; its {len(asked)} upload(s) rejected")
+                self.notice(f"{self.node_name(node)}: {problem} in round {round + 1}; its {len(asked)} upload(s) "
+                            f"rejected", round + 1)
                 groups.append((part, None))
                 continue
             self._trained[node] = asked
@@ -383,6 +482,13 @@ class RemoteEngine:
             self._trained = {}
             return
         accepted = set(ids.tolist())
+        if self.defer:  # with each node's next message (the run's end sends what is left: finish)
+            for asked in self._trained.values():
+                self.pending[tuple(asked)] = (round, [i for i in asked if i in accepted])
+            if self._trained:
+                self.replies[round] = {k: v.detach().cpu().clone() for k, v in reply.items()}
+            self._trained = {}
+            return
         arrays = pack("r", reply)
         requests = {n: Envelope("commit", {"round": round, "accepted": [i for i in asked if i in accepted]}, arrays)
                     for n, asked in self._trained.items()}
@@ -391,10 +497,35 @@ class RemoteEngine:
             self.ask(requests)
         self._trained, self._asked = {}, {}
 
+    def finish(self) -> None:
+        """The run's end: the commits still pending go to their nodes now. One that does not arrive
+        (the node is gone) stays in the last checkpoint, and a resume makes it."""
+        requests, asked, rounds = {}, {}, {}
+        for clients, (round, accepted) in self.pending.items():
+            node = self._host(list(clients))
+            if node is not None:
+                requests[node] = Envelope("commit", {"round": round, "accepted": accepted}, pack("r", self.replies[round]))
+                asked[node], rounds[node] = list(clients), round
+        if not requests:
+            return
+        self._asked = asked
+        replies = self.exchange(requests, drop_gone=True)
+        self._asked = {}
+        for node, reply in replies.items():
+            if reply is None or "error" in reply.config:
+                self.notice(f"{self.node_name(node)}: the commit of round {rounds[node] + 1} did not reach it; its "
+                            f"clients' states of that round stay on it, and a resume commits them")
+            else:
+                del self.pending[tuple(asked[node])]
+
     # --- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"comm": self.comm.state_dict(), "sample_grads": self._sample_grads, "rounds": self.rounds,
-                "run": self.token, "layout": self.layout()}
+        sd = {"comm": self.comm.state_dict(), "sample_grads": self._sample_grads, "rounds": self.rounds,
+              "run": self.token, "layout": self.layout()}
+        if self.pending:  # commits the nodes have not made yet: a resume makes them
+            sd["pending"] = [{"clients": list(c), "round": r, "accepted": list(a)} for c, (r, a) in self.pending.items()]
+            sd["replies"] = {int(r): dict(v) for r, v in self.replies.items()}
+        return sd
 
     def layout(self) -> str:
         """A digest of who hosts whom (the clients of each node, not the nodes' ids): a resume on
@@ -412,9 +543,12 @@ class RemoteEngine:
         of its run."""
         if not sd.get("run") and self.store.init:
             raise ConfigError("the checkpoint has no run token (written before node state was kept per run): start "
-                              "the run again with --overwrite")
+                              f"the run again with {advice.overwrite()}")
         self.comm.load_state_dict(sd["comm"])
         self._sample_grads, self.rounds = sd["sample_grads"], sd["rounds"]
+        self.pending = {tuple(int(i) for i in p["clients"]): (int(p["round"]), [int(i) for i in p["accepted"]])
+                        for p in sd.get("pending", [])}
+        self.replies = {int(r): dict(v) for r, v in sd.get("replies", {}).items()}
         if sd.get("run"):
             try:
                 self.context["run-key"] = run_key(str(sd["run"]), self.config_hash)
@@ -432,6 +566,7 @@ class RemoteEngine:
         new key (:mod:`fedpd.handover`)."""
         self.comm.load_state_dict(sd["comm"])
         self._sample_grads, self.rounds = int(sd["sample_grads"]), rounds
+        self.pending, self.replies = {}, {}
         if not self.store.init:
             return
         self._opened = True

@@ -19,7 +19,9 @@ Kinds, server → node (the node answers each with an envelope of the same kind)
 
 Every request also carries ``config`` (the run's resolved TOML) and ``run-key`` (which run's
 states, :mod:`fedpd.remote.filestore`), so a node needs nothing but its own node config (the
-clients it hosts, where it keeps their state).
+clients it hosts, where it keeps their state). In a deployment a round's commit rides with the
+node's next train, restore or states request instead (``commit-round``, ``commit-accepted`` and
+the reply's ``r/…``; the node applies it first).
 """
 
 from __future__ import annotations

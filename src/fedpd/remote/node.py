@@ -94,6 +94,7 @@ class NodeRuntime:
     def _train(self, request: Envelope) -> Envelope:
         cfg, problem, algorithm, solver = _pieces(request.config["config"], request.config.get("run-key", ""))
         store = self.store(request)
+        self._kept(request)  # an earlier round's commit, riding with this message
         if request.config.get("prune") is not None and store is not None:
             store.prune(int(request.config["prune"]))
         ids = [int(i) for i in request.config["ids"]]
@@ -118,14 +119,27 @@ class NodeRuntime:
         return Envelope("train", {"ids": ids, "sample_grads": int(problem.sample_grads) - before}, pack("u", upload))
 
     def _commit(self, request: Envelope) -> Envelope:
+        self._keep(request, int(request.config["round"]), request.config["accepted"])
+        return Envelope("commit", {})
+
+    def _kept(self, request: Envelope) -> None:
+        """Apply the commit a request of another kind carries (``commit-round``, ``commit-accepted``
+        and the reply's arrays): a deployment's server sends a round's commit with the node's next
+        message rather than as a message of its own."""
+        if request.config.get("commit-round") is not None:
+            self._keep(request, int(request.config["commit-round"]), request.config.get("commit-accepted") or [])
+
+    def _keep(self, request: Envelope, round: int, accepted: list) -> None:
+        """The clients ``accepted`` of those staged in ``round`` take the server's reply and keep their
+        new states as version round + 1; the others keep theirs. Done once: a commit sent again (a
+        retried message) finds nothing staged."""
         cfg, problem, algorithm, _ = _pieces(request.config["config"], request.config.get("run-key", ""))
         store = self.store(request)
-        round = int(request.config["round"])
         staged = store.staged(round) if store is not None else None
         if staged is None:  # committed before (a retried message), or nothing was trained here
-            return Envelope("commit", {})
+            return
         ids, state = staged
-        accepted = [int(i) for i in request.config["accepted"]]
+        accepted = [int(i) for i in accepted]
         keep = torch.tensor([i in set(accepted) for i in ids], dtype=torch.bool)
         kept_ids = [i for i, k in zip(ids, keep.tolist()) if k]
         new = {k: v[keep].to(problem.device) for k, v in state.items()}
@@ -135,14 +149,17 @@ class NodeRuntime:
             ctx = ClientContext(part, round, ClientData(problem, part), None, cfg.run.seed)
             new = algorithm.receive(new, reply, ctx)
         store.commit(round, kept_ids, new)
-        return Envelope("commit", {})
 
     def _restore(self, request: Envelope) -> Envelope:
         """The run starts here (0 rounds: its folder is made, older runs' cleaned up) or continues
-        from its checkpoint of ``rounds`` rounds (its folder must be here). Builds nothing: a node
-        that refuses the config's plug-ins says so on ``train``, where it counts."""
+        from its checkpoint of ``rounds`` rounds (its folder must be here). Builds nothing, unless a
+        commit rides with it (a node that refuses the config's plug-ins says so on ``train``, where it
+        counts)."""
         rounds = int(request.config["rounds"])
-        VersionedStore(self.folder(request, create=rounds == 0), {}, self.hosted, self.durable).rollback(rounds)
+        folder = self.folder(request, create=rounds == 0)
+        if rounds > 0:
+            self._kept(request)  # the checkpoint's round includes a commit still to make
+        VersionedStore(folder, {}, self.hosted, self.durable).rollback(rounds)
         return Envelope("restore", {})
 
     def _seed(self, request: Envelope) -> Envelope:
@@ -159,6 +176,7 @@ class NodeRuntime:
         return Envelope("seed", {})
 
     def _states(self, request: Envelope) -> Envelope:
+        self._kept(request)
         store = self.store(request)
         ids = store.touched() if store is not None else []
         state = store.get(ids) if ids else {}

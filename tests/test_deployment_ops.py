@@ -1,0 +1,280 @@
+"""What an operator of a deployment meets (issue 48), on loopback nodes in this process (the
+remote engine's reference; the same node code as a SuperNode's): a round's commit riding with the
+node's next message (one exchange a round, as a deployment's FlowerTransport asks) gives the
+in-process metrics, across a resume from a checkpoint that holds commits not yet made; a node the
+transport lists no longer is not waited for — one line at once, its clients drop out, and it is
+welcomed back; the run directory's status.json says how the run went and its notices, and
+``fedpd status`` reads it with an exit status; a refusal inside the Flower ServerApp is one line
+with the run config's flags; a deployment resume takes the options a resume may change from the
+app's config; the warm ClientApp serves on past a task whose message never comes."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fedpd
+from fedpd import advice
+from fedpd.cli import main
+from fedpd.config import load_config
+from fedpd.errors import ConfigError
+from fedpd.remote.engine import LoopbackTransport
+from fedpd.remote.node import NodeRuntime
+from fedpd.status import STATUS, record_refusal
+
+CFG = {"problem": {"name": "least_squares", "clients": 6, "dim": 3, "samples_per_client": 8},
+       "algorithm": {"name": "feddyn", "eta": 2.0},
+       "solver": {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4},
+       "sampler": {"name": "uniform", "clients_per_round": 4},
+       "run": {"rounds": 5, "eval_every": 1, "seed": 4, "checkpoint_every": 1}}
+
+
+def records(history) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in history]
+
+
+class Counting(LoopbackTransport):
+    """Loopback nodes that count the kinds of messages they get, and carry commits as a deployment."""
+
+    def __init__(self, root: Path, defer: bool = True):
+        super().__init__({k: NodeRuntime(h, root / f"node{k}", durable=False) for k, h in enumerate(([0, 1, 2],
+                                                                                                     [3, 4, 5]))},
+                         defer_commits=defer)
+        self.kinds: list[str] = []
+        self.carried: list[str] = []  # the kinds of the messages a commit rode with
+
+    def push(self, node, request):
+        self.kinds.append(request.kind)
+        if "commit-round" in request.config:
+            self.carried.append(request.kind)
+        return super().push(node, request)
+
+
+@pytest.mark.parametrize("algorithm", ["feddyn", "fedpd"])  # FedPD's model is its clients' mean: states queries
+def test_commits_that_ride_with_the_next_message_give_the_in_process_metrics(tmp_path, algorithm):
+    cfg = {**CFG, "algorithm": {"name": algorithm, "eta": 2.0}}
+    if algorithm == "fedpd":
+        cfg["sampler"] = {"name": "all"}
+    reference = records(fedpd.run(cfg).history)
+    nodes = Counting(tmp_path / "nodes")
+    result = fedpd.run(cfg, tmp_path / "run", transport=nodes)
+    assert records(result.history) == reference
+    # one exchange a round: no commit of its own but the run's last (finish)
+    assert nodes.kinds.count("commit") <= 2 and nodes.kinds.count("train") >= 5 and len(nodes.carried) >= 3
+
+
+def test_a_checkpoint_with_commits_still_to_make_resumes_exactly(tmp_path, monkeypatch):
+    """Killed after round 3's checkpoint, before the commits it holds reached the nodes: the
+    resume's restore carries them, and the metrics are the uninterrupted run's."""
+    from fedpd.remote.engine import RemoteEngine
+
+    reference = records(fedpd.run(CFG).history)
+    cut = {**CFG, "run": {**CFG["run"], "rounds": 3}}
+    finish = RemoteEngine.finish
+    monkeypatch.setattr(RemoteEngine, "finish", lambda self: None)  # as if killed after the last checkpoint
+    fedpd.run(cut, tmp_path / "run", transport=Counting(tmp_path / "nodes"))
+    sd = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert sd["engine"]["pending"], "the checkpoint holds commits not yet made"
+    monkeypatch.setattr(RemoteEngine, "finish", finish)
+    nodes = Counting(tmp_path / "nodes")
+    resumed = fedpd.run(resume=tmp_path / "run", overrides=["run.rounds=5"], transport=nodes)
+    assert records(resumed.history) == reference
+    assert "restore" in nodes.carried  # the resume's restore carried them
+
+
+def test_a_node_that_is_gone_is_not_waited_for_and_is_welcomed_back(tmp_path, capsys):
+    """The node of clients 3-5 leaves the node list after round 1 (as Flower lists a SuperNode that
+    left as offline): the next rounds do not wait run.node_timeout (600 s) for it, one line says so
+    once, its clients count as dropped out, status.json records it; listed again, it trains again
+    and its commit still pending from round 1 is made first."""
+    from fedpd.simulation import Simulation
+
+    nodes = Counting(tmp_path / "nodes")
+    sim = Simulation(load_config(CFG), workdir=tmp_path, transport=nodes)
+    sim.step()
+    away = nodes.runtimes.pop(1)  # not listed, not reachable
+    start, dropouts = time.monotonic(), 0
+    for _ in range(2):
+        sim.step()
+    assert time.monotonic() - start < 30  # not run.node_timeout
+    assert sim.comm.dropouts > 0
+    err = capsys.readouterr().err
+    assert err.count("is gone") == 1 and "the node of clients 3-5 (node id 1) is gone" in err, err
+    assert "hosted-clients='3-5'" in err and "no reply to train" not in err  # once, with what to do
+    waiting = {k: a for k, (r, a) in sim.engine.pending.items() if min(k) >= 3}
+    assert waiting and all(sim.engine.pending[k][0] == 0 for k in waiting)  # its round-1 commit waits for it
+    nodes.runtimes[1] = away
+    dropouts = sim.comm.dropouts
+
+    def trained_again():
+        return any(min(k) >= 3 and r > 0 for k, (r, _) in sim.engine.pending.items())
+
+    while not trained_again() and sim.round < 12:
+        sim.step()
+    assert "the node of clients 3-5 is back" in capsys.readouterr().err
+    assert sim.comm.dropouts == dropouts and trained_again()
+    assert not any(min(k) >= 3 and r == 0 for k, (r, _) in sim.engine.pending.items())  # made on its return
+    kept = {int(p.parent.name[1:]) for p in (tmp_path / "nodes" / "node1").glob("runs/*/c*/v1.pt")}
+    assert kept == {i for ids in waiting.values() for i in ids}
+
+
+def test_status_records_how_a_run_on_nodes_went_and_fedpd_status_says_it(tmp_path, capsys):
+    run = tmp_path / "run"
+    fedpd.run(CFG, run, transport=Counting(tmp_path / "nodes"))
+    record = json.loads((run / STATUS).read_text())
+    assert (record["state"], record["round"], record["rounds"], record["notices"]) == ("finished", 5, 5, [])
+    assert main(["status", str(run)]) == 0
+    assert capsys.readouterr().out.strip() == f"{run}: finished round 5 of 5"
+    # a run whose server process is gone (kill -9) is "died", with how to continue it; exit status 1
+    record.update(state="running", round=3, pid=_dead_pid())
+    (run / STATUS).write_text(json.dumps(record))
+    assert main(["status", str(run)]) == 1
+    said = capsys.readouterr().out
+    assert "died at round 5 of 5" in said and f"fedpd run --resume {run}" in said  # (its metrics reached round 5)
+    # a refused flwr run is recorded, keeping what the record said of the run; a live run is left alone
+    assert record_refusal(run, "the app's config differs") and main(["status", str(run), "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)[0]["state"] == "refused"
+    record.update(state="running", pid=os.getppid())
+    (run / STATUS).write_text(json.dumps(record))
+    assert not record_refusal(run, "another") and main(["status", str(run)]) == 4
+
+
+def test_an_in_process_run_has_no_status_file_and_fedpd_status_judges_it_from_its_metrics(tmp_path, capsys):
+    fedpd.run({**CFG, "run": {**CFG["run"], "rounds": 2}}, tmp_path / "run")
+    assert not (tmp_path / "run" / STATUS).exists()
+    assert main(["status", str(tmp_path / "run")]) == 0
+    assert main(["status", str(tmp_path / "nothing")]) == 2
+    assert "not a fedpd run directory" in capsys.readouterr().err
+
+
+def test_a_run_that_fails_on_nodes_records_the_line_that_ended_it(tmp_path):
+    nodes = Counting(tmp_path / "nodes", defer=False)
+    sim_nodes = nodes.runtimes
+    calls = []
+
+    def commit_fails(request):  # the commit is a must-succeed request: the run stops
+        calls.append(request)
+        raise RuntimeError("disk full")
+
+    sim_nodes[0]._commit = commit_fails
+    with pytest.raises(ConfigError, match="commit failed"):
+        fedpd.run(CFG, tmp_path / "run", transport=nodes)
+    record = json.loads((tmp_path / "run" / STATUS).read_text())
+    assert record["state"] == "failed" and "disk full" in record["error"] and record["round"] == 0
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+# --- the Flower ServerApp -----------------------------------------------------------------------
+
+def test_refusals_name_the_flags_of_the_tool_that_was_run(tmp_path):
+    out = tmp_path / "run"
+    fedpd.run({**CFG, "run": {**CFG["run"], "rounds": 1}}, out)
+    with pytest.raises(ConfigError) as cli:
+        fedpd.run(CFG, out)
+    with advice.flower_app(), pytest.raises(ConfigError) as app:
+        fedpd.run(CFG, out)
+    assert f"--resume {out}" in str(cli.value) and "--overwrite" in str(cli.value)
+    assert '--run-config "resume=true"' in str(app.value) and '--run-config "overwrite=true"' in str(app.value)
+    assert "--resume" not in str(app.value) and "--overwrite" not in str(app.value) and "Python" not in str(app.value)
+
+
+def test_the_serverapp_refuses_in_one_line_and_records_it(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    from flwr.app import Context, RecordDict
+
+    from fedpd.flower import serverapp
+
+    out = tmp_path / "run"
+    fedpd.run({**CFG, "run": {**CFG["run"], "rounds": 1}}, out)
+    monkeypatch.setattr(serverapp, "FlowerTransport", lambda grid, deployed: Counting(tmp_path / "nodes"))
+    ended = []
+
+    def fail(message):  # (Flower's exit, without leaving the test)
+        ended.append(message)
+        raise SystemExit(1)
+
+    monkeypatch.setattr(serverapp, "_fail", fail)
+    cfg = load_config(CFG).to_toml()
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                      run_config={"fedpd-config": cfg, "out": str(out), "resume": False, "overwrite": False})
+    with pytest.raises(SystemExit):
+        serverapp._main(None, context)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("fedpd: error: run directory"), err
+    assert '--run-config "resume=true"' in err and ended
+    assert json.loads((out / STATUS).read_text())["state"] == "refused"
+
+
+def test_a_deployment_resume_takes_what_a_resume_may_change_from_the_apps_config(tmp_path):
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    from fedpd.flower.serverapp import resume_overrides
+
+    out = tmp_path / "run"
+    fedpd.run({**CFG, "run": {**CFG["run"], "rounds": 2}}, out)
+    changed = load_config({**CFG, "run": {**CFG["run"], "rounds": 4, "node_timeout": 30}}).to_toml()
+    assert sorted(resume_overrides(changed, out)) == ["run.node_timeout=30.0", "run.rounds=4"]
+    assert resume_overrides(load_config({**CFG, "run": {**CFG["run"], "rounds": 2}}).to_toml(), out) == []
+    other = load_config({**CFG, "algorithm": {"name": "feddyn", "eta": 3.0}}).to_toml()
+    with pytest.raises(ConfigError, match=r"differs from the run's .*algorithm\.eta.*may change only run\.rounds"):
+        resume_overrides(other, out)
+
+
+# --- the warm ClientApp ---------------------------------------------------------------------------
+
+def test_the_warm_clientapp_serves_the_next_task_past_one_whose_message_never_comes(monkeypatch):
+    """A task of a run that stopped (the SuperLink restarted) waits for its message for hours in
+    Flower; the loop serves the next task meanwhile, and stops at once when asked."""
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    from fedpd.flower import warm
+
+    tokens = iter(["stale", "fresh"])
+    served, release = [], threading.Event()
+
+    class Claim:
+        def __init__(self, token):
+            self.token = token
+
+        def HasField(self, name):
+            return self.token is not None
+
+    class Client:
+        def AcquireTask(self, request):
+            return Claim(next(tokens, None))
+
+        def close(self):
+            pass
+
+    def serve_task(address, token, root_certificates=None, arrived=None):
+        if token == "stale":
+            release.wait(30)  # never arrives (until the test ends)
+            return
+        arrived.set()
+        served.append(token)
+
+    monkeypatch.setattr(warm, "_client", lambda *a, **k: Client())
+    monkeypatch.setattr(warm, "serve_task", serve_task)
+    monkeypatch.setattr(warm, "STUCK_S", 0.2)
+    stop = threading.Event()
+    loop = threading.Thread(target=warm.serve, args=("127.0.0.1:1",), kwargs={"stop": stop, "poll": 0.01})
+    loop.start()
+    deadline = time.monotonic() + 20
+    while not served and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    loop.join(10)
+    release.set()
+    assert served == ["fresh"] and not loop.is_alive()
