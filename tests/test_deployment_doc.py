@@ -1,7 +1,9 @@
 """docs/deployment.md's TLS deployment, run as written (issue 24): the bash blocks of the section,
-in order, as one script on 127.0.0.1 — certificates, a SuperLink with TLS and node
-authentication, two registered SuperNodes, the app, ``flwr run``, ``fedpd compare``, a SuperNode
-killed with ``kill -9`` and restarted after the doc's wait, and the doc's stop by PID. The one
+in order, as one script on 127.0.0.1 — certificates, a SuperLink with TLS, node authentication
+and a database, two registered SuperNodes, the app, ``flwr run``, ``fedpd status``, ``fedpd
+compare``, a SuperNode killed with ``kill -9`` and restarted after the doc's wait, the SuperLink
+killed with ``kill -9`` and restarted on its database (issue 48: the nodes reconnect by
+themselves, nothing is registered again, and the resume finds them), and the doc's stop by PID. The one
 change is the rounds, fewer through the doc's own ``--set run.rounds=…``; between the restart and
 the stop the test waits until the SuperLink lists the restarted node online. The environment is
 clean: a fresh HOME; on PATH this Python's scripts and the system's; PYTHONPATH only this
@@ -96,6 +98,11 @@ def test_the_section_starts_processes_it_stops_and_has_the_rounds_to_change():
     assert blocks[-1].strip() == "kill -TERM $NODE0 $NODE1 $SUPERLINK"
     restart = [b for b in blocks if "kill -9 $NODE1" in b]
     assert len(restart) == 1 and "sleep 70" in restart[0] and restart[0].rstrip().endswith("NODE1=$!")
+    superlinks = re.findall(r"^flower-superlink .*?&$", text, re.M | re.S)
+    assert len(superlinks) == 2 and all("--database deploy/superlink.db" in c for c in superlinks)
+    relink = [b for b in blocks if "kill -9 $SUPERLINK" in b]
+    assert len(relink) == 1 and '--run-config "resume=true"' in relink[0] and "register" not in relink[0]
+    assert "--set run.checkpoint_every=1" in text and text.count("fedpd status deploy/run") == 2
     assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION" not in text
 
 
@@ -145,3 +152,9 @@ def test_the_tls_deployment_runs_as_written(tmp_path):
     assert row and float(row.group(1)) == pytest.approx(records[-1]["train_loss"], abs=1e-3), said[-3000:]
     # the SuperNode restarted after kill -9 and the wait was admitted again (not "Failed to activate")
     assert "Failed to activate SuperNode" not in said and said.count("Activated node_id=") == 3, said[-6000:]
+    # fedpd status said the run finished, before the SuperLink's restart and after the resume on it,
+    # which found both nodes (no key registered again), with a checkpoint of every round
+    assert said.count("deploy/run: finished round 1 of 1") == 2, said[-6000:]
+    assert said.count("fedpd: finished round 1; run directory:") == 2, said[-6000:]
+    status = json.loads((work / "deploy" / "run" / "status.json").read_text())
+    assert status["state"] == "finished" and status["notices"] == [], status

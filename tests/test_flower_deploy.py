@@ -113,3 +113,48 @@ def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_
         assert refused[-1]["rejected_uploads"] > 0 and refused[-1]["uplink_floats"] > 0
         said = done.stdout + dep.log("superlink")
         assert f"plug-in module '{module}' is not allowed on this node" in said, said[-3000:]
+
+
+def test_a_node_that_leaves_for_good_is_not_waited_for_and_its_clients_come_back_with_it(tmp_path):
+    """Issue 48: a SuperNode stopped after round 1 (Flower lists it offline at once) costs the
+    later rounds no wait (run.node_timeout is 600 s): one line says it is gone, its clients count
+    as dropouts, status.json records both and that the run finished. Started again with its
+    clients and store, it is back for a resume with more rounds (from the rewritten app): its
+    round-1 commit, still pending, is made first, and its clients train again (no new dropouts)."""
+    import json
+    import subprocess
+
+    appdir, run_dir, _ = app(tmp_path, rounds=3, algorithm="feddyn")
+    with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
+        dep.superlink()
+        dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
+        dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
+        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
+        argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
+        run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+        dep.procs["flwr-run"] = run
+        deadline = time.time() + 300
+        while time.time() < deadline and run.poll() is None:  # round 1's record
+            if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 2:
+                break
+            time.sleep(0.5)
+        dep.kill("supernode1", signal.SIGTERM)  # it leaves (its warm ClientApp stays, for its return)
+        left = time.time()
+        out, _ = run.communicate(timeout=600)
+        assert time.time() - left < 300, out[-3000:]  # not run.node_timeout for each later round
+        records = metrics(run_dir)
+        assert [r["round"] for r in records] == [0, 1, 2, 3] and records[-1]["dropouts"] > 0, out[-3000:]
+        assert out.count("(node id") and out.count(" is gone (") == 1, out[-3000:]
+        status = json.loads((run_dir / "status.json").read_text())
+        assert status["state"] == "finished" and any(" is gone (" in n["text"] for n in status["notices"]), status
+        dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-back", warm=True,
+                      runtime=dep.runtime["supernode1"])
+        assert main(["flower", "app", str(tmp_path / "run.toml"), "--out", str(appdir), "--run-dir", str(run_dir),
+                     "--set", "run.rounds=5", "--overwrite"]) == 0
+        done = dep.flwr_run(appdir, timeout=600, run_config="resume=true")
+        records = metrics(run_dir)
+        assert [r["round"] for r in records] == [0, 1, 2, 3, 4, 5], done.stdout[-3000:]
+        assert records[-1]["dropouts"] == records[3]["dropouts"], done.stdout[-3000:]  # back: nobody drops out
+        assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+        assert main(["status", str(run_dir)]) == 0

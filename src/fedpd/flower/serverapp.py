@@ -81,7 +81,7 @@ def _main(grid: Grid, context: Context) -> None:
     except FedpdError as err:  # one line with the run config's flags, not a traceback
         print(f"fedpd: error: {err}", file=sys.stderr, flush=True)
         record_refusal(out, str(err), resume=f"flwr run APP CONNECTION {advice.RESUME_FLOWER}")
-        _fail(f"fedpd: the run stopped: {err}")
+        _fail(f"fedpd: the line above says why the run stopped (fedpd status {out} says it too)")
     last = result.history[-1] if result.history else {}
     print(f"fedpd: finished round {last.get('round')}; run directory: {out}", flush=True)
 
