@@ -1,11 +1,15 @@
-"""A plain Flower FedAvg app for benchmarks/flower_overhead.py: what a Flower user would write
-for the W1 workload, with Flower's own ``FedAvg`` strategy and a torch ``ClientApp``.
+"""A plain Flower FedAvg app for benchmarks/flower_overhead.py and benchmarks/deployment_rounds.py:
+what a Flower user would write for the W1 workload, with Flower's own ``FedAvg`` strategy and a
+torch ``ClientApp``.
 
-Each virtual node holds ``steps * batch`` synthetic samples (784 features, 10 classes, seeded by
-its partition id) and trains ``torch.nn.Linear(784, 10)`` with ``torch.optim.SGD`` for ``steps``
+Each node holds ``steps * batch`` synthetic samples (784 features, 10 classes, seeded by its
+partition id) and trains ``torch.nn.Linear(784, 10)`` with ``torch.optim.SGD`` for ``steps``
 minibatches of ``batch``; the server averages by ``num-examples``. ``simulate()`` returns the
 seconds of each round, measured in the ServerApp (benchmarks/flower_lenet_app.py runs it with its own
-ClientApp).
+ClientApp). ``deploy_app`` is the same server for a deployment (``write_app`` makes the app
+directory ``flwr run`` packs; its run config gives the rounds, the training settings and the file
+the seconds of each round go to); ``fast_pull = true`` gives the strategy a grid that pulls the
+replies every 10 ms instead of Flower's 3 s.
 """
 
 from __future__ import annotations
@@ -85,3 +89,90 @@ def simulate(*, clients: int, per_round: int, steps: int = 0, batch: int = 0, lr
                                    "init_args": {"address": "local", "num_cpus": cpus, "include_dashboard": False,
                                                  "logging_level": logging.ERROR, "log_to_driver": False}})
     return SETTINGS["stamps"]
+
+
+deploy_app = ServerApp()
+
+
+class FastPull:
+    """A Grid whose ``send_and_receive`` pulls every 10 ms (Flower's deployment grid sleeps 3 s)."""
+
+    def __init__(self, grid: Grid):
+        self.grid = grid
+
+    def __getattr__(self, name):
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        ids = {i for i in self.grid.push_messages(list(messages)) if i}
+        end, out = time.time() + (timeout if timeout is not None else 1e9), []
+        while ids and time.time() < end:
+            got = list(self.grid.pull_messages(ids))
+            out += got
+            ids -= {m.metadata.reply_to_message_id for m in got}
+            if ids:
+                time.sleep(0.01)
+        return out
+
+
+@deploy_app.main()
+def deploy_main(grid: Grid, context: Context) -> None:
+    import json
+    from pathlib import Path
+
+    from flwr.app import ConfigRecord
+
+    rc = dict(context.run_config)
+    nodes, stamps = int(rc["nodes"]), []
+    torch.manual_seed(0)
+    initial = torch.nn.Linear(IN, OUT).state_dict()
+
+    def evaluate(server_round: int, arrays: ArrayRecord):  # before round 1 and after each round
+        stamps.append(time.perf_counter())
+        return None
+
+    strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=nodes, min_evaluate_nodes=0,
+                      min_available_nodes=nodes)
+    strategy.start(grid=FastPull(grid) if rc.get("fast-pull") else grid, initial_arrays=ArrayRecord(initial),
+                   num_rounds=int(rc["rounds"]), evaluate_fn=evaluate,
+                   train_config=ConfigRecord({"steps": int(rc["steps"]), "batch": int(rc["batch"]),
+                                              "lr": float(rc["lr"])}))
+    Path(str(rc["stamps"])).write_text(json.dumps([b - a for a, b in zip(stamps, stamps[1:])]))
+
+
+def write_app(folder, *, nodes: int, rounds: int, steps: int, batch: int, lr: float, stamps, fast_pull: bool) -> None:
+    """The app directory of ``deploy_app`` and ``client_app`` (this file, and its pyproject.toml)."""
+    import shutil
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(__file__, folder / "flower_plain_app.py")
+    (folder / "pyproject.toml").write_text(f"""[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+
+[project]
+name = "plain-fedavg"
+version = "1.0.0"
+dependencies = []
+
+[tool.hatch.build.targets.wheel]
+packages = ["."]
+
+[tool.flwr.app]
+publisher = "bench"
+
+[tool.flwr.app.components]
+serverapp = "flower_plain_app:deploy_app"
+clientapp = "flower_plain_app:client_app"
+
+[tool.flwr.app.config]
+nodes = {nodes}
+rounds = {rounds}
+steps = {steps}
+batch = {batch}
+lr = {lr}
+stamps = "{stamps}"
+fast-pull = {str(fast_pull).lower()}
+""")

@@ -258,7 +258,7 @@ def test_the_warm_clientapp_serves_the_next_task_past_one_whose_message_never_co
         def close(self):
             pass
 
-    def serve_task(address, token, root_certificates=None, arrived=None):
+    def serve_task(address, token, root_certificates=None, arrived=None, component=None):
         if token == "stale":
             release.wait(30)  # never arrives (until the test ends)
             return

@@ -124,7 +124,7 @@ def test_a_node_that_leaves_for_good_is_not_waited_for_and_its_clients_come_back
     import json
     import subprocess
 
-    appdir, run_dir, _ = app(tmp_path, rounds=3, algorithm="feddyn")
+    appdir, run_dir, _ = app(tmp_path, rounds=2, algorithm="feddyn")
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.superlink()
         dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
@@ -144,17 +144,18 @@ def test_a_node_that_leaves_for_good_is_not_waited_for_and_its_clients_come_back
         out, _ = run.communicate(timeout=600)
         assert time.time() - left < 300, out[-3000:]  # not run.node_timeout for each later round
         records = metrics(run_dir)
-        assert [r["round"] for r in records] == [0, 1, 2, 3] and records[-1]["dropouts"] > 0, out[-3000:]
+        assert [r["round"] for r in records] == [0, 1, 2] and records[-1]["dropouts"] > 0, out[-3000:]
         assert out.count("(node id") and out.count(" is gone (") == 1, out[-3000:]
         status = json.loads((run_dir / "status.json").read_text())
         assert status["state"] == "finished" and any(" is gone (" in n["text"] for n in status["notices"]), status
         dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-back", warm=True,
                       runtime=dep.runtime["supernode1"])
         assert main(["flower", "app", str(tmp_path / "run.toml"), "--out", str(appdir), "--run-dir", str(run_dir),
-                     "--set", "run.rounds=5", "--overwrite"]) == 0
+                     "--set", "run.rounds=3", "--overwrite"]) == 0
         done = dep.flwr_run(appdir, timeout=600, run_config="resume=true")
         records = metrics(run_dir)
-        assert [r["round"] for r in records] == [0, 1, 2, 3, 4, 5], done.stdout[-3000:]
-        assert records[-1]["dropouts"] == records[3]["dropouts"], done.stdout[-3000:]  # back: nobody drops out
+        assert [r["round"] for r in records] == [0, 1, 2, 3], done.stdout[-3000:]
+        assert records[-1]["dropouts"] == records[2]["dropouts"], done.stdout[-3000:]  # back: nobody drops out
+        assert any((tmp_path / "store1").glob("runs/*/c*/v1.pt"))  # its round-1 states, committed on its return
         assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
         assert main(["status", str(run_dir)]) == 0

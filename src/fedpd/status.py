@@ -114,16 +114,15 @@ def _alive(record: dict) -> bool | None:
 def read(out: Path) -> dict:
     """The state of the run in ``out``: its ``status.json`` with ``state`` "died" for a running
     record whose process is gone; without one, "finished" or "stopped" from its metrics."""
-    from fedpd.io import read_jsonl
-    from fedpd.runner import CONFIG, METRICS, load_run_config
+    from fedpd.io import load_toml, read_jsonl
 
     out = Path(out)
     record = _load(out)
     last = None
-    if (out / METRICS).exists():
-        records = read_jsonl(out / METRICS)
+    if (out / "metrics.jsonl").exists():  # (the file names of fedpd.runner, which writes this module's)
+        records = read_jsonl(out / "metrics.jsonl")
         last = records[-1].get("round") if records else None
-    if record:
+    if record.get("state") in ("running", "finished", "failed", "stopped", "refused"):
         if last is not None and record.get("state") == "running":
             record["round"] = max(int(record.get("round", 0)), int(last))
         if record.get("state") == "running":
@@ -133,9 +132,9 @@ def read(out: Path) -> dict:
             elif alive is None:
                 record["elsewhere"] = True
         return record
-    if not (out / CONFIG).exists():
+    if not (out / "config.toml").exists():
         return {}
-    rounds = load_run_config(out).run.rounds
+    rounds = load_toml(out / "config.toml").get("run", {}).get("rounds")
     state = "finished" if last == rounds else "stopped"
     return {"state": state, "round": last or 0, "rounds": rounds, "notices": [], "unrecorded": True,
             "resume": f"fedpd run --resume {out}"}

@@ -45,6 +45,8 @@ class FlowerTransport:
 
     def __init__(self, grid, wait: float = 0.2, deployed: bool = False):
         self.grid, self.wait, self.defer_commits = grid, wait, deployed
+        if deployed:  # each pull is a request to the SuperLink; a SuperNode answers in steps of 0.5 s
+            self.poll = 0.05
 
     def nodes(self) -> list[int]:
         return sorted(int(n) for n in self.grid.get_node_ids())

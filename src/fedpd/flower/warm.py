@@ -51,11 +51,20 @@ def _client(address: str, root_certificates: str | None, interceptors: list, ret
                                                  retry_invoker=retry)
 
 
+def _app(component: str):
+    """The ClientApp object ``component`` (``module:attribute``) names."""
+    import importlib
+
+    module, _, attribute = component.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 def serve_task(address: str, token: str, root_certificates: str | None = None,
-               arrived: threading.Event | None = None) -> str:
+               arrived: threading.Event | None = None, component: str = CLIENTAPP) -> str:
     """Serve the claimed task of ``token``: pull its message and context, run fedpd's ClientApp
     here, push the reply and the context back (``arrived`` is set once the message is here).
-    Returns Flower's sub-status of the task."""
+    Returns Flower's sub-status of the task. (``component``: another ClientApp, for
+    benchmarks/deployment_rounds.py's plain Flower app; ``fedpd flower clientapp`` runs fedpd's.)"""
     from flwr.app import Message
     from flwr.app.error import Error
     from flwr.common.config import get_fab_config
@@ -65,7 +74,7 @@ def serve_task(address: str, token: str, root_certificates: str | None = None,
     from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
     from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
-    from fedpd.flower.clientapp import client_app
+    client_app = _app(component)
 
     client = _client(address, root_certificates, [RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
                                                   RuntimeTokenHttpInterceptor(token)])
@@ -88,9 +97,9 @@ def serve_task(address: str, token: str, root_certificates: str | None = None,
         if _LAST_RUN != [run.run_id]:  # one line whenever another run's messages start coming
             _LAST_RUN[:] = [run.run_id]
             print(f"fedpd flower clientapp: serving run {run.run_id}", file=sys.stderr, flush=True)
-        component = get_fab_config(fab.content)["tool"]["flwr"]["app"]["components"].get("clientapp")
-        if component != CLIENTAPP:
-            details = (f"fedpd flower clientapp runs only {CLIENTAPP}; run {run.run_id}'s app names {component!r} "
+        named = get_fab_config(fab.content)["tool"]["flwr"]["app"]["components"].get("clientapp")
+        if named != component:
+            details = (f"fedpd flower clientapp runs only {component}; run {run.run_id}'s app names {named!r} "
                        f"(start this SuperNode with --isolation subprocess for other apps)")
             reply = Message(Error(code=ErrorCode.LOAD_CLIENT_APP_EXCEPTION, reason=details), reply_to=message)
         else:
@@ -118,12 +127,12 @@ def serve_task(address: str, token: str, root_certificates: str | None = None,
 class _Task:
     """A claimed task, served in a thread of its own."""
 
-    def __init__(self, address: str, token: str, root_certificates: str | None):
+    def __init__(self, address: str, token: str, root_certificates: str | None, component: str):
         import time
 
         self.arrived, self.since = threading.Event(), time.monotonic()
-        self.thread = threading.Thread(target=serve_task, args=(address, token, root_certificates, self.arrived),
-                                       daemon=True, name="fedpd-task")
+        self.thread = threading.Thread(target=serve_task, args=(address, token, root_certificates, self.arrived,
+                                                                component), daemon=True, name="fedpd-task")
         self.thread.start()
 
     def waits_for_its_message(self) -> float:
@@ -134,7 +143,7 @@ class _Task:
 
 
 def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
-          stop: threading.Event | None = None) -> None:
+          stop: threading.Event | None = None, component: str = CLIENTAPP) -> None:
     """Claim and serve the SuperNode's ClientApp tasks at ``address`` until ``stop`` is set (or
     SIGTERM / SIGINT; a task in progress finishes). A SuperNode that is not (or no longer)
     reachable is waited for: one that restarts on the same port is served again."""
@@ -142,7 +151,7 @@ def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
     from flwr.supercore.constant import TaskType
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
-    import fedpd.flower.clientapp  # noqa: F401 (torch, fedpd, Flower: imported once, before the first task)
+    _app(component)  # torch, fedpd, Flower: imported once, before the first task
 
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -175,7 +184,7 @@ def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
                     print(f"fedpd flower clientapp: a task has waited {current.waits_for_its_message():.0f} s for "
                           f"its message (one of a run that stopped?); serving the next task meanwhile",
                           file=sys.stderr, flush=True)
-                current = _Task(address, claimed.token, root_certificates)
+                current = _Task(address, claimed.token, root_certificates, component)
             else:
                 stop.wait(poll)
         if current is not None and current.arrived.is_set():

@@ -135,6 +135,14 @@ class LoopbackTransport:
         return {h: self._replies.pop(h) for h in handles if h in self._replies}
 
 
+class _Twice(Exception):
+    """Two nodes claim a client (:meth:`RemoteEngine._who_hosts`)."""
+
+    def __init__(self, nodes: tuple[int, int]):
+        super().__init__(nodes)
+        self.nodes = nodes
+
+
 class RemoteStates:
     """The evaluation path's read view of every client's state, gathered from the nodes."""
 
@@ -176,7 +184,7 @@ class RemoteEngine:
 
     def __init__(self, algorithm: Algorithm, config_toml: str, transport: Transport, *, num_clients: int, seed: int,
                  init_client: State, attack: Attack | None = None, max_reply_bytes: int = 1 << 30,
-                 timeout: float = 600.0, hello_timeout: float = 30.0, poll: float = 0.01, context: dict | None = None,
+                 timeout: float = 600.0, poll: float = 0.01, context: dict | None = None,
                  config_hash: str | None = None):
         self.algorithm, self.config_toml, self.transport = algorithm, config_toml, transport
         self.context = dict(context or {})  # sent with every request (e.g. where simulated nodes keep state)
@@ -186,7 +194,10 @@ class RemoteEngine:
         self.context["run-key"] = run_key(self.token, self.config_hash)
         self._opened = not init_client  # stateless clients (FedAvg) keep nothing: no run to start on the nodes
         self.num_clients, self.seed, self.max_reply_bytes = num_clients, seed, max_reply_bytes
-        self.timeout, self.hello_timeout, self.poll = timeout, hello_timeout, poll
+        # how often replies are pulled (a transport may ask for less often: each pull is a request to
+        # Flower's SuperLink) and the node list is read
+        self.timeout = timeout
+        self.poll, self.list_every = getattr(transport, "poll", poll), 0.5
         self.hosted: dict[int, list[int]] = {}
         self._asked: dict[int, list[int]] = {}  # train / commit request key -> the clients it is for
         self.attack = attack if attack is not None else Attack().bind(num_clients)
@@ -211,30 +222,27 @@ class RemoteEngine:
     # --- who hosts whom ---------------------------------------------------------------------
     def _federation(self) -> dict[int, int]:
         """Who hosts whom, from every node's hello; waits (up to the timeout) until every client
-        is hosted, as nodes connect one by one."""
+        is hosted, as nodes connect one by one. Each node is asked once (a node started as Flower
+        does by default answers from a fresh process, which may take long on a loaded machine):
+        the ones that joined since are asked on the next turn. Two nodes claiming a client are
+        asked again (one may be a node that died and was restarted under a new id, still listed)."""
         deadline, said = time.monotonic() + self.timeout, False
+        heard: dict[int, Envelope | None] = {}
+        checked: set[tuple[int, int]] = set()
         while True:
+            new = [n for n in self.transport.nodes() if n not in heard]
+            if new:
+                heard.update(self.exchange({n: Envelope("hello") for n in new}, reroute=False,
+                                           timeout=max(1.0, deadline - time.monotonic())))
+            heard = {n: r for n, r in heard.items() if r is not None}  # one that went away is asked again
             nodes = self.transport.nodes()
-            replies = self.exchange({n: Envelope("hello") for n in nodes}, timeout=self.hello_timeout,
-                                    reroute=False) if nodes else {}
-            node_of: dict[int, int] = {}
-            for node in sorted(replies):
-                reply = replies[node]
-                if reply is None:
-                    continue  # a node that went away
-                if "error" in reply.config:
-                    raise ConfigError(f"node {node}: {reply.config['error']}")
-                hosted = reply.config.get("hosted", [])
-                if not hosted:
-                    raise ConfigError(f"node {node}: hosts no client (give it hosted-clients in its node config)")
-                for i in hosted:
-                    if not 0 <= int(i) < self.num_clients:
-                        raise ConfigError(f"node {node}: hosts client {i}, but the problem has clients "
-                                          f"0..{self.num_clients - 1}")
-                    if int(i) in node_of:
-                        raise ConfigError(f"client {i} is hosted twice (nodes {node_of[int(i)]} and {node}); each "
-                                          f"client must live on exactly one node")
-                    node_of[int(i)] = node
+            try:
+                node_of = self._who_hosts({n: r for n, r in heard.items() if n in nodes}, checked)
+            except _Twice as twice:  # ask both again: the one that does not answer is not there
+                checked.add(twice.nodes)
+                for node in twice.nodes:
+                    heard.pop(node, None)
+                continue
             missing = [i for i in range(self.num_clients) if i not in node_of]
             if not missing:
                 return node_of
@@ -248,6 +256,29 @@ class RemoteEngine:
                             f"{client_ranges(missing)} ({where})")
                 said = True
             self.transport.wait_for_nodes()
+
+    def _who_hosts(self, replies: dict[int, Envelope], checked: set[tuple[int, int]]) -> dict[int, int]:
+        """Client id -> node, from the nodes' hello replies; one line for a federation that is wrong
+        (a client hosted twice: once both nodes were asked again, ``checked``)."""
+        node_of: dict[int, int] = {}
+        for node in sorted(replies):
+            reply = replies[node]
+            if "error" in reply.config:
+                raise ConfigError(f"node {node}: {reply.config['error']}")
+            hosted = reply.config.get("hosted", [])
+            if not hosted:
+                raise ConfigError(f"node {node}: hosts no client (give it hosted-clients in its node config)")
+            for i in hosted:
+                if not 0 <= int(i) < self.num_clients:
+                    raise ConfigError(f"node {node}: hosts client {i}, but the problem has clients "
+                                      f"0..{self.num_clients - 1}")
+                if int(i) in node_of:
+                    if (node_of[int(i)], node) not in checked:
+                        raise _Twice((node_of[int(i)], node))
+                    raise ConfigError(f"client {i} is hosted twice (nodes {node_of[int(i)]} and {node}); each "
+                                      f"client must live on exactly one node")
+                node_of[int(i)] = node
+        return node_of
 
     def ask(self, requests: dict[int, Envelope], timeout: float | None = None) -> dict[int, Envelope]:
         """Requests that must succeed (hello, commit, restore, states): a failure is an error. A node
@@ -306,7 +337,8 @@ class RemoteEngine:
         # whose work each request is: the clients asked for (train, commit) or all the node hosts
         clients = {key: list(self._asked.get(key) or self.hosted.get(key, [])) for key in requests}
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        known = set(self.transport.nodes())
+        known = nodes = set(self.transport.nodes())
+        listed_at = time.monotonic()
         outstanding: dict[Hashable, tuple[int, int]] = {}  # handle -> (request key, node it went to)
         replies: dict[int, Envelope | None] = {}
         lost: list[int] = []
@@ -331,11 +363,15 @@ class RemoteEngine:
                     lost.append(key)
                 else:
                     replies[key] = reply
-            nodes = set(self.transport.nodes())
+            if time.monotonic() >= listed_at + self.list_every:  # (the node list changes slowly)
+                nodes, listed_at = set(self.transport.nodes()), time.monotonic()
             for handle, (key, node) in list(outstanding.items()):
                 if node not in nodes:  # gone from the federation: its work is lost
                     del outstanding[handle]
                     lost.append(key)
+            if not reroute:  # (a hello) nowhere else to send it: no reply
+                replies.update((key, None) for key in lost)
+                lost.clear()
             if reroute and (lost or nodes - known):
                 self._adopt(nodes - known)
                 known = nodes
@@ -398,7 +434,7 @@ class RemoteEngine:
         """Ask nodes that joined whom they host; they take over those clients (a restarted node)."""
         if not new_nodes:
             return
-        replies = self.exchange({n: Envelope("hello") for n in new_nodes}, timeout=self.hello_timeout, reroute=False)
+        replies = self.exchange({n: Envelope("hello") for n in new_nodes}, reroute=False)
         for node, reply in replies.items():
             if reply is None or "error" in reply.config:
                 continue
