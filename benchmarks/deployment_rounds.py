@@ -146,15 +146,19 @@ def deployment(work: Path, rounds: int, env: dict, mode: str) -> Path | list[flo
                 config.write_text(tomli_w.dumps(w1_config(algorithm, rounds)))
             subprocess.run([str(BIN / "fedpd"), "flower", "app", str(config), "--out", str(work / "app"),
                             "--run-dir", str(run_dir), *sets], env=env, check=True, stdout=subprocess.DEVNULL)
-        time.sleep(3)  # the SuperLink up
+        from fedpd.flower.deploy import wait_for_superlink
+
+        wait_for_superlink(f"127.0.0.1:{link}", 120)  # flwr run does not wait for it
         done = subprocess.run([str(BIN / "flwr"), "run", str(work / "app"), "local", "--stream"], env=env,
                               capture_output=True, text=True, timeout=3600)
+        said = (done.stdout[-3000:] + done.stderr[-2000:]
+                + (work / "superlink.log").read_text(errors="replace")[-3000:])
         if plain:
             if not stamps.exists():
-                raise RuntimeError(f"{mode} did not finish:\n{done.stdout[-3000:]}")
+                raise RuntimeError(f"{mode} did not finish:\n{said}")
             return json.loads(stamps.read_text())
         if not (run_dir / "metrics.jsonl").exists() or len(records(run_dir)) != rounds + 1:
-            raise RuntimeError(f"{mode} did not finish:\n{done.stdout[-3000:]}")
+            raise RuntimeError(f"{mode} did not finish:\n{said}")
         return run_dir
     finally:
         for proc in reversed(procs):
