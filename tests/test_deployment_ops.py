@@ -169,6 +169,25 @@ def test_a_run_that_fails_on_nodes_records_the_line_that_ended_it(tmp_path):
     assert record["state"] == "failed" and "disk full" in record["error"] and record["round"] == 0
 
 
+def test_a_run_told_to_stop_records_it(tmp_path, capsys):
+    """flwr stop makes Flower exit the ServerApp's process (SystemExit in its main thread)."""
+    nodes = Counting(tmp_path / "nodes")
+    push = nodes.push
+
+    def stopping(node, request):
+        if request.kind == "train" and request.config["round"] == 2:
+            raise SystemExit(0)
+        return push(node, request)
+
+    nodes.push = stopping
+    with pytest.raises(SystemExit):
+        fedpd.run(CFG, tmp_path / "run", transport=nodes)
+    record = json.loads((tmp_path / "run" / STATUS).read_text())
+    assert (record["state"], record["round"]) == ("stopped", 2) and "flwr stop" in record["error"]
+    assert main(["status", str(tmp_path / "run")]) == 1
+    assert "stopped at round 2 of 5: told to stop" in capsys.readouterr().out
+
+
 def _dead_pid() -> int:
     import subprocess
     import sys

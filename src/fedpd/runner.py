@@ -333,6 +333,6 @@ def _why(err: BaseException) -> str:
     """The line that ended a run: a fedpd error's whole message, else the exception's first line."""
     if isinstance(err, KeyboardInterrupt):
         return "interrupted"
-    if isinstance(err, SystemExit):
-        return f"stopped (exit status {err.code})"
+    if isinstance(err, SystemExit):  # a deployment's ServerApp: flwr stop, or SIGTERM / SIGINT (Flower exits)
+        return "told to stop (flwr stop, or a signal)"
     return str(err) if isinstance(err, FedpdError) else reason(err, limit=300)
