@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from fedpd import names, plugins, registry
 from fedpd.errors import ConfigError
-from fedpd.io import load_toml
+from fedpd.io import load_toml, parse_toml
 from fedpd.models import check_model_options
 from fedpd.options import SEED_MAX, Options, refuse, validate
 from fedpd.privacy import PrivacyOptions
@@ -143,8 +143,10 @@ def parse_value(text: str) -> Any:
     """A --set value: TOML syntax (1e-3, true, [1, 2], "s"), else a bare string. A bare nan or
     inf is the string (no option takes a non-finite number; the attacks are named so)."""
     try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = parse_toml(f"v = {text}")["v"]
+    except ConfigError as err:
+        if "nested too deeply" in str(err):
+            raise
         return text
     if isinstance(value, float) and not math.isfinite(value) and text.strip().lstrip("+-").isalpha():
         return text.strip()
@@ -196,7 +198,10 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
                 where = ".".join([section, *parents[:i + 1]])
                 raise ConfigError(f"--set {key.strip()}: {where} is {inner!r}, not a table")
             table[part] = table = dict(inner)  # a copy: the caller's dict stays as it was
-        table[last] = parse_value(value.strip())
+        try:
+            table[last] = parse_value(value.strip())
+        except ConfigError as err:
+            raise ConfigError(f"--set {key.strip()}: {err}") from None
     return raw
 
 
@@ -297,4 +302,8 @@ def load_config(source: str | Path | dict | Config, overrides: list[str] | tuple
     if isinstance(source, (str, Path)):
         plugin_path = plugins.default_path(source) if plugin_path is None else plugin_path
         source = load_toml(source)
-    return Config(apply_overrides(source, overrides), plugin_path)
+    try:
+        return Config(apply_overrides(source, overrides), plugin_path)
+    except RecursionError:  # a dict from Python nested deeper than TOML could hold
+        raise ConfigError("the config nests values too deeply to check (no config nests more than a few levels)") \
+            from None

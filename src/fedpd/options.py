@@ -69,4 +69,10 @@ def _format(where: str, err: ValidationError, model: type[BaseModel], also: tupl
         return f"{key}: missing required key"
     if e["type"] == "value_error" and "error" in e.get("ctx", {}):  # a cross-field rule (refuse)
         return f"{key}.{e['ctx']['error']}" if not e["loc"] else f"{key}: {e['ctx']['error']}"
-    return f"{key}: {e['msg'][0].lower() + e['msg'][1:]} (got {e['input']!r})"
+    return f"{key}: {e['msg'][0].lower() + e['msg'][1:]} (got {shown(e['input'])})"
+
+
+def shown(value, limit: int = 80) -> str:
+    """``repr(value)`` for a one-line message, cut to ``limit`` characters (a value may be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 5]} ...{text[-1] if text[-1] in ')]}' else ''}"
