@@ -88,6 +88,16 @@ def check_against_problem(cfg, problem) -> None:
             full = ', or solver.name = "gd" for full batches' if section == "solver" else ""
             raise ConfigError(f"{section}.batch_size: {batch} is larger than every client's training data "
                               f"(largest client: {largest} samples; allowed: 1..{largest}{full})")
+    if cfg.names["solver"] == "sgd":  # the draws of every local step's minibatch are made at once
+        from fedpd.problems.lazy import check_memory
+        from fedpd.threads import participants
+
+        solver = cfg.options["solver"]
+        chunk = 1 if getattr(problem, "per_client", False) else min(participants(cfg, problem),
+                                                                    cfg.run.client_chunk or problem.num_clients)
+        draws = 2 * 8 * chunk * solver.local_steps * solver.batch_size * problem.train.uniforms_per_sample
+        check_memory("solver.local_steps", draws, f"the minibatch draws of a round ({solver.local_steps} local steps "
+                     f"x {chunk} clients x {solver.batch_size} samples, made at once)")
     if getattr(cfg.run, "tensorboard", False):
         from fedpd.tensorboard import require
 

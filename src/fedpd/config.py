@@ -27,7 +27,7 @@ from fedpd import names, plugins, registry
 from fedpd.errors import ConfigError
 from fedpd.io import load_toml, parse_toml
 from fedpd.models import check_model_options
-from fedpd.options import SEED_MAX, Options, refuse, validate
+from fedpd.options import SEED_MAX, THREADS_MAX, Options, refuse, validate
 from fedpd.privacy import PrivacyOptions
 
 if sys.version_info >= (3, 11):
@@ -62,7 +62,7 @@ class RunOptions(Options):
         "(fedpd.build.runs_per_client)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
                               "participants at once")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
+    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
                          "step is large, OMP_NUM_THREADS if set); changes no result")
     workers: int | Literal["auto"] = Field(
         "auto", description="inprocess engine: how many worker processes of this machine (1 or more) the round's "

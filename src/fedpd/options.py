@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fedpd.errors import ConfigError
 
@@ -22,10 +22,44 @@ T = TypeVar("T")
 SEED_MAX = 2**63 - 1
 
 
+#: the most steps or iterations of one loop per round (local steps, a party's E_k, inner steps, an
+#: iterative aggregator's cap): orders of magnitude above what any paper runs; a larger count is a
+#: typo, or a round that would not finish
+STEPS_MAX = 100_000
+
+#: torch CPU threads (``run.threads``): torch takes a C int; no machine gives one process more cores
+THREADS_MAX = 1024
+
+#: every integer option is at most what torch and numpy take (int64): a larger one would reach them
+#: and fail there; an option's own bound (what it is used for) is usually far below
+INT_MIN, INT_MAX = -2**63, 2**63 - 1
+
+
 class Options(BaseModel):
-    """Base of every section's options: strict types, unknown keys rejected, no inf or nan."""
+    """Base of every section's options: strict types, unknown keys rejected, no inf or nan,
+    every integer (in lists and tables too) an int64."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _int64(cls, value):
+        big = _outside_int64(value)
+        if big is not None:
+            raise ValueError(f"{big} is out of range (allowed: integers of at most {INT_MAX}, 2^63 − 1, in size)")
+        return value
+
+
+def _outside_int64(value, depth: int = 0):
+    """The first integer in ``value`` (lists, tuples, dicts searched) outside int64, or None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if not INT_MIN <= value <= INT_MAX else None
+    if depth < 50 and isinstance(value, (list, tuple, dict)):
+        for item in (value.values() if isinstance(value, dict) else value):
+            found = _outside_int64(item, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 class NoOptions(Options):

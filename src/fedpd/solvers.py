@@ -26,7 +26,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedpd.options import NoOptions, Options
+from fedpd.options import STEPS_MAX, NoOptions, Options
 from fedpd.ordered import ordered_norm, ordered_sq_norm
 from fedpd.problems.base import ClientData
 from fedpd.streams import ClientStreams
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 class GDOptions(Options):
     lr: float = Field(0.01, gt=0, description="local step size η1")
-    local_steps: int = Field(8, ge=1, description="Q: local steps per round")
+    local_steps: int = Field(8, ge=1, le=STEPS_MAX, description="Q: local steps per round")
     momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (torch.optim.SGD's), buffer reset each round")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay added to the gradient")
     lr_decay: float = Field(1.0, gt=0, le=1, description="step size of round t: lr · lr_decay^t")
