@@ -98,6 +98,13 @@ def check_against_problem(cfg, problem) -> None:
         draws = 2 * 8 * chunk * solver.local_steps * solver.batch_size * problem.train.uniforms_per_sample
         check_memory("solver.local_steps", draws, f"the minibatch draws of a round ({solver.local_steps} local steps "
                      f"x {chunk} clients x {solver.batch_size} samples, made at once)")
+    if cfg.names["solver"] == "exact":  # each chunk's Hessians H_i [chunk, d, d], and the solve's copies
+        from fedpd.problems.lazy import check_memory
+        from fedpd.threads import participants
+
+        chunk = min(participants(cfg, problem), cfg.run.client_chunk or problem.num_clients)
+        check_memory("problem.dim", 3 * 8 * chunk * problem.dim ** 2, f"the exact solver's Hessians ({chunk} clients "
+                     f"x {problem.dim}^2)")
     if getattr(cfg.run, "tensorboard", False):
         from fedpd.tensorboard import require
 
