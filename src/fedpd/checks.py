@@ -88,6 +88,10 @@ def check_against_problem(cfg, problem) -> None:
             full = ', or solver.name = "gd" for full batches' if section == "solver" else ""
             raise ConfigError(f"{section}.batch_size: {batch} is larger than every client's training data "
                               f"(largest client: {largest} samples; allowed: 1..{largest}{full})")
+    n = problem.num_clients
+    if cfg.run.eval_clients > n:
+        raise ConfigError(f"run.eval_clients: {cfg.run.eval_clients} exceeds the problem's {n} clients (allowed: "
+                          f"1..{n}, or 0 for every client)")
     if cfg.names["solver"] == "sgd":  # the draws of every local step's minibatch are made at once
         from fedpd.problems.lazy import check_memory
         from fedpd.threads import participants

@@ -107,6 +107,15 @@ class RunOptions(Options):
                          f"no run.workers)")
         return self
 
+    @model_validator(mode="after")
+    def _nodes_of_a_remote_engine(self):
+        default = type(self).model_fields["nodes"].default
+        if self.engine == "inprocess" and self.nodes != default:
+            raise refuse("nodes", f"{self.nodes} nodes are the loopback and flower engines'; run.engine = "
+                         f"\"inprocess\" runs every client in this process (allowed: no run.nodes — its default, "
+                         f"{default} — or run.engine = \"loopback\" or \"flower\")")
+        return self
+
     @field_validator("eval_metrics")
     @classmethod
     def _known_metrics(cls, value):
@@ -130,6 +139,13 @@ class RunOptions(Options):
             raise refuse("eval_train_samples", "samples the training metrics, but run.eval_metrics has neither "
                          "train_loss nor grad_norm_sq (allowed: no run.eval_train_samples, or add train_loss)")
         return self
+
+    @field_validator("store_dir")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError(f"{value!r} holds a NUL byte, which no path can (allowed: a directory path)")
+        return value
 
     @field_validator("device")
     @classmethod
@@ -180,6 +196,11 @@ def _unset(raw: dict, item: str) -> None:
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """``raw`` with ``--set`` items (``section.key=value``) and :class:`Unset` items applied, in order."""
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    unset = {item.strip() for item in overrides if isinstance(item, Unset)}
+    both = [item.partition("=")[0].strip() for item in overrides
+            if not isinstance(item, Unset) and item.partition("=")[0].strip() in unset]
+    if both:
+        raise ConfigError(f"--unset {both[0]}: also given a value by --set {both[0]}=... (allowed: one of the two)")
     for item in overrides:
         if isinstance(item, Unset):
             _unset(raw, item)
