@@ -514,7 +514,7 @@ AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_media
                                                            krum, bulyan, centered_clipping, norm_bounding,
                                                            fedplus_aggregate)}
 #: what ``algorithm.aggregator`` names (:func:`fedpd.names.resolve`)
-KIND = names.Kind("aggregator", names.table(*AGGREGATORS.values()),
+KIND = names.Kind("aggregator", names.table(*AGGREGATORS.values()), declared=True, args=("w",), keywords=("weights",),
                   plugin="an aggregator is a function (w, weights=None, **options) -> (aggregate, info)")
 
 

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from fedpd.aggregators import AGGREGATORS, aggregator_function, make_aggregator, min_rows
 from fedpd.errors import ConfigError
+from fedpd.names import what
 from fedpd.options import Options, refuse
 
 #: built-in aggregator names a config may give (Fed+'s own eq. (25) is chosen by Fed+'s Ψ, not here)
@@ -97,7 +98,15 @@ class ServerAggregator:
         about it (centered_clipping, norm_bounding); the others ignore it."""
         if self.is_mean:
             return rows.mean(0), {"iterations": 0, "converged": True}
-        return self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference)
+        out = self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor)
+                and out[0].shape == rows.shape[1:] and isinstance(out[1], dict)):
+            got = (f"an aggregate of shape {tuple(out[0].shape)}" if isinstance(out, tuple) and out
+                   and isinstance(out[0], Tensor) else what(out))
+            raise ConfigError(f"algorithm.aggregator: {self.name} returned {got} for {rows.shape[0]} rows of "
+                              f"{tuple(rows.shape[1:])} (allowed: (aggregate of shape {tuple(rows.shape[1:])}, info "
+                              f"dict))")
+        return out
 
 
 def sample_weights(uploads: dict) -> Tensor | None:
