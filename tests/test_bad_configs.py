@@ -198,13 +198,32 @@ def test_a_users_callable_of_the_wrong_kind_is_one_line(change, needle, user_mod
 
 
 def test_an_aggregator_that_returns_the_wrong_shape_is_one_line(user_module, tmp_path, capsys, monkeypatch):
-    """What an aggregator gives is known only once it runs: one line then, in round 1."""
+    """What an aggregator gives is known only once it runs: one line then, in round 1, and the
+    new run's directory is taken away (nothing to resume before a first checkpoint)."""
     directory, module = user_module
     monkeypatch.chdir(directory)
     path = config(tmp_path, algorithm={"aggregator": f"{module}:two_rows"})
+    line = refused(tmp_path, capsys, path)
+    assert line.startswith(f"algorithm.aggregator: {module}:two_rows returned an aggregate of shape (2, 3) for 5 "
+                           f"rows of (3,)")
+
+
+def test_a_run_stopped_by_bad_input_before_its_first_checkpoint_leaves_nothing(tmp_path, capsys):
+    """The exact solver on clients with fewer samples than features and nothing else to make
+    their local problem strictly convex: no unique minimiser, found in round 1. The run's own
+    files go (config.toml, metrics.jsonl, the disk store), what the directory held stays."""
+    path = config(tmp_path, problem={"samples_per_client": 2}, solver={"name": "exact", "lr": None,
+                                                                       "local_steps": None},
+                  run={"rounds": 3, "store": "disk"})
+    assert refused(tmp_path, capsys, path).startswith("solver.name: the exact local problem of client 0 and others "
+                                                      "has no unique minimiser")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("mine")
     code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
-    assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"algorithm.aggregator: {module}:two_rows returned an aggregate of shape (2, 3) for 5 rows of (3,)" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["notes.txt"]
+    runs(tmp_path / "ok", capsys, config(tmp_path, problem={"samples_per_client": 2, "ridge": 0.1},
+                                          solver={"name": "exact", "lr": None, "local_steps": None}))
 
 
 def test_what_a_name_of_each_kind_must_be_is_checked_before_it_is_called():
@@ -362,6 +381,4 @@ def test_a_hook_that_returns_the_wrong_shape_is_one_line_naming_it(name, needle,
     module = write_module(tmp_path, BAD_HOOKS, "bad_hooks")
     monkeypatch.chdir(tmp_path)
     path = config(tmp_path, algorithm={"name": f"{module}:{name}"})
-    code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"fedpd: error: algorithm.name: {needle}"), err
+    assert refused(tmp_path, capsys, path).startswith(f"algorithm.name: {needle}")

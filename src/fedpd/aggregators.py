@@ -134,7 +134,8 @@ class BulyanOptions(Options):
 
 class CenteredClippingOptions(Options):
     tau: float = Field(gt=0, description="τ: the clipping radius about the reference (required)")
-    iterations: int = Field(1, ge=1, le=STEPS_MAX, description="L: clipping iterations (1, as in the paper's experiments)")
+    iterations: int = Field(1, ge=1, le=STEPS_MAX,
+                            description="L: clipping iterations (1, as in the paper's experiments)")
 
 
 class NormBoundingOptions(Options):

@@ -62,8 +62,8 @@ class RunOptions(Options):
         "(fedpd.build.runs_per_client)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
                               "participants at once")
-    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
-                         "step is large, OMP_NUM_THREADS if set); changes no result")
+    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless "
+                         "a local step is large, OMP_NUM_THREADS if set); changes no result")
     workers: int | Literal["auto"] = Field(
         "auto", description="inprocess engine: how many worker processes of this machine (1 or more) the round's "
         "participants train on, each holding its own copy of the data; auto: one per usable core when a round's local "

@@ -116,7 +116,8 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
         return server, {}, accepted
     if not bool(keep.all()):
         upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-    return _server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients)) + (accepted,)
+    step = _server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients))
+    return step + (accepted,)
 
 
 def _streamed(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
@@ -136,7 +137,8 @@ def _streamed(algorithm: Algorithm, server: State, groups, message: State, round
                         ServerContext(accepted, round, num_clients)) + (accepted,)
 
 
-def _server_step(algorithm: Algorithm, hook: str, server: State, given: State, ctx: ServerContext) -> tuple[State, State]:
+def _server_step(algorithm: Algorithm, hook: str, server: State, given: State,
+                 ctx: ServerContext) -> tuple[State, State]:
     """(new server state, reply) of the hook ``aggregate`` or ``aggregate_means``, checked to keep
     the server model's shape (:mod:`fedpd.hooks`)."""
     x0_shape = server["x0"].shape if "x0" in server else None

@@ -62,7 +62,8 @@ KINDS = {"problem": Kind("problem", PROBLEMS, declared=True,
                          plugin="a problem plug-in is a class or function taking its options as keywords (and model= "
                          "if it names that parameter) and returning a fedpd Problem"),
          "algorithm": Kind("algorithm", ALGORITHMS, check=_an_algorithm,
-                           plugin="an algorithm plug-in is an Algorithm subclass constructed with its options as keywords"),
+                           plugin="an algorithm plug-in is an Algorithm subclass constructed with its options as "
+                           "keywords"),
          "solver": Kind("solver", SOLVERS, declared=True,
                         plugin="a solver plug-in is a class taking its options as keywords, whose solve(ctx, x, "
                         "objective, tol) minimises the local objective"),

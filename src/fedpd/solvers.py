@@ -26,6 +26,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
+from fedpd.errors import ConfigError
 from fedpd.options import STEPS_MAX, NoOptions, Options
 from fedpd.ordered import ordered_norm, ordered_sq_norm
 from fedpd.problems.base import ClientData
@@ -317,6 +318,14 @@ class ExactSolver:
         if objective.mu:
             H = H + objective.mu * torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
             rhs = rhs + objective.mu * objective.center
+        eig = torch.linalg.eigvalsh(H)  # ascending; H_i + μI is symmetric positive semi-definite
+        singular = eig[:, 0] <= eig[:, -1].abs() * H.shape[-1] * torch.finfo(H.dtype).eps
+        if bool(singular.any()):  # no unique minimiser (numerically: a solve would give noise)
+            bad = ctx.ids[singular.cpu()].tolist()
+            who = f"client {bad[0]}" + (" and others" if len(bad) > 1 else "")
+            raise ConfigError(f"solver.name: the exact local problem of {who} has no unique minimiser (its H_i + μI is singular: fewer samples than features, no "
+                              f"ridge, no proximal term) (allowed: problem.ridge > 0, more samples per client, or "
+                              f"solver gd or sgd)")
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
         steps = torch.ones(ctx.ids.numel(), dtype=torch.int64)
         return LocalResult(sol, steps, 1.0, ordered_sq_norm(g0, 1))
