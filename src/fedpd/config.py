@@ -52,7 +52,8 @@ class RunOptions(Options):
     engine: Literal["inprocess", "loopback", "flower"] = Field(
         "inprocess", description="what runs the clients: inprocess (vectorised here), loopback (nodes in this process, "
         "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
-    nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
+    nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks); "
+                       "the inprocess engine has none")
     node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
                                 "the nodes to connect) before its clients count as dropped out; run.workers: seconds "
                                 "to wait for a worker's reply before the run stops")
@@ -83,8 +84,8 @@ class RunOptions(Options):
                            "one for a run without a directory)")
     eval_batch_size: int = Field(0, ge=0, description="samples per evaluation chunk; 0: automatic, as many as keep "
                                  "the activations saved for the gradient within 32 MiB (at most 8192)")
-    eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
-                              "(records then carry eval_clients); 0: every client")
+    eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients, "
+                              "at most the problem's (records then carry eval_clients); 0: every client")
     eval_metrics: list[str] | None = Field(None, description="the metrics taken at the model, any of train_loss, "
                                            "grad_norm_sq, test_loss, test_acc (grad_norm_sq: a backward over the "
                                            "training data); default: all")
