@@ -94,6 +94,8 @@ def find(name: str) -> list[tuple[str, str]]:
 def _type_text(annotation) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # list[Annotated[int, Field(ge=0)]]: an int, its range the field's
+        return _type_text(args[0])
     if origin is typing.Literal:
         return "str"
     if origin in (typing.Union, types.UnionType):
