@@ -265,7 +265,7 @@ def test_a_file_with_bare_cr_line_endings_is_refused_as_toml_refuses_it(tmp_path
     runs(tmp_path, capsys, path)
 
 
-# --- 4 and 8: integers bounded by what they are used for ----------------------------------------
+# --- 4 and 8: numbers bounded by what they are used for -----------------------------------------
 @pytest.mark.parametrize(("sections", "needle"), [
     ({"run": {"threads": 2**31}}, "run.threads: input should be less than or equal to 1024"),
     ({"run": {"rounds": 2**63}}, "run.rounds: 9223372036854775808 is out of range"),
@@ -274,12 +274,14 @@ def test_a_file_with_bare_cr_line_endings_is_refused_as_toml_refuses_it(tmp_path
     ({"algorithm": {"name": "fedavg_plus", "party_steps": [10**9] * 5}},
      "algorithm.party_steps.0: input should be less than or equal to 100000"),
     ({"algorithm": {"name": "pfedme", "inner_steps": 10**9}}, "algorithm.inner_steps: input should be less than"),
+    ({"algorithm": {"name": "fedadagrad", "tau": 1e300}}, "algorithm.tau: 1e+300 is out of range (allowed: numbers "
+                                                          "of at most 1e+100"),  # τ² overflowed Python's floats
     ({"problem": {"clients": 10**12}}, "problem.clients: 1000000000000 clients x 18 samples x 3 features needs about"),
     ({"solver": {"name": "sgd", "local_steps": 100_000, "batch_size": 8},
       "problem": {"name": "synthetic", "clients": 10**6, "samples_per_client": None}},
      "solver.local_steps: the minibatch draws of a round (100000 local steps x 1000000 clients x 8 samples"),
 ])
-def test_integers_too_large_for_what_they_are_used_for(sections, needle, tmp_path, capsys):
+def test_numbers_too_large_for_what_they_are_used_for(sections, needle, tmp_path, capsys):
     assert refused(tmp_path, capsys, config(tmp_path, **sections)).startswith(needle)
 
 

@@ -33,30 +33,38 @@ THREADS_MAX = 1024
 #: every integer option is at most what torch and numpy take (int64): a larger one would reach them
 #: and fail there; an option's own bound (what it is used for) is usually far below
 INT_MIN, INT_MAX = -2**63, 2**63 - 1
+#: every real option is at most this in size: no option means anything near it, and its square or
+#: cube (FedAdam's τ², a variance) stays a float where a larger one overflows in Python's arithmetic
+FLOAT_MAX = 1e100
 
 
 class Options(BaseModel):
     """Base of every section's options: strict types, unknown keys rejected, no inf or nan,
-    every integer (in lists and tables too) an int64."""
+    every integer (in lists and tables too) an int64, every real number at most 1e100 in size."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod
-    def _int64(cls, value):
-        big = _outside_int64(value)
+    def _representable(cls, value):
+        big = _too_large(value)
+        if isinstance(big, float):
+            raise ValueError(f"{big:g} is out of range (allowed: numbers of at most {FLOAT_MAX:g} in size)")
         if big is not None:
             raise ValueError(f"{big} is out of range (allowed: integers of at most {INT_MAX}, 2^63 − 1, in size)")
         return value
 
 
-def _outside_int64(value, depth: int = 0):
-    """The first integer in ``value`` (lists, tuples, dicts searched) outside int64, or None."""
+def _too_large(value, depth: int = 0):
+    """The first number in ``value`` (lists, tuples, dicts searched) beyond int64 or
+    :data:`FLOAT_MAX`, or None."""
+    if isinstance(value, float):
+        return value if abs(value) > FLOAT_MAX else None
     if isinstance(value, int) and not isinstance(value, bool):
         return value if not INT_MIN <= value <= INT_MAX else None
     if depth < 50 and isinstance(value, (list, tuple, dict)):
         for item in (value.values() if isinstance(value, dict) else value):
-            found = _outside_int64(item, depth + 1)
+            found = _too_large(item, depth + 1)
             if found is not None:
                 return found
     return None
