@@ -5,10 +5,13 @@ resume and on the loopback engine (the noise comes from the run's counter-based 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,7 @@ from fedpd.results.tables import compare_table, format_table, render_table
 from fedpd.runner import run
 from fedpd.simulation import Simulation
 from fedpd.streams import ClientStreams
+from user_plugins import user_algorithms  # noqa: F401 (a fixture)
 
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting.pld import PLDAccountant  # noqa: E402
@@ -208,7 +212,7 @@ def _sampled(sampler: str, gaussian):
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 @pytest.mark.parametrize("clip", list(CLIPS))
 @pytest.mark.parametrize("sampler", list(SAMPLERS))
-def test_the_reported_epsilon_is_dp_accountings_for_the_mechanism_as_it_runs(sampler, clip, accountant):
+def test_the_reported_epsilon_is_dp_accountings_for_the_mechanism_as_it_runs(sampler, clip, accountant, tmp_path):
     """ε of a run against dp-accounting, composed here from the parts measured on the running
     mechanism (:func:`measure`): each part's noise over its sensitivity, under the sampler's
     relation — add or remove one client for ``bernoulli`` (Poisson sampling) and ``all``, replace
@@ -230,7 +234,7 @@ def test_the_reported_epsilon_is_dp_accountings_for_the_mechanism_as_it_runs(sam
                                                                                       "add_count"]))
     relation = dp_accounting.NeighboringRelation.REPLACE_ONE if replace else \
         dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    last = run(cfg).history[-1]
+    last = run(cfg, tmp_path / "r").history[-1]
     T = last["dp_rounds"]
     assert T == last["round"] == 2
     # the two Gaussians as one (Andrew et al. Thm. 1): dp-accounting's RDP combines them itself, its
@@ -252,6 +256,31 @@ def test_the_reported_epsilon_is_dp_accountings_for_the_mechanism_as_it_runs(sam
     if parts["count"]:
         assert last["dp_noise_count"] / last["dp_count_sensitivity"] == pytest.approx(gaussians[1].noise_multiplier,
                                                                                        rel=1e-9)
+    # docs/privacy.md's recomputation, as written but for the run it reads, gives the same ε
+    assert recomputed(tmp_path / "r") == pytest.approx(last["dp_epsilon"], abs=5e-5)
+
+
+def recompute_block() -> str:
+    """docs/privacy.md's Python lines that recompute ε from a run's files, exactly as shown."""
+    from doc_blocks import section
+
+    text = section((Path(__file__).resolve().parents[1] / "docs" / "privacy.md").read_text(),
+                   "Recomputing ε from a run's files")
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    return block
+
+
+def recomputed(out: Path) -> float:
+    """The ε the doc's lines print for the run in ``out`` (their ``run = Path(...)`` pointed there)."""
+    block = recompute_block()
+    line = 'run = Path("runs/fedavg-dp")\n'
+    assert block.count(line) == 1
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(block.replace(line, f"run = Path({str(out)!r})\n"), {})
+    found = re.fullmatch(r"ε = ([\d.]+) at δ = \S+ after \d+ rounds; the run reports ([\d.]+)\n", printed.getvalue())
+    assert found and found.group(1) == found.group(2), printed.getvalue()
+    return float(found.group(1))
 
 
 @pytest.mark.parametrize("sampler", list(SAMPLERS))
@@ -310,6 +339,15 @@ def test_the_run_reports_epsilon_says_where_the_target_stops_it_and_shows_epsilo
     ({"algorithm": {"name": "qffl"}}, "'h', a per-client statistic that is neither a model nor an update"),
     ({"algorithm": {"name": "fednova"}, "solver": {**BASE["solver"], "straggler_fraction": 0.5}}, "with stragglers"),
     ({"privacy": {"clip": "adaptive"}}, "privacy.quantile_noise"),  # default σ_b = 4/20 < z/2
+    # what the accountant cannot account for, refused before anything runs (issue 47)
+    ({"privacy": {"noise_multiplier": 1e308}}, "privacy.noise_multiplier: input should be less than or equal to 1000000"),
+    ({"privacy": {"noise_multiplier": 1e-5}}, "privacy.noise_multiplier: 1e-05 gives no guarantee"),
+    ({"privacy": {"target_epsilon": 0.01}}, "privacy.target_epsilon: 0.01 is less than one round spends (ε = "),
+    ({"privacy": {"accountant": "pld"}}, "privacy.accountant: dp-accounting's PLD accountant has no event for sampling"),
+    ({"sampler": {"name": "all"}, "privacy": {"accountant": "pld", "noise_multiplier": 0.05}},
+     "beyond the ε ≤ 100 the PLD accountant's grid is built for"),
+    ({"sampler": {"name": "all"}, "privacy": {"accountant": "pld", "delta": 1e-100}},
+     "privacy.delta: 1e-100 is below what the pld accountant resolves"),
 ])
 def test_a_combination_without_a_guarantee_is_refused_in_one_line(change, words):
     cfg = copy.deepcopy(BASE)
@@ -323,6 +361,56 @@ def test_a_combination_without_a_guarantee_is_refused_in_one_line(change, words)
     with pytest.raises(ConfigError) as err:
         Simulation(load_config(cfg))
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_refused_private_run_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys):
+    """``noise_multiplier = 1e308`` once reached the accountant mid-run (OverflowError, files left);
+    a ``target_epsilon`` below one round's ε once finished "round 0" with exit 0 and no word why."""
+    from fedpd.cli import main
+
+    path = tmp_path / "dp.toml"
+    path.write_text('[problem]\nname = "least_squares"\nclients = 5\n[algorithm]\nname = "fedavg"\n'
+                    '[solver]\nname = "gd"\n[run]\nrounds = 3\n[privacy]\nclip = "fixed"\n')
+    for change in ("privacy.noise_multiplier=1e308", "privacy.target_epsilon=0.5"):
+        assert main(["run", str(path), "--out", str(tmp_path / "out"), "--set", change]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"fedpd: error: {change.partition('=')[0]}: ") and "\n" not in err
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_plugin_algorithm_is_refused_for_its_own_reason(user_algorithms, monkeypatch):
+    """Not ``means_only``; ``means_only`` with its own ``aggregate``; a broadcast without a model:
+    each says so, none speaks of FedPD's anchors."""
+    directory, module = user_algorithms
+    monkeypatch.chdir(directory)
+    (directory / f"{module}_bare.py").write_text(
+        "from fedpd.algorithms import FedAvg\n\n\nclass Bare(FedAvg):\n    def broadcast(self, server):\n"
+        "        return {'w': server['x0']}\n")
+    for name, words in (("DualAverage", "(its means_only is False"),
+                        ("ServerStep", "(ServerStep.aggregate overrides the step of a means_only rule)"),
+                        ("CoinFedPD", "its broadcast holds no model 'x0' (it sends nothing; FedPD's clients keep their "
+                                      "own anchors)"),
+                        ("Bare", "its broadcast holds no model 'x0' (it sends 'w'), so its uploads are not relative")):
+        where = f"{module}_bare" if name == "Bare" else module
+        cfg = config(algorithm={"name": f"{where}:{name}"}, **({"sampler": {"name": "all"}} if name == "CoinFedPD"
+                                                             else {}))
+        with pytest.raises(ConfigError) as err:
+            Simulation(load_config(cfg))
+        assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+        assert (name == "CoinFedPD") == ("anchors" in str(err.value))
+
+
+def test_the_accountant_says_nothing_on_stderr(capfd, caplog):
+    """Poisson sampling at q = 0.4 makes dp-accounting log a warning for each fractional RDP order
+    whose series does not converge (in ``compose``); fedpd holds them back, and its own ε is the
+    library's all the same."""
+    mech = fixed("poisson", 1.0, 1e-5, dp_q=0.4)
+    assert epsilon(mech, 10) == pytest.approx(_library(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.4, dp_accounting.GaussianDpEvent(1.0)), 10), 1e-5), rel=1e-12)
+    capfd.readouterr()
+    caplog.clear()
+    epsilon(mech, 11)
+    assert capfd.readouterr().err == "" and not [r for r in caplog.records if r.name == "absl"]
 
 
 def test_privacy_off_leaves_the_resolved_config_as_before():
@@ -359,10 +447,9 @@ def test_the_loopback_engine_gives_the_in_process_numbers():
 
 # --- docs/privacy.md's worked example, run as written -------------------------------------------
 def test_the_worked_example_runs_as_written_and_spends_the_epsilon_the_page_shows(tmp_path):
-    import json
-    import re
     import shutil
-    from pathlib import Path
+    import subprocess
+    import sys
 
     from doc_blocks import bash_blocks, clean_env, run_script
 
@@ -379,9 +466,24 @@ def test_the_worked_example_runs_as_written_and_spends_the_epsilon_the_page_show
     shown = float(re.search(r"spent ε = ([\d.]+) at δ = 1e-5", doc.read_text()).group(1))
     assert last["dp_epsilon"] == pytest.approx(shown, abs=0.005)
     assert "ε" in done.stdout and f"{last['dp_epsilon']:.4g}" in done.stdout  # the compare table's column
+    private, public = map(float, re.search(r"train loss \(([\d.]+)\) is close to the non-private run's\s+\(([\d.]+)\)",
+                                           doc.read_text()).groups())
+    plain = json.loads((work / "runs/fedavg-nodp/metrics.jsonl").read_text().splitlines()[-1])
+    assert round(last["train_loss"], 3) == private and round(plain["train_loss"], 3) == public
+    # the page's recomputation from the run's files, verbatim, where the page's commands left them
+    recompute = subprocess.run([sys.executable, "-c", recompute_block()], cwd=work, capture_output=True, text=True,
+                               env=clean_env(tmp_path / "home"), timeout=300)
+    assert recompute.returncode == 0, recompute.stderr[-3000:]
+    said = f"ε = {last['dp_epsilon']:.4f} at δ = 1e-05 after 100 rounds; the run reports {last['dp_epsilon']:.4f}"
+    assert recompute.stdout.strip() == said and said in doc.read_text()
 
 
-def test_fedpd_show_privacy_lists_the_options():
+def test_fedpd_show_and_list_show_privacy(capsys):
     from fedpd.cli import main
 
     assert main(["show", "privacy"]) == 0
+    shown = capsys.readouterr().out
+    assert 'accountant = "rdp"' in shown and "rdp | pld" in shown
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert "\nprivacy:\n" in listed and "fedpd show privacy" in listed

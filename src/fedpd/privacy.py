@@ -220,8 +220,9 @@ def epsilon(mechanism: dict, rounds: int) -> float:
     except ImportError:
         raise ConfigError("privacy: the accountant needs dp-accounting (pip install 'fedpd[privacy]')") from None
     m = mechanism
-    count = m["dp_count_sensitivity"] / m["dp_noise_count"] if m["dp_noise_count"] else 0.0
-    z = 1 / math.hypot(m["dp_update_sensitivity"] / m["dp_noise_update"], count)
+    z = m["dp_noise_update"] / m["dp_update_sensitivity"]
+    if m["dp_noise_count"]:
+        z = 1 / math.hypot(1 / z, m["dp_count_sensitivity"] / m["dp_noise_count"])
     gaussian = dp_accounting.GaussianDpEvent(z)
     if m["dp_sampling"] == "poisson":
         event = dp_accounting.PoissonSampledDpEvent(m["dp_q"], gaussian)
