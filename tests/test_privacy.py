@@ -348,6 +348,8 @@ def test_the_run_reports_epsilon_says_where_the_target_stops_it_and_shows_epsilo
      "beyond the ε ≤ 100 the PLD accountant's grid is built for"),
     ({"sampler": {"name": "all"}, "privacy": {"accountant": "pld", "delta": 1e-100}},
      "privacy.delta: 1e-100 is below what the pld accountant resolves"),
+    ({"sampler": {"name": "all"}, "privacy": {"accountant": "pld", "target_epsilon": 300}},
+     "privacy.accountant: target_epsilon = 300 is beyond the ε ≤ 100"),
 ])
 def test_a_combination_without_a_guarantee_is_refused_in_one_line(change, words):
     cfg = copy.deepcopy(BASE)
@@ -361,6 +363,17 @@ def test_a_combination_without_a_guarantee_is_refused_in_one_line(change, words)
     with pytest.raises(ConfigError) as err:
         Simulation(load_config(cfg))
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_target_under_pld_computes_no_epsilon_far_past_it():
+    """10 000 rounds at z = 0.5 would spend ε ≈ 2·10⁴ (refused under PLD without a target); with
+    target 30 the search doubles the rounds from 1 until ε passes 30, then bisects."""
+    cfg = config(sampler={"name": "all"}, privacy={"accountant": "pld", "noise_multiplier": 0.5, "target_epsilon": 30},
+                 run={"rounds": 10_000})
+    dp = Simulation(load_config(cfg)).algorithm._dp
+    limit = dp.round_limit(10_000)
+    assert dp.epsilon(limit) <= 30 < dp.epsilon(limit + 1) and 1 < limit < 100
+    assert max(dp._eps) <= 2 * limit and len(dp._eps) <= 2 * math.log2(limit) + 2
 
 
 def test_a_refused_private_run_exits_2_in_one_line_and_writes_nothing(tmp_path, capsys):

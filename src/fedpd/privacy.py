@@ -12,30 +12,30 @@ language models", ICLR 2018 (DP-FedAvg, Alg. 1 with the fixed-denominator estima
 and hands the algorithm's own server step the one "noisy mean upload" ū in place of the mean of
 the uploads — the step is post-processing of the noised sum. ``clip = "adaptive"`` moves S each
 round toward the ``target_quantile`` γ of the update norms (Andrew, Thakkar, McMahan, Ramaswamy,
-"Differentially private learning with adaptive clipping", NeurIPS 2021, Alg. 1), with the bits
-b_i = 1[‖Δ_i‖ ≤ S] centred, b_i − ½, as in the authors' implementation — the count's sensitivity
-is then the ½ their Thm. 1 uses:
+"Differentially private learning with adaptive clipping", NeurIPS 2021, Alg. 1), the bits
+b_i = 1[‖Δ_i‖ ≤ S] centred, b_i − ½, as in the authors' implementation:
 
-    b̄ = (Σ_i (1[‖Δ_i‖ ≤ S] − ½) + N(0, σ_b²)) / m + ½,   S ← S · exp(−η_C (b̄ − γ)),
+    b̄ = (Σ_i (b_i − ½) + N(0, σ_b²)) / m + ½,   S ← S · exp(−η_C (b̄ − γ)).
 
-(one client added or removed moves the count by ½; uncentred bits would move it by 1). The pair
-(Σ Δ̃_i + N(0, z_Δ²S²I), Σ (b_i − ½) + N(0, σ_b²)) is then, by their Thm. 1, one Gaussian mechanism of noise
-multiplier z (``noise_multiplier``) when z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): divided by their noise
-stds, a client's two contributions have squared norm at most (S/(z_Δ S))² + (½/σ_b)² = z⁻². Fixed
-clipping: z_Δ = z and no count.
+One client added or removed moves the count by ½ (uncentred bits would move it by 1), so the pair
+(Σ Δ̃_i + N(0, z_Δ²S²I), Σ (b_i − ½) + N(0, σ_b²)) is, by their Thm. 1, one Gaussian mechanism of
+noise multiplier z (``noise_multiplier``) when z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): divided by their
+noise stds, a client's two contributions have squared norm at most (S/(z_Δ S))² + (½/σ_b)² = z⁻².
+Fixed clipping: z_Δ = z and no count.
 
 Every draw comes from the server's counter-based stream ("privacy", round) of the run's seed
 (:mod:`fedpd.streams`): the same noise on every engine, chunking and after a resume.
 
-The accountant is Google's ``dp-accounting``, its RDP accountant (``accountant = "rdp"``, the
+The accountant is Google's ``dp-accounting``: its RDP accountant (``accountant = "rdp"``, the
 default; Mironov 2017, Mironov, Talwar, Zhang 2019) or its privacy-loss-distribution accountant
-(``"pld"``; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect the dots", PETS 2022). A round is a subsampled Gaussian under
-the run's real sampler — ``bernoulli`` q: Poisson sampling (add/remove one client); ``uniform`` K
-of N: sampling without replacement (replace one client, Wang, Balle, Kasiviswanathan, AISTATS 2019:
-the clipped sum then moves by up to 2S and the centred count by 1); ``all``: the Gaussian
-mechanism itself (add/remove one client). :meth:`ClientDP.mechanism` names every part under the
-``dp_*`` keys each evaluation records beside ``dp_epsilon`` (docs/privacy.md), and
-:func:`epsilon` computes ε from those keys alone — a reader recomputes it from the run's files.
+(``"pld"``; Doroshenko, Ghazi, Kamath, Kumar, Manurangsi, "Connect the dots", PETS 2022). A round
+is a subsampled Gaussian under the run's real sampler — ``bernoulli`` q: Poisson sampling
+(add/remove one client); ``uniform`` K of N: sampling without replacement (replace one client,
+Wang, Balle, Kasiviswanathan, AISTATS 2019: the clipped sum then moves by up to 2S and the centred
+count by 1; RDP only); ``all``: the Gaussian mechanism itself (add/remove one client).
+:meth:`ClientDP.mechanism` names every part under the ``dp_*`` keys each evaluation records beside
+``dp_epsilon`` (docs/privacy.md), and :func:`epsilon` computes ε from those keys alone — a reader
+recomputes it from the run's files.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ from fedpd.ordered import ordered_sq_norm
 from fedpd.streams import ClientStreams
 
 SAMPLERS = ("all", "uniform", "bernoulli")
-ACCOUNTANTS = ("rdp", "pld")
 #: dp-accounting's event for each sampler, and the neighbouring relation it is accounted under
 SAMPLING = {"bernoulli": ("poisson", "add_or_remove_one"), "uniform": ("without_replacement", "replace_one"),
             "all": ("none", "add_or_remove_one")}
@@ -79,18 +78,18 @@ class PrivacyOptions(Options):
                              "its initial value)")
     noise_multiplier: float = Field(1.0, ge=0, le=MAX_NOISE, description="z: Gaussian noise of std z*S is added to "
                                     "the sum of the clipped updates (adaptive: z of the update and the quantile "
-                                    "estimate together)")
+                                    "estimate together); at least 0.001")
     delta: float = Field(1e-5, gt=0, lt=1, description="the delta that dp_epsilon is reported at")
     accountant: Literal["rdp", "pld"] = Field(
         "rdp", description="how dp_epsilon is computed, by dp-accounting: rdp (Renyi DP: every sampler) or pld "
         "(privacy loss distributions: 8-15% smaller epsilon; bernoulli and all samplers)")
     target_epsilon: float = Field(0.0, ge=0, description="stop the run before the round that would spend more than "
-                                  "this epsilon; 0: run every round")
+                                  "this epsilon (below the first round's: refused); 0: run every round")
     target_quantile: float = Field(0.5, gt=0, lt=1, description="adaptive: gamma, the fraction of updates left "
                                    "unclipped that clip_norm aims for")
     clip_lr: float = Field(0.2, gt=0, le=10, description="adaptive: eta_C, the geometric step of clip_norm")
-    quantile_noise: float = Field(0.0, ge=0, le=MAX_NOISE, description="adaptive: sigma_b, the noise std of the count of unclipped "
-                                  "updates; 0: expected participants / 20 (Andrew et al.'s choice)")
+    quantile_noise: float = Field(0.0, ge=0, le=MAX_NOISE, description="adaptive: sigma_b, the noise std of the count "
+                                  "of unclipped updates; 0: expected participants / 20 (Andrew et al.'s choice)")
 
     @model_validator(mode="after")
     def _meaningful(self):
@@ -157,9 +156,15 @@ class ClientDP:
     def round_limit(self, rounds: int) -> int:
         """The most rounds (≤ ``rounds``) whose ε stays within ``target_epsilon`` (0: ``rounds``)."""
         target = self.opts.target_epsilon
-        if not target or self.epsilon(rounds) <= target:
+        if not target or (self.opts.accountant == "rdp" and self.epsilon(rounds) <= target):
             return rounds
-        lo, hi = 0, rounds  # ε(lo) ≤ target < ε(hi); ε grows with the rounds
+        # ε grows with the rounds: hi doubles until ε(hi) > target ≥ ε(lo), so no ε far past the target is
+        # computed (the PLD's cost grows with ε); ε(1) ≤ target was checked when the run was built
+        lo, hi = 0, 1
+        while self.epsilon(hi) <= target:
+            if hi == rounds:
+                return rounds
+            lo, hi = hi, min(2 * hi, rounds)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if self.epsilon(mid) <= target else (lo, mid)
@@ -167,19 +172,25 @@ class ClientDP:
 
     def _check(self, rounds: int) -> None:
         """Refuse, before anything runs, what the accountant cannot account for: uniform sampling
-        under PLD, an ε too large for the PLD's grid (judged by RDP, cheap at any ε) or one it cannot
-        resolve (ε = inf at a tiny delta), and a ``target_epsilon`` the first round already passes."""
+        under PLD, an ε too large for the PLD's grid (the target, or the whole run's by RDP, cheap at
+        any ε) or one it cannot resolve (ε = inf at a tiny delta), and a ``target_epsilon`` the first
+        round already passes."""
         opts = self.opts
         if opts.accountant == "pld":
             if self.sampler == "uniform":
                 raise ConfigError("privacy.accountant: dp-accounting's PLD accountant has no event for sampling K of N "
                                   "without replacement (sampler \"uniform\") (allowed: accountant = \"rdp\", or "
                                   "sampler.name = \"bernoulli\" or \"all\")")
-            rdp = epsilon({**self.mechanism(), "dp_accountant": "rdp"}, rounds)
-            if rdp > PLD_MAX_EPSILON:
+            if opts.target_epsilon > PLD_MAX_EPSILON:
+                raise ConfigError(f"privacy.accountant: target_epsilon = {opts.target_epsilon:g} is beyond the ε ≤ "
+                                  f"{PLD_MAX_EPSILON:g} the PLD accountant's grid is built for (allowed: accountant = "
+                                  f"\"rdp\", or a smaller target_epsilon)")
+            rdp = 0.0 if opts.target_epsilon else epsilon({**self.mechanism(), "dp_accountant": "rdp"}, rounds)
+            if rdp > PLD_MAX_EPSILON:  # (a target stops the run first)
                 raise ConfigError(f"privacy.accountant: the run's {rounds} rounds spend ε ≈ {rdp:.4g} by RDP, beyond "
                                   f"the ε ≤ {PLD_MAX_EPSILON:g} the PLD accountant's grid is built for (allowed: "
-                                  f"accountant = \"rdp\", a larger noise_multiplier or fewer rounds)")
+                                  f"accountant = \"rdp\", a larger noise_multiplier, fewer rounds or a "
+                                  f"target_epsilon of at most {PLD_MAX_EPSILON:g})")
         if opts.accountant == "pld" or opts.target_epsilon:
             first = self.epsilon(1)
             if not math.isfinite(first):
