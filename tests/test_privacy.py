@@ -190,13 +190,14 @@ def measure(sim) -> dict:
     torch.testing.assert_close(scale, scale.mean().expand(d), rtol=1e-9, atol=0)  # one std on every coordinate
     out = {"noise_update": float(scale.mean()), "count": s0 != S}
     with_far, b_far, _ = release(base + [far], base_ids + [3], 0)
-    with_small, b_small, _ = release(base + [small], base_ids + [4], 0)
-    replaced, b_replaced, _ = release(base + [far], base_ids + [3], 0, replaced=True)
+    b_small = release(base + [small], base_ids + [4], 0)[1]
+    replaced = release(base + [far], base_ids + [3], 0, replaced=True)[0]
     out["add_update"] = float((with_far - u0).norm())
     out["replace_update"] = float((replaced - with_far).norm())
     if out["count"]:
         out["noise_count"] = (b0 - b1) / float(e0[-1] - e1[-1])
-        out["add_count"] = max(abs(b_far - b0), abs(b_small - b0))  # a client with bit 0, one with bit 1
+        out["add_bit1"], out["add_bit0"] = b_small - b0, b_far - b0  # a client left unclipped, one clipped
+        out["add_count"] = max(abs(out["add_bit1"]), abs(out["add_bit0"]))
         out["replace_count"] = abs(b_far - release(base + [small], base_ids + [3], 0)[1])  # bit 0 for bit 1
     return out
 
@@ -294,6 +295,7 @@ def test_the_counts_sensitivity_measured_is_what_the_accounting_assumes(sampler)
     m = {"all": 12, "uniform": 4, "bernoulli": 0.4 * 12}[sampler]
     S = cfg.options["privacy"].clip_norm
     parts = measure(sim)
+    assert parts["add_bit1"] * m == pytest.approx(0.5, rel=1e-9) and parts["add_bit0"] * m == pytest.approx(-0.5, rel=1e-9)
     assert parts["add_count"] * m == pytest.approx(0.5, rel=1e-9)
     assert parts["replace_count"] * m == pytest.approx(1.0, rel=1e-9)
     assert parts["add_update"] * m == pytest.approx(S, rel=1e-9)
