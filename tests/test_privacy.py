@@ -368,13 +368,14 @@ def test_a_combination_without_a_guarantee_is_refused_in_one_line(change, words)
 
 
 def test_a_target_under_pld_computes_no_epsilon_far_past_it():
-    """10 000 rounds at z = 0.5 would spend ε ≈ 2·10⁴ (refused under PLD without a target); with
-    target 30 the search doubles the rounds from 1 until ε passes 30, then bisects."""
-    cfg = config(sampler={"name": "all"}, privacy={"accountant": "pld", "noise_multiplier": 0.5, "target_epsilon": 30},
-                 run={"rounds": 10_000})
+    """10 000 rounds at z = 1 would spend ε ≈ 1 000 by RDP (refused under PLD without a target);
+    with target 15 the search doubles the rounds from 1 until ε passes 15, then bisects."""
+    cfg = config(sampler={"name": "all"}, privacy={"accountant": "pld", "target_epsilon": 15}, run={"rounds": 10_000})
+    with pytest.raises(ConfigError, match="the run's 10000 rounds spend ε ≈"):
+        Simulation(load_config(config(sampler={"name": "all"}, privacy={"accountant": "pld"}, run={"rounds": 10_000})))
     dp = Simulation(load_config(cfg)).algorithm._dp
     limit = dp.round_limit(10_000)
-    assert dp.epsilon(limit) <= 30 < dp.epsilon(limit + 1) and 1 < limit < 100
+    assert dp.epsilon(limit) <= 15 < dp.epsilon(limit + 1) and 1 < limit < 100
     assert max(dp._eps) <= 2 * limit and len(dp._eps) <= 2 * math.log2(limit) + 2
 
 
