@@ -82,7 +82,7 @@ class PrivacyOptions(Options):
     delta: float = Field(1e-5, gt=0, lt=1, description="the delta that dp_epsilon is reported at")
     accountant: Literal["rdp", "pld"] = Field(
         "rdp", description="how dp_epsilon is computed, by dp-accounting: rdp (Renyi DP: every sampler) or pld "
-        "(privacy loss distributions: 8-15% smaller epsilon; bernoulli and all samplers)")
+        "(privacy loss distributions: 7-15% smaller epsilon; bernoulli and all samplers)")
     target_epsilon: float = Field(0.0, ge=0, description="stop the run before the round that would spend more than "
                                   "this epsilon (below the first round's: refused); 0: run every round")
     target_quantile: float = Field(0.5, gt=0, lt=1, description="adaptive: gamma, the fraction of updates left "
