@@ -259,10 +259,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="what a config can name; with NAME: its options, defaults and ranges",
                         description="Without NAME: every problem, algorithm, aggregator, solver, sampler, attack "
-                        "and model with a one-line description, installed plug-ins too (with where they come from), and the "
-                        "[run] and [privacy] sections. With NAME: that entry's options (defaults, types, ranges, "
-                        "meaning), or every entry of a section (e.g. fedpd list samplers; fedpd list run; fedpd list "
-                        "privacy).",
+                        "and model with a one-line description, installed plug-ins too (with where they come "
+                        "from), and the [run] and [privacy] sections. With NAME: that entry's options (defaults, "
+                        "types, ranges, meaning), or every entry of a section (e.g. fedpd list samplers; fedpd list "
+                        "run; fedpd list privacy).",
                         epilog="examples:\n  fedpd list\n  fedpd list fedpd\n  fedpd list samplers\n  fedpd list krum",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ls.add_argument("name", nargs="?", metavar="NAME", help="an entry (e.g. fedpd, sgd, dataset) or a section")
