@@ -224,6 +224,11 @@ def print_list(section: str | None = None, file=None) -> None:
         print("run:", file=out)
         print(_wrap("every run's [run] options (rounds, seed, threads, tensorboard, ...): fedpd show run",
                     width, 2), file=out)
+    if section in (None, "privacy"):
+        print("privacy:", file=out)
+        print(_wrap("[privacy]: client-level differential privacy for any run whose server step reads the mean of "
+                    "the uploads (clip, noise_multiplier, delta, accountant, ...; docs/privacy.md): fedpd show "
+                    "privacy", width, 2), file=out)
     if section is None:
         print(_wrap("The options of one entry with their defaults, ranges and meaning: fedpd list NAME "
                     "(e.g. fedpd list fedpd), or fedpd show SECTION NAME.", width, 0), file=out)

@@ -266,7 +266,12 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     dp = getattr(sim.algorithm, "_dp", None)  # [privacy]: stop before a round would pass target_epsilon
     if dp is not None:
-        rounds = max(min(rounds, dp.round_limit(rounds)), min(sim.round, rounds))
+        limit = dp.round_limit(rounds)
+        if limit < rounds and sim.round < rounds:  # said plainly, not a silent early finish
+            warnings.warn(f"privacy.target_epsilon = {dp.opts.target_epsilon:g}: the run stops after round {limit} "
+                          f"of {rounds} (ε = {dp.epsilon(limit):.4g}; one more round would spend "
+                          f"{dp.epsilon(limit + 1):.4g})", FedpdNotice, stacklevel=2)
+        rounds = max(min(rounds, limit), min(sim.round, rounds))
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
     tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too
