@@ -503,3 +503,18 @@ def test_fedpd_show_and_list_show_privacy(capsys):
     assert main(["list"]) == 0
     listed = capsys.readouterr().out
     assert "\nprivacy:\n" in listed and "fedpd show privacy" in listed
+
+
+def test_compare_shows_the_epsilon_not_the_mechanism_keys_as_metrics(tmp_path):
+    """The dp_* keys every evaluation records name the mechanism (settings, shown by compare's
+    privacy column); only dp_epsilon is a column of its own, and none is a metric's final / best."""
+    cfg = {"problem": {"name": "least_squares", "clients": 10, "dim": 3, "samples_per_client": 5},
+           "algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 1},
+           "sampler": {"name": "bernoulli", "q": 0.5}, "run": {"rounds": 2, "eval_every": 1},
+           "privacy": {"clip": "adaptive", "noise_multiplier": 1.0, "quantile_noise": 2.0}}
+    run(cfg, tmp_path / "a")
+    assert "dp_sampling" in json.loads((tmp_path / "a" / "metrics.jsonl").read_text().splitlines()[-1])
+    columns, rows = compare_table([tmp_path / "a"])
+    keys = [c.key for c in columns]
+    assert "dp_epsilon" in keys and "privacy" in keys and rows[0]["privacy"] == "adaptive clip, z=1"
+    assert not [k for k in keys if k.startswith("dp_") and k != "dp_epsilon"], keys
