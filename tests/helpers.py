@@ -64,7 +64,7 @@ def context(sim: Simulation, ids: torch.Tensor, round: int = 0, seed: int | None
 
 def server_context(sim: Simulation, ids: torch.Tensor) -> ServerContext:
     """A server context for uploads of clients ``ids`` in the simulation's current round."""
-    return ServerContext(ids, sim.round, sim.num_clients)
+    return ServerContext(ids, sim.round, sim.num_clients, sim.cfg.run.seed)
 
 
 def use_solver(sim: Simulation, solver) -> None:

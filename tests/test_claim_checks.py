@@ -224,6 +224,44 @@ def test_norm_bounding_limits_the_unconstrained_backdoor():
     assert claim.check(backdoored({("nb", "backdoor"): 20.0}))[0] is None  # FedAvg not run
 
 
+def hetero(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
+    """acc {(method, attack): mean test accuracy %} of the heterogeneous part on Dirichlet(0.3)."""
+    cells = {("hetero", "dir0.3", a, m): seeds(v, noise, n, i) for i, ((m, a), v) in enumerate(acc.items())}
+    return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
+
+
+def test_nnm_restores_trimmed_mean_and_krum_in_the_worst_case():
+    claim = next(c for c in robustness.CLAIMS if c.text.startswith("heterogeneous clients, 25 % Byzantine: NNM"))
+    # the worst case is over the attacks: IPM ε = 100 for the rules alone, ALIE after NNM
+    acc = {(m, a): v for m in ("trimmed", "krum") for a, v in (("none", 85.0), ("alie", 80.0), ("ipm100", 60.0))}
+    acc |= {(f"{m}+nnm", a): v for m in ("trimmed", "krum") for a, v in (("none", 86.0), ("alie", 78.0),
+                                                                          ("ipm100", 84.0))}
+    verdict, text = claim.check(hetero(acc))
+    assert verdict is True and "NNM → Krum (f = 5) − Krum (f = 5) = +18.0" in text
+    assert claim.check(hetero(acc | {("krum+nnm", "alie"): 62.0}))[0] is False  # Krum's worst case: +2 points only
+    assert claim.check(hetero(acc, n=1))[0] is None
+    assert claim.check(rep.Results([]))[0] is None
+
+
+def test_bucketing_raises_the_worst_case_of_the_median_and_rfa():
+    claim = next(c for c in robustness.CLAIMS if "bucketing (s = 2) raises" in c.text)
+    acc = {(m, a): v for m in ("median", "rfa") for a, v in (("none", 85.0), ("mimic", 70.0))}
+    acc |= {(f"{m}+bucketing", a): v for m in ("median", "rfa") for a, v in (("none", 85.0), ("mimic", 80.0))}
+    assert claim.check(hetero(acc))[0] is True
+    assert claim.check(hetero(acc | {("rfa+bucketing", "mimic"): 71.0}))[0] is False
+
+
+def test_some_defence_within_five_points_of_clean_fedavg():
+    claim = next(c for c in robustness.CLAIMS if c.text.endswith("within 5 points of clean FedAvg"))
+    acc = {("fedavg", "none"): 88.0, ("fedavg", "ipm100"): 10.0, ("trimmed+nnm", "none"): 87.0,
+           ("trimmed+nnm", "ipm100"): 84.0, ("median", "none"): 86.0, ("median", "ipm100"): 70.0}
+    verdict, text = claim.check(hetero(acc))
+    assert verdict is True and "best worst case NNM → trimmed mean (β = 0.25), 84.0 %" in text
+    verdict, text = claim.check(hetero(acc | {("trimmed+nnm", "ipm100"): 80.0}))
+    assert verdict is False and "8.0 points below clean FedAvg" in text
+    assert claim.check(rep.Results([]))[0] is None
+
+
 def dp_curve(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
     """acc {(method, z): mean test accuracy %} of the DP part (z = 0: no DP)."""
     cells = {("dp", m, z): seeds(v, noise, n, i) for i, ((m, z), v) in enumerate(acc.items())}
@@ -460,7 +498,7 @@ def test_every_claim_has_its_test_above():
     """The claims tested in this file, per report: a new claim needs its test here first."""
     assert {name: len(claims) for name, claims in ALL_CLAIMS.items()} == {
         "fedpd_fig2": 6, "fedpd_p_heterogeneity": 3, "feddyn_fedpd": 4, "fedplus_table2": 5, "afedpd_table2": 4,
-        "robustness": 10}
+        "robustness": 13}
 
 
 def test_every_claim_runs_on_empty_results_as_inconclusive():

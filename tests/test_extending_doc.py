@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+from doc_blocks import bash_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "extending.md").read_text()
+PERSONALISED = "5. A personalised method"  # its commands run in process: a few seconds, no Flower
 
 
 def files() -> dict[str, str]:
@@ -89,7 +90,7 @@ def metrics(run: Path) -> list[dict]:
 
 
 def test_the_page_shows_one_file_a_config_and_the_commands():
-    assert set(files()) == {"my_fedpd.py", "my_experiment.toml", "damped_feddyn.py"}
+    assert set(files()) == {"my_fedpd.py", "my_experiment.toml", "damped_feddyn.py", "my_fedrep.py"}
     text = "\n".join(blocks())
     for needle in ("fedpd run my_experiment.toml", "fedpd compare", "run.engine=flower", "allowed-plugins='my_fedpd'",
                    "flwr run"):
@@ -97,6 +98,7 @@ def test_the_page_shows_one_file_a_config_and_the_commands():
     assert "docs/extending.md" in (ROOT / "README.md").read_text()
 
 
+@pytest.mark.slow  # Flower's simulation and a deployment
 def test_the_worked_example_runs_as_written_outside_the_repository(tmp_path, monkeypatch):
     ports = sorted({int(p) for p in re.findall(r"--port (\d+)", "\n".join(blocks()))})
     busy = [port for port in ports if in_use(port)]
@@ -108,6 +110,8 @@ def test_the_worked_example_runs_as_written_outside_the_repository(tmp_path, mon
         (project / name).write_text(body)
     env = clean_env(tmp_path / "home")
     for block in blocks():
+        if block in bash_blocks(ROOT / "docs" / "extending.md", PERSONALISED):
+            continue  # run by the test below, in process
         done = run_block(block, project, env)
         assert done.returncode == 0, f"{block}\n---\n{done.stdout[-4000:]}"
     runs = project / "runs"
@@ -121,3 +125,47 @@ def test_the_worked_example_runs_as_written_outside_the_repository(tmp_path, mon
                   for r in fedpd.run(project / "my_experiment.toml", overrides=["run.rounds=1"]).history]
     assert metrics(runs / "deployed") == in_process and in_process[-1]["round"] == 1
     assert json.loads((runs / "fedexp" / "plugins.json").read_text())["modules"]["my_fedpd"]["sha256"]
+
+
+def test_the_personalised_section_runs_as_written(tmp_path, monkeypatch, capsys):
+    """Step 5's commands, each as written, through fedpd's command line in this process (from the
+    project's directory, the page's files in it): FedRep's personal models beat FedAvg's on the
+    writers' own test data, and only the body is uploaded."""
+    import shlex
+
+    from fedpd.cli import main
+    from fedpd.flat import FlatModel
+
+    project = tmp_path / "my_project"
+    project.mkdir()
+    for name, body in files().items():
+        (project / name).write_text(body)
+    monkeypatch.chdir(project)
+    before = set(sys.modules)
+    try:
+        commands = [line for block in bash_blocks(ROOT / "docs" / "extending.md", PERSONALISED)
+                    for line in block.splitlines() if line.strip()]
+        assert len(commands) == 3
+        for line in commands:
+            argv = shlex.split(line)
+            assert argv[0] == "fedpd" and main(argv[1:]) == 0, line
+        table = capsys.readouterr().out
+        head = FlatModel(sys.modules["my_fedpd"].TinyCNN((1, 12, 12), 4, width=8)).mask("head")
+        import fedpd  # the page: the same metrics in process and on loopback nodes (other groups of clients)
+
+        def two_rounds(*more):
+            history = fedpd.run("my_experiment.toml", overrides=["algorithm.name=my_fedrep:FedRep", "run.rounds=2",
+                                                                 "run.eval_every=1", *more]).history
+            return [{k: v for k, v in r.items() if k != "wall_s"} for r in history]
+
+        assert two_rounds() == two_rounds("run.engine=loopback", "run.nodes=3")
+    finally:
+        for name in set(sys.modules) - before:
+            if name.startswith("my_"):
+                del sys.modules[name]
+    fedrep, fedavg = metrics(project / "runs" / "fedrep"), metrics(project / "runs" / "fedavg-5")
+    assert fedrep[-1]["round"] == fedavg[-1]["round"] == 5
+    assert fedrep[-1]["personal_acc"] > fedavg[-1]["personal_acc"]
+    assert fedrep[-1]["uplink_floats"] == 5 * 6 * int((~head).sum())  # rounds x participants x the body
+    assert (int((~head).sum()), head.numel()) == (96, 1252)  # as the page says
+    assert "| fedrep |" in table and "personal_acc_final" in table

@@ -131,3 +131,24 @@ def test_the_checker_passes_a_package_without_a_cycle(tmp_path):
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.b", "pkg.c.d"} and graph["pkg.c.d"] == {"pkg.b"}
     assert find_cycle(graph) == []
+
+
+def test_the_benchmark_scripts_have_no_import_cycle():
+    """benchmarks/ is a folder of scripts that import each other by their bare names (the folder
+    is on sys.path when one runs): flower_lenet_app.py and parallel_clients.py did, both ways;
+    the LeNet workload they share is benchmarks/lenet_workload.py."""
+    root = SRC.parents[1] / "benchmarks"
+    scripts = {path.stem: path for path in root.glob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in scripts}
+    for name, path in scripts.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                targets = [node.module or ""]
+            else:
+                continue
+            graph[name] |= {t.partition(".")[0] for t in targets if t.partition(".")[0] in scripts} - {name}
+    assert "lenet_workload" in graph["flower_lenet_app"] and "flower_lenet_app" in graph["parallel_clients"]
+    cycle = find_cycle(graph)
+    assert not cycle, "import cycle: " + " -> ".join(cycle)

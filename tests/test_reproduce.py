@@ -331,7 +331,19 @@ def test_robustness_runs_every_defence_against_every_attack():
     used_aggregators = {s.config["algorithm"].get("aggregator", "mean") for s in runs if s.labels["part"] == "attacks"}
     assert set(aggregators.AGGREGATORS) - {"fedplus"} <= used_aggregators
     used_attacks = {s.config["attack"]["name"] for s in runs if s.labels["part"] == "attacks"}
-    assert {a.name for a in attacks.ATTACKS} - {"nan", "inf", "dropout"} == used_attacks
+    aimed = {"mimic", "optimal_alie", "optimal_ipm"}  # issue 44's: in the heterogeneous part (the records stand)
+    assert {a.name for a in attacks.ATTACKS} - {"nan", "inf", "dropout"} - aimed == used_attacks
+    # the heterogeneous part: every attack that reaches the rule, every rule alone, after NNM and (where
+    # the rule takes ⌈20/2⌉ rows) after bucketing, 25 % Byzantine, 100 rounds
+    hetero = [s for s in runs if s.labels["part"] == "hetero"]
+    assert {s.config["attack"]["name"] for s in hetero} == {a.name for a in attacks.ATTACKS} - {"nan", "inf", "dropout"}
+    chains = {(s.config["algorithm"].get("aggregator", "mean"),
+               str(s.config["algorithm"].get("aggregator_options", {}).get("pre", ""))) for s in hetero}
+    for rule in set(aggregators.AGGREGATORS) - {"fedplus", "mean", "norm_bounding"}:
+        assert {(rule, ""), (rule, "nnm")} <= chains
+        assert ((rule, "bucketing") in chains) == (rule not in ("krum", "bulyan"))
+    assert all(s.config["run"]["rounds"] == 100 and len({t.seed for t in hetero}) >= 3 for s in hetero)
+    assert all(s.config["attack"].get("fraction", 0.25) == 0.25 for s in hetero if s.labels["attack"] != "backdoor")
     bulyan = [s for s in runs if s.labels.get("method") == "bulyan"]
     assert bulyan and all(s.config["sampler"] == {"name": "all"} and s.config["problem"]["clients"]
                           >= 4 * s.config["algorithm"]["aggregator_options"]["n_byzantine"] + 3 for s in bulyan)

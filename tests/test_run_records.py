@@ -206,7 +206,21 @@ def test_the_choice_of_records_is_seeded():
     (float("nan"), float("nan"), "float64", True), (float("inf"), 1e300, "float32", False), (3, 3, "float32", True),
 ])
 def test_agreement_is_exact_in_float64_and_to_the_stated_tolerance_in_float32(a, b, dtype, same):
-    assert ver.agree(a, b, dtype) is same
+    assert ver.agree(a, b, ver.SAME_CPU.tolerance(dtype, 0)) is same
+
+
+@pytest.mark.parametrize("a, b, dtype, key, same", [
+    (1.0, 1.0 + 2e-16, "float64", "train_loss", True), (1.0, 1.0 + 5e-8, "float64", "train_loss", True),
+    (1.0, 1.0 + 1e-6, "float64", "train_loss", False), (1.0, 1.01, "float64", "train_loss", False),
+    (0.9012, 0.9042, "float32", "test_acc", True), (0.9012, 0.9112, "float32", "test_acc", False),
+    (0.688, 0.689, "float64", "personal_acc_worst10", True),
+    (1.0, 1.005, "float32", "train_loss", True), (1.0, 1.02, "float32", "train_loss", False),
+    (7, 8, "float64", "comm_rounds", False),
+    (7.9e-33, 3.1e-33, "float64", "grad_norm_sq", True),  # 0 up to rounding
+])
+def test_another_cpu_allows_the_measured_drift_and_accuracy_a_few_flips(a, b, dtype, key, same):
+    rule = ver.OTHER_CPU
+    assert ver.agree(a, b, rule.tolerance(dtype, 2), rule.acc_atol, key) is same
 
 
 def test_verify_needs_k_of_one_or_more(tmp_path):

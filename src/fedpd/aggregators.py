@@ -40,6 +40,7 @@ from fedpd import names
 from fedpd.errors import ConfigError
 from fedpd.options import STEPS_MAX, NoOptions, Options, declares, validate
 from fedpd.ordered import ordered_norm
+from fedpd.preaggregators import Chain, rows_needed, split_options
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
 
 __all__ = [
@@ -537,22 +538,27 @@ def aggregator_function(name: str) -> Callable[..., tuple[Tensor, dict]]:
 
 
 def min_rows(name: str, options: dict) -> int:
-    """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3)."""
+    """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3), its
+    pre-aggregation included (bucketing leaves ⌈K/s⌉ rows; NNM and ARC need K > 2f)."""
+    fn = aggregator_function(name)
+    chain, own = split_options(name, getattr(fn, "Options", NoOptions).model_fields, dict(options))
+    rule = 1  # trimmed mean: any K, the trim is floor(ratio·K) and is checked to leave a row
     if name == "krum":
-        return 2 * options["n_byzantine"] + 3
-    if name == "bulyan":
-        return 4 * options["n_byzantine"] + 3
-    if name == "trimmed_mean":
-        return 1  # any K: the trim is floor(ratio·K) and is checked to leave a row
-    return 1
+        rule = 2 * own["n_byzantine"] + 3
+    elif name == "bulyan":
+        rule = 4 * own["n_byzantine"] + 3
+    return rows_needed(chain, rule)
 
 
 def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
-    """``f(w, weights=None, reference=None) -> (aggregate, info)`` for aggregator ``name`` (a key
-    of AGGREGATORS) with ``options`` bound by keyword; ``reference`` reaches only the aggregators
-    that take it (:func:`takes_reference`). Unknown name, unknown or missing option, or an option
-    value out of range → ConfigError naming it (values that depend on K are checked at call time).
-    ``fedplus`` also takes its Python-only arguments (groups, init tensors) unchecked here.
+    """``f(w, weights=None, reference=None, generator=None) -> (aggregate, info)`` for aggregator
+    ``name`` (a key of AGGREGATORS) with ``options`` bound by keyword; ``reference`` reaches only
+    the aggregators that take it (:func:`takes_reference`). ``options`` may hold a pre-aggregation
+    chain (``pre``, ``bucket_size``, ``n_byzantine``: :mod:`fedpd.preaggregators`), run on the rows
+    first; ``generator`` is its randomness (bucketing's permutation). Unknown name, unknown or
+    missing option, or an option value out of range → ConfigError naming it (values that depend on
+    K are checked at call time). ``fedplus`` also takes its Python-only arguments (groups, init
+    tensors) unchecked here.
     """
     fn = aggregator_function(name)
     python_only = {k: options.pop(k) for k in ("groups", "init") if name == "fedplus" and k in options}
@@ -564,14 +570,35 @@ def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
     if isinstance(python_only.get("init"), str) and python_only["init"] not in ("mean", "median"):
         raise ConfigError(f"init must be 'mean', 'median' or a tensor; got {python_only['init']!r}")
     model = getattr(fn, "Options", NoOptions)
+    chain_options, options = split_options(name, model.model_fields, options)
     bound = {**validate(model, options, "aggregator_options").model_dump(exclude_unset=True), **python_only}
 
     if takes_reference(fn):
-        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
+        def rule(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
             return fn(w, weights=weights, reference=reference, **bound)
     else:
-        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
+        def rule(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
             return fn(w, weights=weights, **bound)  # a reference is of no use to it
+
+    if chain_options is None:
+        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
+                      generator: torch.Generator | None = None):
+            return rule(w, weights, reference)
+    else:
+        chain = Chain(chain_options)
+
+        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
+                      generator: torch.Generator | None = None):
+            if weights is not None:
+                raise ConfigError("aggregator_options.pre: pre-aggregation mixes the rows, so per-client weights "
+                                  "mean nothing after it (allowed: weights = \"uniform\")")
+            rows = chain(_check_w(w), reference, generator)
+            try:
+                agg, info = rule(rows, None, reference)
+            except ConfigError as err:
+                raise ConfigError(f"after {chain.describe()} the rule sees {rows.shape[0]} rows of {w.shape[0]}: "
+                                  f"{err}") from None
+            return agg, {**info, "pre_rows": rows.shape[0]}
 
     aggregate.__name__ = f"{name}_aggregator"
     aggregate.__doc__ = f"{names.describe(fn)} (options: {bound})"

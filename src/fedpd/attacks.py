@@ -14,8 +14,11 @@ Three families, one class each, every kind declaring its options beside itself:
 * update attacks, applied by the server side of the round (:mod:`fedpd.protocol`) to the chosen
   participants' uploads before they are screened: ``sign_flip`` (u ← r − factor·(u − r)),
   ``scale`` (u ← r + factor·(u − r)), ``gaussian`` (u ← u + std·N(0, I)), ``nan``, ``inf``, and
-  two that see the round's honest uploads: ``alie`` ("a little is enough": honest mean − z·std)
-  and ``ipm`` (inner-product manipulation: −ε · honest mean).
+  five that see the round's honest uploads: ``alie`` ("a little is enough": honest mean − z·std),
+  ``ipm`` (inner-product manipulation: −ε · honest mean), ``mimic`` (a copy of one honest upload,
+  Karimireddy et al. 2022) and ``optimal_alie`` / ``optimal_ipm``, whose z or ε is searched each
+  round against the defence in use (the run's aggregator and pre-aggregation, simulated:
+  :meth:`Attack.against`).
   For uploads that are models (the algorithm's ``model_uploads``) r is the model the server sent
   this round, so the attack acts on the update; uploads that are updates already (its
   ``update_uploads``: SCAFFOLD's Δx, Δc) have r = 0; anything else (a sample count) is left alone.
@@ -44,13 +47,14 @@ from collections import Counter
 from dataclasses import replace
 from typing import Annotated, ClassVar, Literal
 
+import numpy as np
 import torch
 from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 
 from fedpd.errors import ConfigError
 from fedpd.options import SEED_MAX, NoOptions, Options, refuse, shown, validate
-from fedpd.ordered import ordered_norm
+from fedpd.ordered import ordered_norm, ordered_sum
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.streams import ClientStreams
 
@@ -151,6 +155,10 @@ class Attack:
         self.mask = torch.zeros(num_clients, dtype=torch.bool)
         if self.active:
             self.mask[self.targets(num_clients)] = True
+        return self
+
+    def against(self, algorithm) -> "Attack":
+        """Learn the defence in use (the optimal attacks simulate it); the others need nothing."""
         return self
 
     def apply_data(self, problem: Problem) -> Problem:
@@ -326,7 +334,8 @@ class OmniscientAttack(UpdateAttack):
     def corrupt(self, upload, message, ids, round, seed, model_keys=(), update_keys=()):
         if not upload:
             return upload, 0
-        bad = self.misbehaving(ids, round, ClientStreams.of(seed, "attack", round, ids))
+        rng = ClientStreams.of(seed, "attack", round, ids)
+        bad = self.misbehaving(ids, round, rng)
         n = int(bad.sum())
         if n == 0 or n == ids.numel():  # nobody to attack, or no honest upload to learn from
             return upload, 0
@@ -342,11 +351,13 @@ class OmniscientAttack(UpdateAttack):
                 continue
             ref = ref.to(u.device)
             honest = u[~bad.to(u.device)] - ref
-            forged = ref + self.forged(honest, ids.numel(), n)
+            forged = ref + self.forged(honest, ids.numel(), n, rng)
             out[key] = torch.where(bad.to(u.device).view(-1, *([1] * (u.dim() - 1))), forged.expand_as(u), u)
         return out, n
 
-    def forged(self, honest: Tensor, n: int, f: int) -> Tensor:
+    def forged(self, honest: Tensor, n: int, f: int, rng: ClientStreams | None = None) -> Tensor:
+        """The update every Byzantine participant sends, from the honest updates [n − f, d] (rows
+        in ascending id order) and the participants' attack streams ``rng``."""
         raise NotImplementedError
 
 
@@ -368,9 +379,14 @@ class ALIE(OmniscientAttack):
         p = min(max((n - s) / n, 1e-6), 1 - 1e-6)
         return float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(p, dtype=torch.float64)))
 
-    def forged(self, honest, n, f):
+    def forged(self, honest, n, f, rng=None):
+        return self.shifted(honest, self.z_of(n, f))
+
+    @staticmethod
+    def shifted(honest: Tensor, z: float) -> Tensor:
+        """μ − z·σ of the honest updates (σ the population standard deviation, per coordinate)."""
         std = honest.std(0, unbiased=False) if honest.shape[0] > 1 else torch.zeros_like(honest[0])
-        return honest.mean(0) - self.z_of(n, f) * std
+        return honest.mean(0) - z * std
 
 
 class IPM(OmniscientAttack):
@@ -383,8 +399,149 @@ class IPM(OmniscientAttack):
     description = "uploads: inner-product manipulation, -epsilon x (mean honest update) (Xie et al. 2020)"
     Options = IPMOptions
 
-    def forged(self, honest, n, f):
+    def forged(self, honest, n, f, rng=None):
         return -self.settings["epsilon"] * honest.mean(0)
+
+
+class MimicOptions(RoundAttackOptions):
+    index: int | None = Field(None, ge=0, description="copy the honest participant at this place in the round "
+                              "(ascending id, modulo their number; ByzFL's epsilon); default: the one farthest along "
+                              "the honest updates' top principal direction")
+
+
+def top_direction_row(honest: Tensor) -> int:
+    """The honest row farthest along the honest updates' top principal direction z:
+    argmax_i |⟨x_i − μ, z⟩| (ties: the lower index). z's projections are those of the top
+    eigenvector u of the Gram matrix G = (X − μ)(X − μ)ᵀ ([h, h], float64, its entries summed in
+    a fixed order), since (X − μ) z ∝ G u ∝ u."""
+    centred = honest - honest.mean(0)
+    gram = torch.stack([ordered_sum(centred[i] * centred, dim=1, dtype=torch.float64) for i in range(honest.shape[0])])
+    u = torch.linalg.eigh(gram.cpu()).eigenvectors[:, -1]
+    return int(u.abs().argmax())
+
+
+class Mimic(OmniscientAttack):
+    """Mimic (Karimireddy, He, Jaggi, "Byzantine-robust learning on heterogeneous datasets via
+    bucketing", ICLR 2022, §3): every Byzantine participant sends the update of one honest
+    participant i*, so that client's data are over-weighted — an attack that exploits
+    heterogeneity and that no outlier test can see (every row it adds is an honest row). The paper
+    picks i* = argmax_i ⟨x_i, z⟩ with z the honest updates' top principal direction, found by an
+    online power method over a warm-up phase and then held fixed; fedpd keeps no attack state
+    between rounds and takes, each round, the row farthest from the honest mean along the exact
+    top direction (:func:`top_direction_row`, |·| because z's sign is arbitrary). With ``index``
+    it copies the honest participant at that place instead (ByzFL's ``Mimic(epsilon)``)."""
+
+    name = "mimic"
+    description = "uploads: a copy of one honest update — the one along the honest top direction (Karimireddy et al. 2022)"
+    Options = MimicOptions
+
+    def forged(self, honest, n, f, rng=None):
+        index = self.settings.get("index")
+        i = top_direction_row(honest) if index is None else index % honest.shape[0]
+        return honest[i]
+
+
+class OptimalOptions(RoundAttackOptions):
+    evals: int = Field(20, ge=1, description="evaluations of the simulated defence per round (the line search)")
+    start: float = Field(0.0, ge=0, description="the search's first strength")
+    step: float = Field(10.0, gt=0, description="the search's first step")
+    ratio: float = Field(0.8, gt=0.5, lt=1, description="each failed step shrinks the step by this factor")
+
+
+def line_search(objective, start: float, step: float, ratio: float, evals: int) -> float:
+    """The strength t >= ``start`` that maximises ``objective(t)`` within ``evals`` evaluations, by
+    the search Allouah et al.'s optimal attacks use (as ByzFL's): expansion — from t = start, try
+    t + δ; on a gain take it and double δ, else shrink δ by ``ratio`` and stop expanding;
+    contraction — with what is left, try t + δ, take it on a gain, and shrink δ by ``ratio``
+    after every try. (Only larger strengths are tried; ties keep the smaller.)"""
+    best, value = start, objective(start)
+    delta, left = step, evals - 1
+    while left > 0:  # expansion
+        t = best + delta
+        v, left = objective(t), left - 1
+        if v > value:
+            best, value, delta = t, v, delta * 2
+        else:
+            delta *= ratio
+            break
+    while left > 0:  # contraction
+        t = best + delta
+        v, left = objective(t), left - 1
+        if v > value:
+            best, value = t, v
+        delta *= ratio
+    return best
+
+
+class OptimalAttack(OmniscientAttack):
+    """An omniscient attack whose strength t is searched each round (:func:`line_search`) to
+    maximise ‖F(honest ∪ f copies of the forged update) − mean(honest)‖, the distance the
+    defence F's output is pushed from the honest mean — knowing F: the run's aggregator with its
+    pre-aggregation, simulated on the updates about 0 (:meth:`against`). The simulated rows are
+    the honest updates then the f forged ones (as ByzFL's); bucketing's permutation in the
+    simulation is drawn from the round's first participant's attack stream, the same for every
+    strength tried."""
+
+    Options = OptimalOptions
+    simulate = None
+
+    def against(self, algorithm) -> "Attack":
+        defence = getattr(algorithm, "defence", None)
+        if defence is None:
+            raise ConfigError(f"attack.name: {self.name} picks its strength against the defence in use, and algorithm "
+                              f"'{getattr(algorithm, 'name', algorithm)}' has no aggregator to simulate (allowed: an "
+                              f"algorithm with algorithm.aggregator, e.g. fedavg, fedprox, ditto)")
+        self.simulate = defence()
+        return self
+
+    def vector(self, honest: Tensor, t: float) -> Tensor:
+        raise NotImplementedError
+
+    def strength(self, honest: Tensor, f: int, rng: ClientStreams | None) -> float:
+        if self.simulate is None:
+            raise ConfigError(f"attack.name: {self.name} has not been told the defence (Attack.against)")
+        mean = honest.mean(0)
+        seed = int(rng.bits(1)[0, 0] >> np.uint64(1)) if rng is not None else 0
+
+        def pushed(t: float) -> float:
+            forged = self.vector(honest, t)
+            rows = torch.cat([honest, forged.expand(f, -1)])
+            out = self.simulate(rows, torch.Generator().manual_seed(seed))
+            return float(ordered_norm(out - mean))
+
+        s = self.settings
+        return line_search(pushed, s["start"], s["step"], s["ratio"], s["evals"])
+
+    def forged(self, honest, n, f, rng=None):
+        flat = honest.reshape(honest.shape[0], -1)
+        return self.vector(flat, self.strength(flat, f, rng)).reshape(honest.shape[1:])
+
+
+class OptimalALIE(OptimalAttack):
+    """ALIE with z searched against the defence (Allouah et al., "Fixing by mixing", AISTATS 2023,
+    §6: the "optimal" version of Baruch et al.'s attack; ByzFL's ``Optimal_ALittleIsEnough``):
+    every Byzantine participant sends μ − z·σ (:class:`ALIE`'s vector) with z the
+    :class:`OptimalAttack` search's (from 0, steps 10, 20 evaluations by default). ByzFL sends
+    μ + τ·σ with the sample standard deviation (n − 1); since the search scales with its steps,
+    fedpd's search with step δ equals ByzFL's with delta = −δ·√((h − 1)/h), h the honest count."""
+
+    name = "optimal_alie"
+    description = "uploads: ALIE with z searched each round against the defence in use (Allouah et al. 2023)"
+
+    def vector(self, honest, t):
+        return ALIE.shifted(honest, t)
+
+
+class OptimalIPM(OptimalAttack):
+    """IPM with ε searched against the defence (Allouah et al. 2023, §6; ByzFL's
+    ``Optimal_InnerProductManipulation``): every Byzantine participant sends −ε · μ with ε the
+    :class:`OptimalAttack` search's (from 0, steps 10, 20 evaluations by default)."""
+
+    name = "optimal_ipm"
+    description = "uploads: IPM with epsilon searched each round against the defence in use (Allouah et al. 2023)"
+
+    def vector(self, honest, t):
+        return -t * honest.mean(0)
 
 
 class BackdoorOptions(RoundAttackOptions):
@@ -502,8 +659,8 @@ class Dropout(Attack):
         return self.misbehaving(ids, round, ClientStreams.of(seed, "dropout", round, ids))
 
 
-ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, ALIE, IPM, Backdoor,
-           Dropout)
+ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload, InfUpload, ALIE, IPM, Mimic,
+           OptimalALIE, OptimalIPM, Backdoor, Dropout)
 
 
 def make_attack(name: str, **options) -> Attack:

@@ -77,6 +77,14 @@ def runs_per_client(execution: str, dim: int, device: torch.device | str) -> boo
     return torch.device(device).type != "cuda" and dim > PER_CLIENT_ABOVE
 
 
+def run_dtype(cfg: Config) -> str:
+    """The dtype a run computes in, without building it: ``run.dtype``, or for "auto" the problem's
+    own — float32 for the problems that take a model (the dataset problem), float64 for the rest."""
+    if cfg.run.dtype != "auto":
+        return cfg.run.dtype
+    return "float32" if "model" in inspect.signature(cfg.entries["problem"].build).parameters else "float64"
+
+
 def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     entry = cfg.entries["problem"]
     takes_model = "model" in inspect.signature(entry.build).parameters  # e.g. the dataset problem

@@ -71,7 +71,7 @@ def _largest_client(split) -> int:
     return int(sizes.max()) if sizes.numel() else 0
 
 
-def check_against_problem(cfg, problem) -> None:
+def check_against_problem(cfg, problem, algorithm=None) -> None:
     """Refuse option values that make no sense for ``problem``, before the first round.
 
     ``batch_size`` (of the solver, or of an algorithm that draws its own minibatches with
@@ -113,7 +113,7 @@ def check_against_problem(cfg, problem) -> None:
         from fedpd.tensorboard import require
 
         require()
-    for message in notices(cfg, problem):
+    for message in notices(cfg, problem, algorithm):
         warnings.warn(message, FedpdNotice, stacklevel=3)
 
 
@@ -122,7 +122,7 @@ class FedpdNotice(UserWarning):
     ``fedpd: note: ...`` on stderr and runs on."""
 
 
-def notices(cfg, problem) -> list[str]:
+def notices(cfg, problem, algorithm=None) -> list[str]:
     """Values that are valid but look like a mistake for this problem (the run goes on)."""
     out = []
     n = problem.num_clients
@@ -130,4 +130,19 @@ def notices(cfg, problem) -> list[str]:
         q = cfg.options["sampler"].q
         out.append(f"sampler.q: {q:g} x {n} clients = {q * n:.2g} expected participants per round; most rounds "
                    f"will have none (nothing happens in them)")
+    partition = problem.info.get("partition", "iid")
+    if problem.info.get("pooled_test_slices") and partition != "iid" and personal_metrics(cfg, algorithm):
+        out.append(f'problem.test: "pooled" with partition = "{partition}" deals the pooled test set i.i.d. over the '
+                   f'clients, so personal_* metrics test each client on data unlike its own and say nothing about '
+                   f'personalisation (allowed: problem.test = "per_client" for them)')
     return out
+
+
+def personal_metrics(cfg, algorithm) -> bool:
+    """Whether a run of ``cfg`` records personal_* metrics: the algorithm has personal models
+    (it overrides ``personal_models``), or ``run.personal_eval = "always"``."""
+    if cfg.run.personal_eval != "auto":
+        return cfg.run.personal_eval == "always"
+    from fedpd.algorithms.base import Algorithm
+
+    return algorithm is not None and type(algorithm).personal_models is not Algorithm.personal_models

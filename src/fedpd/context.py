@@ -22,7 +22,7 @@ from torch import Tensor
 
 from fedpd.flat import FlatModel
 from fedpd.problems.base import ClientData
-from fedpd.streams import ClientStreams
+from fedpd.streams import ClientStreams, server_generator
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,14 @@ class ClientContext:
 @dataclass(frozen=True)
 class ServerContext:
     """A server rule's view of one round: the senders of the accepted uploads (ascending ids, one
-    row of every upload each), the round and N."""
+    row of every upload each), the round and N; ``rng(purpose)`` the server's own stream for the
+    round (the run's seed, the purpose, the round: the same on every engine and after a resume)."""
 
     ids: Tensor  # int64 [K]
     round: int
     num_clients: int
+    seed: int = 0
+
+    def rng(self, purpose: str) -> torch.Generator:
+        """A generator for the server's draws of ``purpose`` this round (e.g. bucketing's permutation)."""
+        return server_generator(self.seed, purpose, self.round)

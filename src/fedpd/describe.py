@@ -251,6 +251,11 @@ def print_list(section: str | None = None, file=None) -> None:
         print("run:", file=out)
         print(_wrap("every run's [run] options (rounds, seed, threads, tensorboard, ...): fedpd show run",
                     width, 2), file=out)
+    if section in (None, "privacy"):
+        print("privacy:", file=out)
+        print(_wrap("[privacy]: client-level differential privacy for any run whose server step reads the mean of "
+                    "the uploads (clip, noise_multiplier, delta, accountant, ...; docs/privacy.md): fedpd show "
+                    "privacy", width, 2), file=out)
     if section is None:
         print(_wrap("The options of one entry with their defaults, ranges and meaning: fedpd list NAME "
                     "(e.g. fedpd list fedpd), or fedpd show SECTION NAME.", width, 0), file=out)
@@ -309,7 +314,12 @@ def show(section: str, name: str | None, file=None) -> None:
               file=out)
         return
     elif section == "aggregator":
+        from fedpd.preaggregators import PreOptions
+
         rows = option_rows(section, name, entry.options)
+        if name not in ("mean", "fedplus"):  # the pre-aggregation chain any robust rule may take
+            own = {r.name for r in rows}
+            rows += [r for r in option_rows(section, name, PreOptions) if r.name not in own]
         doc = _doc_paragraph(entry.build)
         header = f'algorithm.aggregator = "{name}", with [algorithm.aggregator_options]'
     else:

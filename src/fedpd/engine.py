@@ -14,6 +14,8 @@ SuperNodes, Ray workers — can be tested against the same suite (``tests/engine
 * ``comm`` — the :class:`fedpd.comm.CommCounter` every message passes through.
 * ``sample_grads`` — per-sample gradients the clients have computed so far.
 * ``state_dict()`` / ``load_state_dict(sd)`` — everything above, for an exact resume;
+  ``take_over(sd, states, rounds)`` — continue from another engine's checkpoint entry, its client
+  states given (:mod:`fedpd.handover`);
   ``checkpointed(rounds)`` — told once the run's checkpoint of that many rounds is on disk (a
   store that keeps versions may then drop older ones); ``close()`` (optional) — the run is over:
   release processes the engine holds.
@@ -56,6 +58,8 @@ class Engine(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, sd: dict) -> None: ...
+
+    def take_over(self, sd: dict, states, rounds: int) -> None: ...
 
     def checkpointed(self, rounds: int) -> None: ...
 
@@ -154,6 +158,15 @@ class InProcessEngine:
         self.store.load_state_dict(sd["store"])
         self.comm.load_state_dict(sd["comm"])
         self.problem.sample_grads = sd["sample_grads"]
+
+    def take_over(self, sd: dict, states, rounds: int) -> None:
+        """Continue a run whose client states were on another engine: the counters from its
+        checkpoint entry ``sd``, and ``states`` — (ids, their states) in chunks — into the store
+        (:mod:`fedpd.handover`)."""
+        self.comm.load_state_dict(sd["comm"])
+        self.problem.sample_grads = sd["sample_grads"]
+        for ids, state in states:
+            self.store.put(ids, state)
 
     def checkpointed(self, rounds: int) -> None:
         hook = getattr(self.store, "checkpoint_saved", None)  # the disk store's undo log of the last epoch

@@ -86,6 +86,21 @@ class FlatModel:
         zeroed buffer instead: two more passes over d)."""
         return torch.cat([g.reshape(-1) for g in self.grads(value)], out=out)
 
+    def mask(self, *names: str) -> Tensor:
+        """A bool [d] vector, True where the parameters ``names`` live in the flat vector: each a
+        parameter's name (``self.names``, e.g. ``"head.weight"``) or a module's (``"head"``: all of
+        its parameters). For :class:`fedpd.solvers.LocalObjective`'s ``free`` (train a part of the
+        model) and for a state kept per part (a personal head)."""
+        out = torch.zeros(self.dim, dtype=torch.bool)
+        for name in names:
+            hits = [s for n, s in self.slices().items() if n == name or n.startswith(name + ".")]
+            if not hits:
+                raise ValueError(f"the model has no parameter or module {name!r} (its parameters: "
+                                 f"{', '.join(self.names)})")
+            for where in hits:
+                out[where] = True
+        return out
+
     def slices(self) -> dict[str, slice]:
         """Where each named parameter lives in the flat vector (for per-layer rules)."""
         out, start = {}, 0

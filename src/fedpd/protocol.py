@@ -116,7 +116,7 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
         return server, {}, accepted
     if not bool(keep.all()):
         upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-    step = _server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients))
+    step = _server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients, seed))
     return step + (accepted,)
 
 
@@ -134,7 +134,7 @@ def _streamed(algorithm: Algorithm, server: State, groups, message: State, round
     if not accepted.numel():
         return server, {}, accepted
     return _server_step(algorithm, "aggregate_means", server, running.mean.means(),
-                        ServerContext(accepted, round, num_clients)) + (accepted,)
+                        ServerContext(accepted, round, num_clients, seed)) + (accepted,)
 
 
 def _server_step(algorithm: Algorithm, hook: str, server: State, given: State,

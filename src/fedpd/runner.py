@@ -19,7 +19,8 @@ it lives on the CPU (a run started on a GPU resumes on a CPU and the other way r
 that is foreign, damaged, of another format or of another config is refused with one line; so is
 a ``metrics.jsonl`` that is missing, not UTF-8 or shorter than the checkpoint. A resume may change
 ``run.rounds`` (the target) and how the run is executed (:data:`fedpd.config.RESUMABLE`:
-``run.device``, ``run.threads``, ``run.workers``, ``run.client_chunk``, ...), nothing else.
+``run.device``, ``run.threads``, ``run.workers``, ``run.client_chunk``, ``run.engine``, ...), nothing
+else; on another engine the clients' states move with the run (:mod:`fedpd.handover`).
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ def read_checkpoint(path: Path, cfg: Config) -> dict:
     if sd.get("version") != CHECKPOINT_VERSION:
         raise ConfigError(f"{path}: checkpoint format version {sd.get('version')!r}; this fedpd reads version "
                           f"{CHECKPOINT_VERSION} (start the run again with --overwrite)")
-    differs = first_difference(sd.get("config"), cfg.fingerprint())
+    ours, theirs = cfg.fingerprint(), sd.get("config")
+    if isinstance(theirs, dict) and isinstance(theirs.get("run"), dict) and theirs["run"].get("store") == "auto":
+        ours["run"]["store"] = "auto"  # a remote engine's run: run.store (in process only) was never resolved
+    differs = first_difference(theirs, ours)
     if differs:
         raise ConfigError(f"{path}: belongs to a run with another config ({differs} differs from "
                           f"{CONFIG}); refusing to continue it")
@@ -302,7 +306,12 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     dp = getattr(sim.algorithm, "_dp", None)  # [privacy]: stop before a round would pass target_epsilon
     if dp is not None:
-        rounds = max(min(rounds, dp.round_limit(rounds)), min(sim.round, rounds))
+        limit = dp.round_limit(rounds)
+        if limit < rounds and sim.round < rounds:  # said plainly, not a silent early finish
+            warnings.warn(f"privacy.target_epsilon = {dp.opts.target_epsilon:g}: the run stops after round {limit} "
+                          f"of {rounds} (ε = {dp.epsilon(limit):.4g}; one more round would spend "
+                          f"{dp.epsilon(limit + 1):.4g})", FedpdNotice, stacklevel=2)
+        rounds = max(min(rounds, limit), min(sim.round, rounds))
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
     tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too
@@ -320,7 +329,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     def checkpoint():
         if out is not None:
             atomic_torch_save(sim.state_dict(), out / CHECKPOINT)
-            sim.engine.checkpointed(sim.round)  # a versioned store may now drop what this checkpoint replaces
+            sim.checkpointed()  # a versioned store may now drop what this checkpoint replaces
             if on_checkpoint is not None:
                 on_checkpoint(out)
 

@@ -5,12 +5,14 @@ and gives its whole state for a checkpoint (``state_dict``, every tensor on the 
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from fedpd import handover
 from fedpd.algorithms.base import Algorithm
 from fedpd.build import build, build_attack, build_problem, build_store, exact_float32, resolve_device
 from fedpd.checks import check_against_problem
@@ -46,14 +48,14 @@ class Simulation:
     directory; default a temporary one). ``transport``: the nodes of a remote engine (Flower's)."""
 
     def __init__(self, cfg: Config, workdir: Path | None = None, transport=None):
-        self.cfg = cfg
+        self.cfg, self.workdir = cfg, workdir
         self.device = resolve_device(cfg.run.device)
         exact_float32(self.device)  # a GPU's record verifies against a CPU re-run
         self.problem = build_problem(cfg, self.device)
         self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
-        check_against_problem(cfg, self.problem)  # e.g. a batch larger than every client
+        check_against_problem(cfg, self.problem, self.algorithm)  # e.g. a batch larger than every client
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
@@ -66,11 +68,12 @@ class Simulation:
             store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init, self.num_clients)
             if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which
                 self.cfg = load_config(cfg, [f"run.store={kind}"])
-        attack = build_attack(cfg).bind(self.num_clients)
+        attack = build_attack(cfg).bind(self.num_clients).against(self.algorithm)
         self.engine: Engine = make_engine(self.cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
                                           transport=transport, store=store)
         self.round = 0
         self.elapsed = 0.0
+        self._left_behind: list[Path] = []
 
     def close(self) -> None:
         """Release what the engine holds besides memory (``run.workers``' processes); a later
@@ -180,5 +183,22 @@ class Simulation:
         sd = _to(sd, self.device)
         self.round, self.elapsed = sd["round"], sd["elapsed"]
         self.server = sd["server"]
-        self.engine.load_state_dict(sd["engine"])
+        entry = sd["engine"]
+        if handover.moves(entry, self.engine):  # another engine's, or other nodes': the states move here
+            init = self.algorithm.init_client(self.problem.x_init)
+            self.engine.take_over(entry, handover.states(entry, init=init, num_clients=self.num_clients,
+                                                         rounds=self.round, run_dir=self.workdir,
+                                                         store_dir=self.cfg.run.store_dir, device=self.device),
+                                  self.round)
+            self._left_behind = handover.left_behind(entry, self.workdir)
+        else:
+            self.engine.load_state_dict(entry)
+
+    def checkpointed(self) -> None:
+        """The checkpoint of this round is on disk: the engine may drop older versions, and the
+        node folders a moved run left behind (:mod:`fedpd.handover`) go."""
+        self.engine.checkpointed(self.round)
+        for folder in self._left_behind:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._left_behind = []
 

@@ -13,7 +13,9 @@ Local-step logic exists once: :meth:`GradientSolver.start` gives a :class:`Local
 round's step size, each client's step count, its batches, the gradient of f_i (with SAM and
 weight decay) and the straggler-aware update — and :meth:`GradientSolver.solve` is one loop over
 it. Algorithms whose local step the objective form cannot express (Fed+'s implicit step, APFL,
-pFedMe, Per-FedAvg, FedPD-VR's SARAH oracle) write their own loop over the same LocalRun.
+pFedMe, Per-FedAvg, FedPD-VR's SARAH oracle) write their own loop over the same LocalRun. An
+objective may hold some coordinates fixed (``LocalObjective.free``): a personalised method trains
+a head with the body fixed, or the other way round, through the same solvers (gd, sgd, exact).
 """
 
 from __future__ import annotations
@@ -54,11 +56,24 @@ class SGDOptions(GDOptions):
 
 @dataclass
 class LocalObjective:
-    """The algorithm's terms ⟨v, x⟩ + (μ/2)‖x − c‖² added to f_i; v, c are [K, d] or None."""
+    """The algorithm's terms ⟨v, x⟩ + (μ/2)‖x − c‖² added to f_i; v, c are [K, d] or None.
+
+    ``free``: the coordinates the solver moves, a bool [d] (or [K, d]) tensor; the others keep
+    their start values, bit for bit (None: all move). The objective is then minimised over the
+    free coordinates alone: every gradient, norm and step (SAM's ascent, clipping, weight decay,
+    momentum, the start gap) is the free part's. A head with the body fixed, or the body with the
+    head fixed: ``free=info.model.mask("head")`` (:meth:`fedpd.flat.FlatModel.mask`)."""
 
     linear: Tensor | None = None
     mu: float = 0.0
     center: Tensor | None = None
+    free: Tensor | None = None
+
+    def restrict(self, g: Tensor) -> Tensor:
+        """g with the entries of the fixed coordinates 0 (g itself when every coordinate is free)."""
+        if self.free is None:
+            return g
+        return torch.where(self.free.to(g.device), g, torch.zeros((), dtype=g.dtype, device=g.device))
 
     def grad(self, x: Tensor) -> Tensor | float:
         g: Tensor | float = 0.0
@@ -66,15 +81,16 @@ class LocalObjective:
             g = g + self.linear
         if self.mu:
             g = g + self.mu * (x - self.center)
-        return g
+        return self.restrict(g) if isinstance(g, Tensor) else g
 
     def add_grad(self, g: Tensor, x: Tensor) -> Tensor:
-        """g plus the gradient of the terms at x (no work when there are none)."""
+        """g plus the gradient of the terms at x (no work when there are none), over the free
+        coordinates."""
         if self.linear is not None:
             g = g + self.linear
         if self.mu:
             g = g + self.mu * (x - self.center)
-        return g
+        return self.restrict(g)
 
     def add_grad_clipped(self, g: Tensor, x: Tensor, max_norm: float) -> Tensor:
         """As :meth:`add_grad`, with g + v − μc (the gradient of f_i + ⟨v − μc, x⟩) clipped to
@@ -86,8 +102,9 @@ class LocalObjective:
         v = g if self.linear is None else g + self.linear
         if self.mu:
             v = v - self.mu * self.center
+        v = self.restrict(v)
         v = v * (max_norm / (ordered_norm(v, dim=1, keepdim=True) + 1e-6)).clamp(max=1.0)
-        return v + self.mu * x if self.mu else v
+        return v + self.mu * self.restrict(x) if self.mu else v
 
 
 @dataclass
@@ -253,7 +270,7 @@ class GradientSolver:
         x = x.clone()  # the iterate is updated in place: a fresh [K, d] per step costs more than the step
         g_out = torch.empty_like(x)  # where each step's ∇f_i may be written (per-client execution)
         # a step that is x − lr·∇f_i(x) alone (FedAvg's) needs no flat gradient: LocalRun.descend
-        plain = (objective.linear is None and not objective.mu and not tol
+        plain = (objective.linear is None and not objective.mu and not tol and objective.free is None
                  and not (self.weight_decay or self.momentum or self.sam_radius or self.clip_norm))
         for q in range(run.rounds):
             if q >= run.rounds:  # every client met its criterion
@@ -264,7 +281,7 @@ class GradientSolver:
                 if q == 0:
                     start_gap = norms
                 continue
-            g_f = run.f_grad(x, batch, q, out=g_out)
+            g_f = objective.restrict(run.f_grad(x, batch, q, out=g_out))  # free coordinates: SAM ascends along them
             if q == 0 or tol:  # ‖∇(local objective)‖² at the iterate
                 g_L = objective.add_grad(g_f + self.weight_decay * x if self.weight_decay else g_f, x)
                 gap = ordered_sq_norm(g_L, 1)
@@ -275,7 +292,7 @@ class GradientSolver:
             g = run.sam(x, g_f, batch, q)
             g = objective.add_grad_clipped(g, x, self.clip_norm) if self.clip_norm else objective.add_grad(g, x)
             if self.weight_decay:
-                g = g + self.weight_decay * x
+                g = g + self.weight_decay * objective.restrict(x)
             if self.momentum:
                 buf = g.clone() if buf is None else buf.mul_(self.momentum).add_(g)  # g may be g_out
                 g = buf
@@ -311,22 +328,31 @@ class ExactSolver:
     def solve(self, ctx: "ClientContext", x: Tensor, objective: LocalObjective, tol: float = 0.0) -> LocalResult:
         H, g = ctx.data.quadratic
         H, g = H.to(x.dtype), g.to(x.dtype)
-        g0 = (H @ x.unsqueeze(-1)).squeeze(-1) - g + objective.grad(x)
+        g0 = objective.restrict((H @ x.unsqueeze(-1)).squeeze(-1) - g + objective.grad(x))
         rhs = g
         if objective.linear is not None:
             rhs = rhs - objective.linear
         if objective.mu:
             H = H + objective.mu * torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
             rhs = rhs + objective.mu * objective.center
-        eig = torch.linalg.eigvalsh(H)  # ascending; H_i + μI is symmetric positive semi-definite
-        singular = eig[:, 0] <= eig[:, -1].abs() * H.shape[-1] * torch.finfo(H.dtype).eps
+        eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+        if objective.free is not None:  # the free coordinates' rows; a fixed one's row says x_j = its start value
+            free = objective.free.to(x.device)
+            both = free[..., :, None] & free[..., None, :]
+            spectrum = torch.linalg.eigvalsh(torch.where(both, H, eye))  # the free block's, and ones
+            H, rhs = torch.where(free[..., :, None], H, eye), torch.where(free, rhs, x)
+        else:
+            spectrum = torch.linalg.eigvalsh(H)  # ascending; H_i + μI is symmetric positive semi-definite
+        singular = spectrum[:, 0] <= spectrum[:, -1].abs() * H.shape[-1] * torch.finfo(H.dtype).eps
         if bool(singular.any()):  # no unique minimiser (numerically: a solve would give noise)
             bad = ctx.ids[singular.cpu()].tolist()
             who = f"client {bad[0]}" + (" and others" if len(bad) > 1 else "")
-            raise ConfigError(f"solver.name: the exact local problem of {who} has no unique minimiser (its H_i + μI is singular: fewer samples than features, no "
-                              f"ridge, no proximal term) (allowed: problem.ridge > 0, more samples per client, or "
-                              f"solver gd or sgd)")
+            raise ConfigError(f"solver.name: the exact local problem of {who} has no unique minimiser (its H_i + μI is "
+                              f"singular: fewer samples than features, no ridge, no proximal term) (allowed: "
+                              f"problem.ridge > 0, more samples per client, or solver gd or sgd)")
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
+        if objective.free is not None:
+            sol = torch.where(free, sol, x)  # the fixed coordinates bit for bit
         steps = torch.ones(ctx.ids.numel(), dtype=torch.int64)
         return LocalResult(sol, steps, 1.0, ordered_sq_norm(g0, 1))
 

@@ -12,6 +12,8 @@ store must meet :class:`ClientStore`:
   which clients first took part. It serves the evaluation path (FedPD's server model between
   communications is the mean of the clients' anchors); an algorithm's rules never read it.
 * ``full(key)`` — ``key`` of all N clients, [N, ...] (evaluation: personalised metrics).
+* ``ids()`` — the clients that have taken part, ascending (a resume on another engine moves
+  their states, :mod:`fedpd.handover`).
 * ``state_dict()`` / ``load_state_dict(sd)`` — everything needed to continue bit-exactly after a
   restart (plain tensors, ints, strings, lists and dicts: a checkpoint is loaded without
   executing code). ``len(store)`` is the number of clients that have taken part.
@@ -65,6 +67,8 @@ class ClientStore(Protocol):
     def mean(self, key: str) -> Tensor: ...
 
     def full(self, key: str) -> Tensor: ...
+
+    def ids(self) -> Tensor: ...
 
     def state_dict(self) -> dict: ...
 
@@ -148,6 +152,9 @@ class MemoryStore:
             buf = self.data[key]
             out[ids.to(out.device)] = buf.index_select(0, rows.to(buf.device))
         return out
+
+    def ids(self) -> Tensor:
+        return self._sorted_rows()[0]
 
     def state_dict(self) -> dict:
         ids, rows = self._sorted_rows()

@@ -18,10 +18,12 @@ Purposes used by fedpd (a new purpose never disturbs the existing ones):
     server:  "sampler" (who takes part), "communication" (FedPD's coin),
              "eval_clients" (round 0: the clients run.eval_clients evaluates),
              "eval_train_samples" (round 0: the training samples run.eval_train_samples evaluates),
-             "privacy" ([privacy]'s noise on the round's clipped sum, fedpd.privacy)
+             "privacy" ([privacy]'s noise on the round's clipped sum, fedpd.privacy),
+             "pre_aggregation" (bucketing's permutation: fedpd.preaggregators)
     problem: "synthetic" (client k's data, keyed by the problem's seed: fedpd.problems.lazy)
     client:  "batches" (minibatches, their augmentation, SAGA's sample choice),
-             "stragglers" (local step counts), "attack" (update attacks' coin and noise),
+             "stragglers" (local step counts), "attack" (update attacks' coin and noise; the
+             optimal attacks' simulated bucketing: the stream of the round's first participant),
              "dropout" (clients that drop out of a round)
 """
 

@@ -27,14 +27,18 @@ class FedAvg(RobustAveraging, Algorithm):
     ``weights = "samples"`` weighs clients by data size (each
     sends n_i: one float more up). The metrics then add ``agg_iterations`` and
     ``agg_unconverged_rounds`` (rounds that hit the aggregator's ``max_iter``).
+    ``aggregator_options.pre`` puts NNM, bucketing or ARC before the rule
+    (:mod:`fedpd.preaggregators`); ``client_momentum`` = β makes each client upload x0 + m_i with
+    m_i = (1 − β)(x_i − x0) + β m_i (Karimireddy et al. 2021; :mod:`fedpd.algorithms.robust`).
     """
 
     name = "fedavg"
     description = "FedAvg: local GD/SGD from the server model, server averages the local models"
     Options = AggregatorOptions
 
-    def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
-        self.use_aggregator(aggregator, aggregator_options, weights)
+    def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform",
+                 client_momentum: float = 0.0):
+        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)
 
     def objective(self, message, clients, k: int) -> LocalObjective:
         return LocalObjective()
@@ -42,7 +46,8 @@ class FedAvg(RobustAveraging, Algorithm):
     def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
         res = ctx.solver.solve(ctx, expand(message["x0"], k), self.objective(message, clients, k))
-        return self.upload({"x": res.x}, ctx), clients
+        upload, clients = self.with_momentum({"x": res.x}, message, clients, clients)
+        return self.upload(upload, ctx), clients
 
     @property
     def means_only(self) -> bool:
@@ -51,7 +56,7 @@ class FedAvg(RobustAveraging, Algorithm):
     def aggregate(self, server, uploads, ctx: ServerContext):
         if self.means_only:
             return super().aggregate(server, uploads, ctx)
-        x0, counts = self.average(server, uploads)
+        x0, counts = self.average(server, uploads, ctx)
         return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
 
     def mean_terms(self, server, uploads):
@@ -74,8 +79,8 @@ class FedProx(FedAvg):
     Options = FedProxOptions
 
     def __init__(self, mu: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform"):
-        super().__init__(aggregator, aggregator_options, weights)
+                 weights: str = "uniform", client_momentum: float = 0.0):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum)
         self.mu = mu
 
     def objective(self, message, clients, k):

@@ -48,8 +48,8 @@ from torch import Tensor
 from fedpd.aggregators import fedplus_aggregate, min_rows
 from fedpd.algorithms import fedplus_delta
 from fedpd.algorithms.base import Algorithm, expand
-from fedpd.algorithms.robust import (SAMPLES, WEIGHTS, ServerAggregator, aggregator_name, check_aggregator_options,
-                                     counter_metrics, counters, initial_counters, sample_weights, with_sizes)
+from fedpd.algorithms.robust import (PRE_STREAM, SAMPLES, WEIGHTS, ServerAggregator, aggregator_name,
+                                     check_aggregator_options, counter_metrics, counters, initial_counters, sample_weights, with_sizes)
 from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.errors import ConfigError
 from fedpd.options import STEPS_MAX, Options, refuse
@@ -300,7 +300,7 @@ class FedPlus(Algorithm):
                 sizes[ctx.ids] = uploads[SAMPLES]
                 new["sizes"] = weights = sizes
         if self.robust is not None:
-            x0, info = self.robust(rows, weights, reference=server["x0"])
+            x0, info = self.robust(rows, weights, reference=server["x0"], generator=ctx.rng(PRE_STREAM))
         else:
             init = server["x0"] if self.init == "previous" else self.init
             delta = self.delta

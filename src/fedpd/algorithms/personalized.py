@@ -97,19 +97,21 @@ class Ditto(FedAvg):
     Options = DittoOptions
 
     def __init__(self, lam: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform"):
-        super().__init__(aggregator, aggregator_options, weights)
+                 weights: str = "uniform",
+                 client_momentum: float = 0.0):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum)
         self.lam = lam
 
     def init_client(self, x0):
-        return {"v": x0.clone()}
+        return self.client_state(x0, {"v": x0.clone()})
 
     def local(self, message, clients, ctx: ClientContext):
         k = ctx.ids.numel()
         w_t = expand(message["x0"], k)
         w = ctx.solver.solve(ctx, w_t, LocalObjective()).x
         v = ctx.solver.solve(ctx, clients["v"], LocalObjective(mu=self.lam, center=w_t)).x
-        return self.upload({"x": w}, ctx), {"v": v}
+        upload, state = self.with_momentum({"x": w}, message, clients, {"v": v})
+        return self.upload(upload, ctx), state
 
     def personal_models(self, server, clients, problem=None):
         return clients.full("v")
@@ -136,12 +138,13 @@ class APFL(_OwnLoop, RobustAveraging, Algorithm):
     Options = APFLOptions
 
     def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0, aggregator: str = "mean",
-                 aggregator_options: dict | None = None, weights: str = "uniform"):
+                 aggregator_options: dict | None = None, weights: str = "uniform",
+                 client_momentum: float = 0.0):
         self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
-        self.use_aggregator(aggregator, aggregator_options, weights)
+        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)
 
     def init_client(self, x0):
-        return {"v": x0.clone(), "alpha": torch.full((1,), self.alpha, dtype=x0.dtype)}
+        return self.client_state(x0, {"v": x0.clone(), "alpha": torch.full((1,), self.alpha, dtype=x0.dtype)})
 
     def local(self, message, clients, ctx: ClientContext):
         run = ctx.solver.start(ctx)
@@ -156,10 +159,11 @@ class APFL(_OwnLoop, RobustAveraging, Algorithm):
             a_new = (a - eta_a * ((v - w) * g_bar).sum(1, keepdim=True)).clamp(0, 1) if self.adaptive else a
             w_new = w - eta * g_w
             v, a, w = run.advance(q, v, v_new), run.advance(q, a, a_new), run.advance(q, w, w_new)
-        return self.upload({"x": w}, ctx), {"v": v, "alpha": a}
+        upload, state = self.with_momentum({"x": w}, message, clients, {"v": v, "alpha": a})
+        return self.upload(upload, ctx), state
 
     def aggregate(self, server, uploads, ctx):
-        x0, counts = self.average(server, uploads)
+        x0, counts = self.average(server, uploads, ctx)
         return {"x0": x0, "primal_residual": mean_sq_dist(uploads["x"], server["x0"]), **counts}, {}
 
     def personal_models(self, server, clients, problem=None):
@@ -187,12 +191,13 @@ class PFedMe(_OwnLoop, RobustAveraging, Algorithm):
     Options = PFedMeOptions
 
     def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
-                 aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform"):
+                 aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform",
+                 client_momentum: float = 0.0):
         self.lam, self.inner_steps, self.personal_lr, self.beta = lam, inner_steps, personal_lr, beta
-        self.use_aggregator(aggregator, aggregator_options, weights)
+        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)
 
     def init_client(self, x0):
-        return {"theta": x0.clone()}
+        return self.client_state(x0, {"theta": x0.clone()})
 
     def local(self, message, clients, ctx: ClientContext):
         run = ctx.solver.start(ctx)
@@ -207,11 +212,12 @@ class PFedMe(_OwnLoop, RobustAveraging, Algorithm):
             w_new = w - eta * lam * (w - th)
             theta = run.advance(q, theta, th)
             w = run.advance(q, w, w_new)
-        return self.upload({"x": w}, ctx), {"theta": theta}
+        upload, state = self.with_momentum({"x": w}, message, clients, {"theta": theta})
+        return self.upload(upload, ctx), state
 
     def aggregate(self, server, uploads, ctx):
         x = uploads["x"]
-        avg, counts = self.average(server, uploads)
+        avg, counts = self.average(server, uploads, ctx)
         x0 = avg if self.beta == 1 else (1 - self.beta) * server["x0"] + self.beta * avg
         return {"x0": x0, "primal_residual": mean_sq_dist(x, server["x0"]), **counts}, {}
 
@@ -236,8 +242,9 @@ class PerFedAvg(_OwnLoop, FedAvg):
     Options = PerFedAvgOptions
 
     def __init__(self, alpha: float = 0.01, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform"):
-        super().__init__(aggregator, aggregator_options, weights)
+                 weights: str = "uniform",
+                 client_momentum: float = 0.0):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum)
         self.alpha = alpha
 
     def local(self, message, clients, ctx: ClientContext):
@@ -247,7 +254,8 @@ class PerFedAvg(_OwnLoop, FedAvg):
             inner, outer = run.batch(q, 0), run.batch(q, 1)
             w_tilde = w - self.alpha * run.grad(w, inner, q)
             w = run.advance(q, w, w - run.lr * run.grad(w_tilde, outer, q))
-        return self.upload({"x": w}, ctx), clients
+        upload, clients = self.with_momentum({"x": w}, message, clients, clients)
+        return self.upload(upload, ctx), clients
 
     def personal_models(self, server, clients, problem=None):
         if problem is None:

@@ -18,6 +18,30 @@ plain mean or the configured aggregate, and the server state then keeps two coun
 as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
 ``agg_unconverged_rounds`` (rounds so far whose iterative aggregator stopped at its cap
 ``max_iter``, so a capped geometric median shows up). Fed+ keeps the same counters.
+
+``aggregator_options`` may also name a pre-aggregation chain run on the rows before the rule
+(``pre = ["nnm"]``, bucketing, ARC: :mod:`fedpd.preaggregators`); bucketing draws its permutation
+from the server's stream for the round (:meth:`fedpd.context.ServerContext.rng`, purpose
+"pre_aggregation"), so every engine and a resumed run agree.
+
+**Client momentum** (``client_momentum`` = β > 0; Karimireddy, He, Jaggi, "Learning from history
+for Byzantine robust optimization", ICML 2021, §4, worker momentum): the uploads of these
+algorithms are models x_i trained from the broadcast x0, so Δ_i = x_i − x0 is the client's update
+(a pseudo-gradient); with momentum each client keeps m_i in its client state and uploads
+
+    m_i ← (1 − β) Δ_i + β m_i,      upload x0 + m_i,
+
+so the server's rule (mean or robust, with any pre-aggregation) aggregates the momenta about x0
+and every attack acts on the momentum the client sends. m_i starts at 0 and, as every client
+state, lives in the client store (checkpointed): under partial participation a client's momentum
+waits, unchanged, for its next round (it is stale by the rounds it missed; fedpd neither resets
+nor decays it — the paper's analysis has every worker every round), and a client whose upload is
+rejected or that drops out keeps the m_i of before. Centered clipping then starts, as the paper's
+does, from the previous round's aggregate momentum v (the server keeps it as ``v``: the reference
+the rule and its chain see is x0 + v). The algorithms whose uploads are not models trained from
+x0 (FedPD, FedDyn and the primal-dual family, SCAFFOLD's corrections, Fed+'s) have no
+``client_momentum`` option: a momentum of their uploads would not be a momentum of updates, so
+the key is refused there as any unknown key is, in one line.
 """
 
 from __future__ import annotations
@@ -29,9 +53,15 @@ from pydantic import AfterValidator, Field, model_validator
 from torch import Tensor
 
 from fedpd.aggregators import AGGREGATORS, aggregator_function, make_aggregator, min_rows
+from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
 from fedpd.names import what
 from fedpd.options import Options, refuse
+
+#: the client state key of a client's momentum, and the server state key of the aggregate momentum
+MOMENTUM, AGGREGATE_MOMENTUM = "m", "v"
+#: the server stream's purpose for pre-aggregation's randomness (bucketing's permutation)
+PRE_STREAM = "pre_aggregation"
 
 #: built-in aggregator names a config may give (Fed+'s own eq. (25) is chosen by Fed+'s Ψ, not here)
 NAMES = tuple(n for n in AGGREGATORS if n != "fedplus")
@@ -62,10 +92,15 @@ class AggregatorOptions(Options):
                                        "import path package.module:function)")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
     weights: WEIGHTS = Field("uniform", description="uniform, or samples: by each client's data size (sent with the upload)")
+    client_momentum: float = Field(0.0, ge=0, lt=1, description="β: each client uploads x0 + m_i, m_i = (1 − β)(x_i − "
+                                   "x0) + β m_i (Karimireddy et al. 2021); 0: off")
 
     @model_validator(mode="after")
     def _aggregator_options(self):
         check_aggregator_options(self.aggregator, self.aggregator_options)
+        if self.weights == "samples" and self.aggregator_options.get("pre"):
+            raise refuse("weights", "pre-aggregation mixes the clients' rows, so per-client weights mean nothing "
+                         "after it (allowed: uniform)")
         return self
 
 
@@ -92,13 +127,15 @@ class ServerAggregator:
         #: the plain unweighted mean: callers keep their exact ``rows.mean(0)`` path
         self.is_mean = name == "mean" and weights == "uniform"
 
-    def __call__(self, rows: Tensor, weights: Tensor | None = None,
-                 reference: Tensor | None = None) -> tuple[Tensor, dict]:
+    def __call__(self, rows: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> tuple[Tensor, dict]:
         """``reference``: the server model the round started from, for the aggregators that clip
-        about it (centered_clipping, norm_bounding); the others ignore it."""
+        about it (centered_clipping, norm_bounding) and ARC; the others ignore it. ``generator``:
+        the pre-aggregation's randomness (bucketing)."""
         if self.is_mean:
             return rows.mean(0), {"iterations": 0, "converged": True}
-        out = self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference)
+        out = self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference,
+                      generator=generator)
         if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor)
                 and out[0].shape == rows.shape[1:] and isinstance(out[1], dict)):
             got = (f"an aggregate of shape {tuple(out[0].shape)}" if isinstance(out, tuple) and out
@@ -143,17 +180,20 @@ def counter_metrics(server: dict) -> dict[str, int]:
 
 class RobustAveraging:
     """Mixin for an algorithm whose server averages models: call :meth:`use_aggregator` in
-    ``__init__``, :meth:`upload` on the client side and :meth:`average` in ``aggregate`` (which
-    must keep the returned counters in the new server state)."""
+    ``__init__``, :meth:`upload` on the client side (with the clients' states before and after
+    ``local``, for client momentum), :meth:`client_state` in ``init_client`` and :meth:`average`
+    in ``aggregate`` (which must keep the returned counters in the new server state)."""
 
     robust: ServerAggregator | None = None  # None: the plain mean
     weights: str = "uniform"
+    client_momentum: float = 0.0  # β of client momentum (0: off)
 
     def use_aggregator(self, aggregator: str = "mean", aggregator_options: dict | None = None,
-                       weights: str = "uniform") -> None:
+                       weights: str = "uniform", client_momentum: float = 0.0) -> None:
         robust = ServerAggregator(aggregator, aggregator_options, weights)
         self.robust = None if robust.is_mean else robust
         self.weights = weights
+        self.client_momentum = client_momentum
 
     def min_uploads(self) -> int:
         """The fewest uploads the configured aggregator accepts (checked against the sampler)."""
@@ -161,21 +201,64 @@ class RobustAveraging:
 
     def init_server(self, x0: Tensor) -> dict:
         server = super().init_server(x0)
-        return server if self.robust is None else {**server, **initial_counters()}
+        if self.robust is None:
+            return server
+        if self.client_momentum > 0 and self.robust.name == "centered_clipping":
+            server = {**server, AGGREGATE_MOMENTUM: torch.zeros_like(x0)}
+        return {**server, **initial_counters()}
+
+    def client_state(self, x0: Tensor, state: dict) -> dict:
+        """A client's initial ``state`` plus its momentum m_i = 0 when client momentum is on."""
+        return {**state, MOMENTUM: torch.zeros_like(x0)} if self.client_momentum > 0 else state
+
+    def init_client(self, x0: Tensor) -> dict:
+        return self.client_state(x0, super().init_client(x0))
 
     def upload(self, upload: dict, ctx) -> dict:
         """What a client sends: ``upload`` plus its sample count n_i with weights = "samples"."""
         return with_sizes(upload, ctx, self.weights)
 
-    def average(self, server: dict, uploads: dict, key: str = "x") -> tuple[Tensor, dict]:
-        """(the aggregate of ``uploads[key]`` [K, d], the counters to store in the server state).
-        The server model ``server["x0"]`` (the previous aggregate for FedAvg) is the reference the
-        clipping defences clip about."""
+    def with_momentum(self, upload: dict, message: dict, before: dict, after: dict) -> tuple[dict, dict]:
+        """(the upload, the clients' new states) from the model ``upload["x"]`` trained from the
+        broadcast ``message["x0"]`` and the states ``before`` and ``after`` the local work: with
+        client momentum x becomes x0 + m_i and the new m_i joins the state (module docstring);
+        without, both pass unchanged."""
+        if self.client_momentum == 0:
+            return upload, after
+        x0 = message["x0"]
+        beta = self.client_momentum
+        m = (1 - beta) * (upload["x"] - x0) + beta * before[MOMENTUM]
+        return {**upload, "x": x0 + m}, {**after, MOMENTUM: m}
+
+    def average(self, server: dict, uploads: dict, ctx: ServerContext | None = None,
+                key: str = "x") -> tuple[Tensor, dict]:
+        """(the aggregate of ``uploads[key]`` [K, d], the counters and state to store in the server
+        state). The server model ``server["x0"]`` (the previous aggregate for FedAvg) is the
+        reference the clipping defences clip about — with client momentum, centered clipping's is
+        x0 + v, the last aggregate momentum; ``ctx`` gives pre-aggregation its stream."""
         rows = uploads[key]
         if self.robust is None:
             return rows.mean(0), {}
-        agg, info = self.robust(rows, sample_weights(uploads), reference=server.get("x0"))
-        return agg, counters(server, info)
+        x0 = server.get("x0")
+        reference = x0 + server[AGGREGATE_MOMENTUM] if AGGREGATE_MOMENTUM in server else x0
+        generator = ctx.rng(PRE_STREAM) if ctx is not None else None
+        agg, info = self.robust(rows, sample_weights(uploads), reference=reference, generator=generator)
+        out = counters(server, info)
+        if AGGREGATE_MOMENTUM in server:
+            out[AGGREGATE_MOMENTUM] = agg - x0
+        return agg, out
+
+    def defence(self):
+        """The server's rule as an omniscient attacker simulates it (:mod:`fedpd.attacks`):
+        ``f(updates [K, d], generator) -> aggregate update [d]``, about the reference 0."""
+        robust = self.robust
+
+        def simulate(rows: Tensor, generator: torch.Generator | None) -> Tensor:
+            if robust is None:
+                return rows.mean(0)
+            return robust(rows, None, reference=torch.zeros_like(rows[0]), generator=generator)[0]
+
+        return simulate
 
     def diagnostics(self, server):
         return {**super().diagnostics(server), **counter_metrics(server)}

@@ -56,8 +56,8 @@ class FedSAM(_SAM, FedAvg):
     Options = FedSAMOptions
 
     def __init__(self, sam_radius: float = 0.05, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform"):
-        super().__init__(aggregator, aggregator_options, weights)
+                 weights: str = "uniform", client_momentum: float = 0.0):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum)
         self.sam_radius = sam_radius
 
 

@@ -284,6 +284,12 @@ class DiskStore:
             out[torch.from_numpy(ids)] = self.blocks.read(key, rows)
         return out.to(self.init[key].device)
 
+    def ids(self) -> Tensor:
+        if not self.keys:
+            return torch.zeros(0, dtype=torch.int64)
+        self._ensure_open()
+        return torch.from_numpy(self.index.ascending()[0].astype(np.int64))
+
     # --- checkpoints --------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Make every row durable and describe them: (token, epoch, rows), no row data."""

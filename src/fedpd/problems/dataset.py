@@ -239,6 +239,7 @@ def dataset_problem(
     except ConfigError as err:  # e.g. clients x min_size > samples: say which section it comes from
         raise ConfigError(f"problem.partition: {err}") from None
     train_cls = AugmentedSplit if augment else ClientSplit
+    pooled_slices = False  # each client's test split an i.i.d. slice of the pooled test set (not its own data)
     if test == "per_client":
         tr_parts, te_parts = train_test_split_per_client(parts, test_fraction, seed)
         train, test_split = _split(x_tr, y_tr, tr_parts, train_cls), _split(x_tr, y_tr, te_parts)
@@ -250,6 +251,7 @@ def dataset_problem(
         else:
             te_parts = make_partition("iid", y_te.numpy(), len(parts), seed) if len(y_te) >= len(parts) else \
                 [np.arange(len(y_te)) if i == 0 else np.zeros(0, np.int64) for i in range(len(parts))]
+            pooled_slices = True
         train, test_split = _split(x_tr, y_tr, parts, train_cls), _split(x_te, y_te, te_parts)
 
     spec = dict(model or {})
@@ -287,5 +289,5 @@ def dataset_problem(
         classifies=True,
         predict=losses.argmax_predict,
         info={"dataset": key, "model": name, "partition": partition, "num_classes": ds.num_classes,
-              "classes": ds.classes, "dtype": torch.float32},
+              "classes": ds.classes, "dtype": torch.float32, "pooled_test_slices": pooled_slices},
     )

@@ -217,9 +217,9 @@ def fedplus_mnist(*, dataset: str = "mnist", variant: str = "robust", clients: i
     """MNIST-robust / MNIST-personal on a real image dataset (``fedpd data`` loaders): the train
     and test files pooled (the paper splits all of MNIST among the parties), optionally the
     first ``max_samples`` of a seeded shuffle, then :func:`fedplus_image_problem`."""
-    from fedpd.data import load_dataset
+    from fedpd.data.download import load_or_say_how
 
-    ds = load_dataset(dataset, data_dir or None)
+    ds = load_or_say_how(dataset, data_dir or None)  # missing files: one line ending with the command that fetches them
     x = torch.cat([ds.x_train, ds.x_test]).float()
     y = torch.cat([ds.y_train, ds.y_test])
     if max_samples and max_samples < len(y):

@@ -25,6 +25,7 @@ its checkpoint's round, in its own folder.
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 import sys
 import time
@@ -393,7 +394,13 @@ class RemoteEngine:
     # --- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"comm": self.comm.state_dict(), "sample_grads": self._sample_grads, "rounds": self.rounds,
-                "run": self.token}
+                "run": self.token, "layout": self.layout()}
+
+    def layout(self) -> str:
+        """A digest of who hosts whom (the clients of each node, not the nodes' ids): a resume on
+        another layout moves the states (:mod:`fedpd.handover`)."""
+        blocks = sorted(sorted(ids) for ids in self.hosted.values())
+        return hashlib.sha256(json.dumps(blocks).encode()).hexdigest()[:16]
 
     def checkpointed(self, rounds: int) -> None:
         """The run's checkpoint of ``rounds`` rounds is on disk: nodes may prune older versions
@@ -417,3 +424,21 @@ class RemoteEngine:
         if self.store.init:  # stateless clients have nothing to roll back
             self._opened = True
             self.ask({n: Envelope("restore", {"rounds": self.rounds}) for n in self.hosted})
+
+    def take_over(self, sd: dict, states, rounds: int) -> None:
+        """Continue a run whose client states were elsewhere (another engine, or nodes hosting
+        other clients): the counters from its checkpoint entry ``sd``, and ``states`` — (ids, their
+        states) in chunks, after ``rounds`` rounds — to the nodes that host them, under this run's
+        new key (:mod:`fedpd.handover`)."""
+        self.comm.load_state_dict(sd["comm"])
+        self._sample_grads, self.rounds = int(sd["sample_grads"]), rounds
+        if not self.store.init:
+            return
+        self._opened = True
+        self.ask({n: Envelope("seed", {"rounds": rounds, "ids": []}) for n in self.hosted})  # every node: the folder
+        for ids, state in states:
+            by_node: dict[int, list[int]] = {}
+            for row, i in enumerate(ids.tolist()):
+                by_node.setdefault(self.node_of[i], []).append(row)
+            self.ask({n: Envelope("seed", {"rounds": rounds, "ids": ids[rows].tolist()},
+                                  pack("s", {k: v[rows] for k, v in state.items()})) for n, rows in by_node.items()})

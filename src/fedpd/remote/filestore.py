@@ -108,6 +108,22 @@ def _save(obj, path: Path, durable: bool) -> None:
         os.replace(tmp, path)
 
 
+def committed(run_folders: list[Path], rounds: int) -> dict[int, Path]:
+    """Client id -> the file of its state after ``rounds`` rounds (its newest version up to then),
+    over the folders of one run on several nodes; clients without one are left out. Reads only."""
+    files: dict[int, tuple[int, Path]] = {}
+    for folder in run_folders:
+        for client in folder.glob("c*"):
+            if not client.name[1:].isdigit():
+                continue
+            versions = [int(m.group(1)) for p in client.iterdir() if (m := _VERSION.fullmatch(p.name))]
+            versions = [v for v in versions if v <= rounds]
+            i = int(client.name[1:])
+            if versions and max(versions) > files.get(i, (-1, None))[0]:
+                files[i] = (max(versions), client / f"v{max(versions)}.pt")
+    return {i: path for i, (_, path) in sorted(files.items())}
+
+
 class VersionedStore:
     """The states of the clients ``hosted`` by one node, in files under ``root``."""
 
@@ -159,13 +175,20 @@ class VersionedStore:
 
     def commit(self, round: int, ids: list[int], state: State) -> None:
         """Clients ``ids`` (rows of ``state``) take version round + 1; the round's staging goes."""
+        if self.init:
+            self.put(round + 1, ids, state)
+        else:
+            for i in ids:
+                (self.root / f"c{i}").mkdir(exist_ok=True)
+        (self.root / "staged" / f"r{round}.pt").unlink(missing_ok=True)
+
+    def put(self, rounds: int, ids: list[int], state: State) -> None:
+        """Clients ``ids`` (rows of ``state``) take version ``rounds`` (a commit; or the states of
+        a run that moves here from another engine or other nodes, :mod:`fedpd.handover`)."""
         for row, i in enumerate(ids):
             folder = self.root / f"c{i}"
             folder.mkdir(exist_ok=True)
-            if self.init:
-                _save({k: v[row].detach().cpu().clone() for k, v in state.items()}, folder / f"v{round + 1}.pt",
-                      self.durable)
-        (self.root / "staged" / f"r{round}.pt").unlink(missing_ok=True)
+            _save({k: v[row].detach().cpu().clone() for k, v in state.items()}, folder / f"v{rounds}.pt", self.durable)
 
     def rollback(self, rounds: int) -> None:
         """Forget everything after ``rounds`` rounds (a resume from the checkpoint of that round)."""

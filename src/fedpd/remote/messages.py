@@ -13,6 +13,9 @@ Kinds, server → node (the node answers each with an envelope of the same kind)
     restore  {"rounds"}                       → {}  (0: the run starts, fresh states; else roll
                                                     back to the checkpoint's round)
     states   {"key"}                          → {"ids"} + s/<key> (evaluation path, not counted)
+    seed     {"rounds", "ids"} + s/…          → {}  (a run that moves to these nodes on resume:
+                                                    clients ids take these states as version
+                                                    rounds, :mod:`fedpd.handover`; not counted)
 
 Every request also carries ``config`` (the run's resolved TOML) and ``run-key`` (which run's
 states, :mod:`fedpd.remote.filestore`), so a node needs nothing but its own node config (the
@@ -27,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-KINDS = ("hello", "train", "commit", "restore", "states")
+KINDS = ("hello", "train", "commit", "restore", "states", "seed")
 
 
 @dataclass

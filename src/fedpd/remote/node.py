@@ -146,6 +146,19 @@ class NodeRuntime:
         VersionedStore(self.folder(request, create=rounds == 0), {}, self.hosted, self.durable).rollback(rounds)
         return Envelope("restore", {})
 
+    def _seed(self, request: Envelope) -> Envelope:
+        """A run that moves to these nodes on resume (from another engine, or from nodes that
+        hosted other clients) starts its folder here, under its new key, with the states its
+        clients ``ids`` have after ``rounds`` rounds (:mod:`fedpd.handover`)."""
+        rounds, ids = int(request.config["rounds"]), [int(i) for i in request.config["ids"]]
+        foreign = sorted(set(ids) - set(self.hosted))
+        if foreign:
+            raise ValueError(f"clients {foreign[:5]} are not hosted here")
+        store = VersionedStore(self.folder(request), {}, self.hosted, self.durable)
+        if ids:
+            store.put(rounds, ids, unpack("s", request.arrays))
+        return Envelope("seed", {})
+
     def _states(self, request: Envelope) -> Envelope:
         store = self.store(request)
         ids = store.touched() if store is not None else []

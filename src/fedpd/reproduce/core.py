@@ -22,8 +22,8 @@ from fedpd.reproduce import report as rep
 from fedpd.reproduce import records
 from fedpd.config import RESUMABLE, apply_overrides, load_config
 from fedpd.io import read_jsonl
-from fedpd.reproduce.execute import (CONFIG, METRICS, TRAJECTORY, _environment, default_jobs, plan, run_jobs,
-                                     validate)
+from fedpd.reproduce.execute import (CONFIG, EARLY, METRICS, TRAJECTORY, _environment, default_jobs, plan,
+                                     run_jobs, validate)
 from fedpd.reproduce.spec import BUDGETS, Experiment
 
 
@@ -253,9 +253,10 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     commit = rep.git_commit(Path(__file__).resolve().parent)
 
     def record(job, provenance: dict) -> None:
+        early = read_jsonl(job.path / EARLY) if (job.path / EARLY).is_file() else None
         recorded[job.spec.key] = records.write(
             out / "records", job.spec, b.name, load_config(job.path / CONFIG).resolved(),
-            read_jsonl(job.path / METRICS), provenance, job.path / TRAJECTORY if job.spec.trace else None)
+            read_jsonl(job.path / METRICS), provenance, job.path / TRAJECTORY if job.spec.trace else None, early)
 
     logged = _logged_invocations(out)
     for job in work:

@@ -20,6 +20,7 @@ complete runs are deleted unless ``keep_checkpoints`` (the report needs only the
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing
 import os
 import sys
@@ -38,6 +39,9 @@ from fedpd.reproduce.records import machine
 from fedpd.reproduce.spec import RunSpec
 
 METRICS, CONFIG, CHECKPOINT, TRAJECTORY = "metrics.jsonl", "config.toml", "checkpoint.pt", "trajectory.pt"
+EARLY = "early.jsonl"  # a run on a GPU: its metrics after each of its first rounds (records' ``early``)
+#: the rounds ``early.jsonl`` holds (0 to this), which ``fedpd reproduce --verify`` compares closely across devices
+EARLY_ROUNDS = 3
 
 
 @dataclass
@@ -77,8 +81,6 @@ def last_round(path: Path) -> int:
             tail = f.read().decode("utf-8", errors="replace")
     except OSError:
         return -1
-    import json
-
     for line in reversed(tail.splitlines()):
         try:
             return int(json.loads(line)["round"])
@@ -131,6 +133,50 @@ def trace_models(config: dict, path: Path) -> None:
     atomic_torch_save(torch.stack(models), path / TRAJECTORY)
 
 
+def rerun(config: dict, rounds: int, device: str | None = None, every: int | None = None) -> dict[int, dict]:
+    """The metrics of ``config`` run for ``rounds`` rounds (on ``device``; None: the config's) in a
+    temporary directory, by round; ``every``: evaluate every this many rounds instead of the config's.
+    ``rounds`` 0: the metrics before any training only (data, split, initial model, evaluation)."""
+    import tempfile
+
+    from fedpd.reproduce.spec import merge
+    from fedpd.runner import run
+
+    runs = {"rounds": max(rounds, 1), "tensorboard": False, **({"device": device} if device else {}),
+            **({"eval_every": every} if every else {})}
+    if rounds == 0:
+        from fedpd.simulation import Simulation
+
+        sim = Simulation(load_config(merge(config, {"run": runs})))
+        try:
+            return {0: sim.metrics()}
+        finally:
+            sim.close()
+    with tempfile.TemporaryDirectory(prefix="fedpd-rerun-") as tmp:
+        run(merge(config, {"run": runs}), Path(tmp) / "run", overwrite=True, progress=False)
+        return {int(m["round"]): m for m in read_jsonl(Path(tmp) / "run" / METRICS)}
+
+
+def keeps_early_rounds(config: dict) -> bool:
+    """Whether a run's record keeps its first rounds (``early.jsonl``): a float32 run or a run on a
+    GPU, whose re-run on another kind of CPU or device can be compared closely only there, before
+    rounding differences compound through training (:mod:`fedpd.reproduce.verify`)."""
+    from fedpd.build import run_dtype
+
+    cfg = load_config(config)
+    return cfg.run.device != "cpu" or run_dtype(cfg) == "float32"
+
+
+def record_early_rounds(config: dict, path: Path) -> None:
+    """``early.jsonl``: the metrics after each of the run's first :data:`EARLY_ROUNDS` rounds (a
+    second, identical pass of those rounds, evaluated every round: the simulator is deterministic
+    given the config) — a few per cent of a run of a hundred rounds."""
+    from fedpd.io import atomic_write_text
+
+    rows = rerun(config, EARLY_ROUNDS, every=1)
+    atomic_write_text(path / EARLY, "".join(json.dumps(rows[r]) + "\n" for r in sorted(rows)))
+
+
 @contextmanager
 def _garbage_collected():
     """A run's garbage collected when it ends: a finished Simulation is a web of reference cycles
@@ -168,6 +214,8 @@ def execute(key: str, config: dict, path: str, status: str, trace: bool, keep_ch
                     on_checkpoint=on_checkpoint)
             if trace and not (path / TRAJECTORY).is_file():
                 trace_models(config, path)
+            if keeps_early_rounds(config) and not (path / EARLY).is_file():
+                record_early_rounds(config, path)
             if not keep_checkpoints:
                 (path / CHECKPOINT).unlink(missing_ok=True)
         except FedpdError as err:

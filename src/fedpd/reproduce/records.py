@@ -11,8 +11,10 @@ Ray cluster) and the report is rebuilt from the records alone (``fedpd reproduce
         config      the resolved config the run ran (every default filled in)
         metrics     its metrics history, column by column: {"round": [0, 5, ...], "train_loss": [...]}
                     (a record's missing value is null); floats as Python writes them, so exact
-        provenance  fedpd's version and commit, the invocation, the machine (cores, CPU, threads,
-                    device, Python, torch) and the run's seconds (wall clock, and its own compute)
+        provenance  fedpd's version and commit, the invocation, the machine (cores, CPU and its kind,
+                    threads, device, Python, torch) and the run's seconds (wall clock, and its own compute)
+        early       (a run on a GPU) its metrics after each of its first rounds, 0 to
+                    fedpd.reproduce.verify.EARLY_ROUNDS, for a close check on another device
     records/<key>.trajectory.pt    the model after every round, for runs that trace it
 
 A run counts as done when its record holds the config the experiment asks for now (the same
@@ -53,6 +55,7 @@ class Record:
     metrics: list[dict]
     provenance: dict = field(default_factory=dict)
     trajectory: Path | None = None  # the file, for a traced run
+    early: list[dict] = field(default_factory=list)  # metrics of each of the first rounds (runs on a GPU)
 
     def to_json(self) -> dict:
         columns: list[str] = []
@@ -61,7 +64,7 @@ class Record:
         return {"format": FORMAT, "key": self.key, "group": self.group, "seed": self.seed, "labels": self.labels,
                 "budget": self.budget, "config": self.config,
                 "metrics": {k: [row.get(k) for row in self.metrics] for k in columns},
-                "provenance": self.provenance}
+                "provenance": self.provenance, **({"early": self.early} if self.early else {})}
 
     @classmethod
     def from_json(cls, data: dict, trajectory: Path | None = None) -> "Record":
@@ -69,7 +72,8 @@ class Record:
         n = max((len(v) for v in columns.values()), default=0)
         metrics = [{k: v[i] for k, v in columns.items() if v[i] is not None} for i in range(n)]
         return cls(data["key"], data["group"], int(data["seed"]), dict(data.get("labels") or {}), data["budget"],
-                   data["config"], metrics, dict(data.get("provenance") or {}), trajectory)
+                   data["config"], metrics, dict(data.get("provenance") or {}), trajectory,
+                   list(data.get("early") or []))
 
     def config_difference(self, cfg) -> str:
         """The first key where this record's config differs from ``cfg`` (a :class:`Config`) as a
@@ -111,12 +115,14 @@ def load(folder: Path) -> dict[str, Record]:
 
 
 def write(folder: Path, spec, budget: str, config: dict, metrics: list[dict], provenance: dict,
-          trajectory: Path | None = None) -> Record:
+          trajectory: Path | None = None, early: list[dict] | None = None) -> Record:
     """The record of the finished run ``spec`` into ``folder``: the ``config`` it ran (resolved), its
     ``metrics`` history and ``provenance`` (:func:`provenance`; its own compute is added from the
-    metrics); ``trajectory``: the file of a traced run's models, copied beside the record."""
+    metrics); ``trajectory``: the file of a traced run's models, copied beside the record; ``early``:
+    its metrics after each of its first rounds (a run on a GPU)."""
     provenance = {**provenance, "compute_s": float((metrics[-1] if metrics else {}).get("wall_s") or 0.0)}
-    record = Record(spec.key, spec.group, spec.seed, dict(spec.labels), budget, config, metrics, provenance)
+    record = Record(spec.key, spec.group, spec.seed, dict(spec.labels), budget, config, metrics, provenance,
+                    early=list(early or []))
     target = path_of(folder, spec.key)
     target.parent.mkdir(parents=True, exist_ok=True)
     if trajectory is not None:
@@ -139,12 +145,43 @@ def machine(threads: int | None = None, device: str | None = None) -> dict:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 0
-    out = {"cores": cores, "cpu": _cpu_model(), "threads": threads or torch.get_num_threads(),
+    out = {"cores": cores, "cpu": _cpu_model(), "cpu_kind": cpu_kind(), "threads": threads or torch.get_num_threads(),
            "device": device or "cpu", "python": platform.python_version(), "torch": torch.__version__,
            "system": f"{platform.system()} {platform.machine()}"}
     if str(out["device"]).startswith("cuda") and torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name()
     return out
+
+
+#: instruction-set extensions that choose the code paths of torch's kernels and of MKL
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "amx_tile")
+
+
+def cpu_kind() -> str:
+    """What decides a CPU's floating-point results for the same program: vendor, family and model
+    numbers (a virtual machine may show every EPYC as "AMD EPYC"), torch's vector capability and the
+    instruction sets MKL and oneDNN dispatch on — e.g. ``AuthenticAMD 25/1, AVX2 (sse4_2 avx avx2
+    fma)``. Two machines of one kind and one torch give the same bits (the rule of
+    ``fedpd reproduce --verify``); the CPU's model name alone does not say that."""
+    import torch
+
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("vendor_id", "cpu family", "model", "flags") and key not in fields:
+                fields[key] = value.strip()
+            if key == "flags":
+                break
+    except OSError:
+        pass
+    flags = set(fields.get("flags", "").split())
+    isa = " ".join(f for f in ISA_FLAGS if f in flags) or platform.machine()
+    vendor = fields.get("vendor_id") or platform.processor() or "unknown"
+    numbers = f" {fields['cpu family']}/{fields['model']}" if "cpu family" in fields and "model" in fields else ""
+    return f"{vendor}{numbers}, {torch.backends.cpu.get_cpu_capability()} ({isa})"
 
 
 def _cpu_model() -> str:

@@ -166,8 +166,15 @@ def use_log_axis(metric: str, values: list[float]) -> bool:
     return max(positive) / min(positive) > 100
 
 
-def axis_label(key: str) -> str:
-    return LABELS.get(key, key.replace("_", " "))
+#: characters of a y label's line: a panel's axis (3.9 inches a row) holds about 44 at 10 points
+Y_LABEL_CHARS = 40
+
+
+def axis_label(key: str, width: int | None = None) -> str:
+    """The axis label of ``key``; ``width``: broken into lines of at most that many characters
+    (a label with maths is kept whole: none of them is that long)."""
+    label = LABELS.get(key, key.replace("_", " "))
+    return label if width is None or "$" in label else textwrap.fill(label, width)
 
 
 def plot_runs(paths, metrics, x: str = "round", output: str | Path = "plot.png", labels=None, title=None,
@@ -232,7 +239,7 @@ def runs_figure(paths, metrics, x: str = "round", labels=None, title=None, yscal
         if log:
             ax.set_yscale("log")
         ax.set_xlabel(axis_label(x))
-        ax.set_ylabel(axis_label(metric))
+        ax.set_ylabel(axis_label(metric, width=Y_LABEL_CHARS))
         ax.grid(alpha=0.3)
     handles, names = axes[0].get_legend_handles_labels()
     axes[0].legend(handles, names, fontsize="small" if len(names) > 4 else "medium")

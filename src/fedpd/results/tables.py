@@ -17,10 +17,20 @@ from fedpd.results.runs import X_AXES, best, expand_runs, finite, read_run, run_
 SHORT = {"train_loss": "train loss", "grad_norm_sq": "‖∇f‖²", "test_loss": "test loss", "test_acc": "test acc",
          "personal_acc": "pers. acc", "personal_loss": "pers. loss", "personal_mse": "pers. MSE",
          "comm_rounds": "comm", "uplink_floats": "uplink", "rounds": "rounds", "algorithm": "algorithm",
-         "run": "run"}
-#: what `fedpd compare` shows by default, where the runs report it (personal metrics first)
+         "run": "run", "backdoor_acc": "backdoor acc", "downlink_floats": "downlink\nfloats",
+         "sample_grads": "sample\ngrads", "rejected_uploads": "rejected\nuploads", "wall_s": "wall s",
+         "personal_acc_worst10": "worst 10% acc", "personal_mse_worst10": "worst 10% MSE"}
+#: what `fedpd compare` shows first, where the runs report it (personal metrics first); every other
+#: metric a run recorded follows (:func:`recorded_metrics`)
 COMPARE_METRICS = ("personal_acc", "personal_mse", "personal_loss", "train_loss", "grad_norm_sq", "test_loss",
-                   "test_acc")
+                   "test_acc", "backdoor_acc")
+#: record keys that count up over the run (or say how it was evaluated): one column, the final value
+COUNTERS = ("downlink_floats", "sample_grads", "rejected_uploads", "dropouts", "agg_unconverged_rounds",
+            "eval_clients", "eval_train_samples", "wall_s")
+#: columns of their own (not metrics): where the run is, and the ε spent ([privacy])
+OWN_COLUMNS = ("round", "comm_rounds", "uplink_floats", "dp_epsilon")
+#: the keys that name a private run's mechanism beside dp_epsilon (docs/privacy.md): settings, not metrics
+MECHANISM_PREFIX = "dp_"
 FORMATS = ("table", "csv", "json", "markdown")
 
 
@@ -34,20 +44,29 @@ class Column:
 
 def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple[list[Column], list[dict]]:
     """The columns and the rows (raw values) of ``fedpd compare``: per run its label (default:
-    what tells the runs apart), path, algorithm, rounds, communication and the final and best
-    value of each metric. A folder of runs (``runs/``, a sweep's ``--out``) stands for every run
-    inside it."""
+    what tells the runs apart), path, algorithm, its aggregator, attack and privacy where some run
+    sets them, rounds, communication and the final and best value of each metric (``metrics``;
+    default: every metric the runs recorded, :data:`COMPARE_METRICS` first), then the final
+    value of each counter (:data:`COUNTERS`). A folder of runs (``runs/``, a sweep's ``--out``)
+    stands for every run inside it."""
     runs = [read_run(p) for p in (paths if labels else expand_runs(paths))]
     labels = labels or run_labels(runs, skip_seeds=False)
+    counters = []
     if metrics is None:
-        metrics = [m for m in COMPARE_METRICS if any(m in r.records[-1] for r in runs)]
+        recorded = recorded_metrics(runs)
+        metrics = [m for m in COMPARE_METRICS if m in recorded] + [m for m in recorded if m not in COMPARE_METRICS]
+        counters = [c for c in COUNTERS if c in recorded]
+        metrics = [m for m in metrics if m not in counters]
     else:
         unknown = [m for m in metrics if not any(m in rec for r in runs for rec in r.records)]
         if unknown:
             have = sorted({k for r in runs for k in r.records[-1] if k not in X_AXES})
             raise ConfigError(f"--metrics {unknown[0]!r}: no run reports it (allowed: {', '.join(have)})")
     order = {m: i for i, m in enumerate(metrics)}
+    settings = {key: [describe(r.cfg) for r in runs] for key, describe in SETTINGS.items()}
+    settings = {key: values for key, values in settings.items() if any(values)}  # where some run sets it
     columns = [Column("run", "run", False, 0), Column("algorithm", "algorithm", False, 1),
+               *[Column(key, key, False, 3) for key in settings],  # after the first metric and accuracies
                Column("rounds", "rounds", True, 20 + len(metrics)), Column("comm_rounds", "comm\nrounds", True, 3),
                Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics))]
     private = any("dp_epsilon" in r.records[-1] for r in runs)  # [privacy]: the ε spent, at the run's delta
@@ -58,12 +77,14 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
         kept = order[m] == 0 or m.endswith("_acc")  # the first metric and a classifier's accuracies: kept first
         columns.append(Column(f"{m}_final", f"{short}\nfinal", True, 2 if kept else 4 + order[m]))
         columns.append(Column(f"{m}_best", f"{short}\nbest", True, 40 + order[m]))
+    columns += [Column(c, SHORT.get(c, c), True, 60 + i) for i, c in enumerate(counters)]
     rows = []
-    for run, label in zip(runs, labels):
+    for k, (run, label) in enumerate(zip(runs, labels)):
         last = run.records[-1]
         row = {"run": label, "path": str(run.path), "algorithm": run.cfg.get("algorithm", {}).get("name", "?"),
+               **{key: values[k] or "-" for key, values in settings.items()},
                "rounds": last.get("round"), "comm_rounds": last.get("comm_rounds"),
-               "uplink_floats": last.get("uplink_floats")}
+               "uplink_floats": last.get("uplink_floats"), **{c: last.get(c) for c in counters}}
         if private:
             row["dp_epsilon"] = last.get("dp_epsilon")
         for m in metrics:
@@ -71,6 +92,49 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
             row[f"{m}_best"] = best(run.records, m)
         rows.append(row)
     return columns, rows
+
+
+def recorded_metrics(runs) -> list[str]:
+    """Every key the runs' records hold but those with columns of their own and the description of
+    a private run's mechanism (``dp_*`` but ``dp_epsilon``: its settings, shown by the privacy
+    column), in the order they first appear (a metric a run recorded only at some evaluations
+    counts too)."""
+    seen = dict.fromkeys(k for r in runs for rec in r.records for k in rec)
+    return [k for k in seen if k not in OWN_COLUMNS and not k.startswith(MECHANISM_PREFIX)]
+
+
+def _aggregator(cfg: dict) -> str:
+    """The server's aggregator where it is not the plain mean ("" otherwise)."""
+    name = cfg.get("algorithm", {}).get("aggregator")
+    return "" if name in (None, "mean") else str(name)
+
+
+def _attack(cfg: dict) -> str:
+    """The attack (and on how many parties) where there is one ("" otherwise)."""
+    attack = cfg.get("attack", {})
+    name = attack.get("name", "none")
+    if name == "none":
+        return ""
+    parties, fraction = attack.get("parties"), attack.get("fraction")
+    if parties:
+        who = f"{len(parties)} part{'y' if len(parties) == 1 else 'ies'}"
+    else:
+        who = f"{fraction:.0%}" if isinstance(fraction, (int, float)) else ""
+    return f"{name} {who}".strip()
+
+
+def _privacy(cfg: dict) -> str:
+    """Client-level DP ([privacy]) where it is on: the clipping and the noise multiplier z."""
+    privacy = cfg.get("privacy", {})
+    clip = privacy.get("clip", "none")
+    if clip == "none":
+        return ""
+    z = privacy.get("noise_multiplier")
+    return f"{clip} clip, z={z:g}" if isinstance(z, (int, float)) else f"{clip} clip"
+
+
+#: columns that name how a run was set up, shown where some run sets them
+SETTINGS = {"aggregator": _aggregator, "attack": _attack, "privacy": _privacy}
 
 
 def _fmt(v) -> str:
@@ -146,10 +210,23 @@ def render_table(columns: list[Column], rows: list[dict], width: int | None = No
     console.print(table)
     dropped = [columns[i] for i in range(len(columns)) if i not in keep]
     if dropped:
-        names = ", ".join(c.header.replace("\n", " ") for c in dropped)
+        names = ", ".join(_named(dropped))
         note = f"left out at {width} columns: {names} (all of them: --format csv, json or markdown)"
         console.print(textwrap.fill(note, width=width), markup=False)
     return [c.key for c in dropped]
+
+
+def _named(columns: list[Column]) -> list[str]:
+    """The headers of ``columns`` on one line each, a metric's final and best as one: "test loss
+    (final, best)"."""
+    parts: dict[str, list[str]] = {}
+    for c in columns:
+        name, _, part = c.header.rpartition("\n")
+        if part in ("final", "best") and name:
+            parts.setdefault(name.replace("\n", " "), []).append(part)
+        else:
+            parts.setdefault(c.header.replace("\n", " "), [])
+    return [f"{name} ({', '.join(p)})" if len(p) > 1 else f"{name} {p[0]}" if p else name for name, p in parts.items()]
 
 
 def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:

@@ -1,0 +1,175 @@
+"""ByzFL (EPFL's library, ``pip install fedpd[byzfl]``) as an independent reference (issue 44,
+part 4): where the definitions match, fedpd's aggregators, pre-aggregators and attacks give ByzFL's
+outputs on random rows; where they differ (each difference is stated in fedpd's docstrings), the
+test maps one onto the other and says how. ByzFL is called directly, never through fedpd.
+
+ByzFL's package ``__init__`` imports its benchmark, which needs a torchvision built for the installed
+torch (the index's torchvision does not load beside torch's CPU build); its aggregators and attacks
+need only torch, numpy and scipy, so they are imported here without the benchmark."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from fedpd.aggregators import (centered_clipping, coordinate_median, geometric_median, krum, make_aggregator,
+                               norm_bounding, trimmed_mean)
+from fedpd.algorithms import FedAvg
+from fedpd.attacks import ALIE, make_attack
+from fedpd.preaggregators import arc, bucketing, nnm
+
+
+def _byzfl():
+    spec = importlib.util.find_spec("byzfl")
+    if spec is None:
+        pytest.skip("byzfl is not installed (pip install 'fedpd[byzfl]'): the ByzFL comparisons need it")
+    if "byzfl" not in sys.modules:  # the package without its benchmark (see the module docstring)
+        package = types.ModuleType("byzfl")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["byzfl"] = package
+    aggregators = importlib.import_module("byzfl.aggregators")
+    attacks = importlib.import_module("byzfl.attacks")
+    names = {k: getattr(m, k) for m in (aggregators, attacks) for k in dir(m) if not k.startswith("_")}
+    return types.SimpleNamespace(**names)
+
+
+B = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def byzfl():
+    global B
+    B = _byzfl()
+
+
+def rows(seed: int, n: int = 11, d: int = 6) -> torch.Tensor:
+    return torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+SEEDS = range(2)
+close = torch.testing.assert_close
+
+
+def theirs(rule, w: torch.Tensor) -> torch.Tensor:
+    """ByzFL's ``rule`` on a copy of ``w`` as a float64 numpy array (on torch tensors ByzFL computes in
+    float32; ARC and Clipping change their input in place)."""
+    return torch.as_tensor(rule(w.numpy().copy()))
+
+
+# --- aggregators ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", SEEDS)
+def test_trimmed_mean_and_median(seed):
+    w = rows(seed)
+    for f in (1, 3):
+        close(trimmed_mean(w, f / w.shape[0])[0], theirs(B.TrMean(f), w))
+    # ByzFL's Median is torch.median on tensors (the lower middle value for even n) and numpy's
+    # (the mean of the two middle values, fedpd's) on arrays
+    for n in (11, 10):
+        v = w[:n]
+        close(coordinate_median(v)[0], torch.from_numpy(B.Median()(v.numpy().copy())))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_krum_counts_one_neighbour_more_in_byzfl(seed):
+    """Blanchard et al.'s score sums the n − f − 2 nearest; ByzFL's averages the n − f − 1 nearest:
+    fedpd's Krum with f − 1 is ByzFL's with f (Krum and multi-Krum of n − f rows)."""
+    w = rows(seed)
+    for f in (1, 3):
+        close(krum(w, f - 1)[0], theirs(B.Krum(f), w))
+        close(krum(w, f - 1, m=w.shape[0] - f)[0], theirs(B.MultiKrum(f), w))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_geometric_median_at_convergence(seed):
+    """ByzFL runs T smoothed Weiszfeld steps from 0, fedpd from the mean until converged: both reach the
+    geometric median."""
+    w = rows(seed)
+    close(geometric_median(w, tol=1e-12, max_iter=10_000)[0], theirs(B.GeometricMedian(nu=1e-10, T=3000), w),
+          rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_centered_clipping_and_norm_bounding_about_zero(seed):
+    """ByzFL's CenteredClipping starts from 0 (then from its last output, a state fedpd's algorithms
+    keep as the reference); static Clipping then Average is norm bounding."""
+    w = rows(seed)
+    for tau, L in ((0.5, 1), (1.5, 3)):
+        close(centered_clipping(w, tau, L)[0], theirs(B.CenteredClipping(tau=tau, L=L), w))
+        close(norm_bounding(w, tau)[0], theirs(lambda v: B.Average()(B.Clipping(c=tau)(v)), w))
+
+
+# --- pre-aggregators ------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", SEEDS)
+def test_nnm(seed):
+    w = rows(seed)
+    for f in (1, 4):
+        close(nnm(w, f), theirs(B.NNM(f), w))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bucketing_with_the_same_permutation(seed):
+    """ByzFL permutes with torch's global generator; fedpd with the generator it is given: seeded alike,
+    they draw the same permutation and make the same buckets (the last one short)."""
+    w = rows(seed)
+    for s in (2, 3):
+        torch.manual_seed(100 + seed)
+        made = B.Bucketing(s)(w.float())  # on a tensor, to draw from torch's generator (in float32)
+        close(bucketing(w.float(), s, torch.Generator().manual_seed(100 + seed)), made)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_arc(seed):
+    """ByzFL computes k = int(2f/n·(n − f)) in floating point, fedpd 2f(n − f) // n in integers (the
+    same here); ByzFL clips the raw rows (reference 0)."""
+    w = rows(seed) * torch.linspace(0.5, 3, 11, dtype=torch.float64)[:, None]
+    for f in (1, 3, 5):
+        close(arc(w, f), theirs(B.ARC(f), w))
+
+
+# --- attacks --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", SEEDS)
+def test_ipm_alie_and_mimic(seed):
+    honest = rows(seed, n=8)
+    h = honest.shape[0]
+    close(make_attack("ipm", epsilon=0.7).forged(honest, 10, 2), theirs(B.InnerProductManipulation(tau=0.7), honest))
+    # ByzFL: μ + τ·σ with the sample σ; fedpd: μ − z·σ with the population σ: τ = −z·√((h − 1)/h)
+    z = 1.3
+    close(ALIE.shifted(honest, z), theirs(B.ALittleIsEnough(tau=-z * math.sqrt((h - 1) / h)), honest))
+    close(make_attack("mimic", index=3).forged(honest, 10, 2), theirs(B.Mimic(epsilon=3), honest))
+
+
+DEFENCES = [  # (fedpd's aggregator and options, ByzFL's rule and pre-aggregators), f = 3 of n = 11
+    (("trimmed_mean", {"trim_ratio": 3 / 11}), lambda: (B.TrMean(3), [])),
+    (("trimmed_mean", {"trim_ratio": 3 / 11, "pre": "nnm", "n_byzantine": 3}), lambda: (B.TrMean(3), [B.NNM(3)])),
+    (("coordinate_median", {"pre": ["arc", "nnm"], "n_byzantine": 3}), lambda: (B.Median(), [B.ARC(3), B.NNM(3)])),
+]
+
+
+@pytest.mark.parametrize("defence", range(len(DEFENCES)))
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_optimal_attacks_search_as_byzfl_does(defence, seed):
+    (name, options), their_defence = DEFENCES[defence]
+    honest = rows(seed, n=8) + 0.5  # a mean away from 0, so IPM has a direction
+    f, h = 3, 8
+    agg, pre = their_defence()
+    for kind in ("optimal_ipm", "optimal_alie"):
+        attack = make_attack(kind).against(FedAvg(aggregator=name, aggregator_options=options))
+        ours = attack.forged(honest, h + f, f)
+        # ALIE: the search scales with its step, so fedpd's step 10 is ByzFL's −10·√((h − 1)/h)
+        step = 10.0 if kind == "optimal_ipm" else -10.0 * math.sqrt((h - 1) / h)
+        cls = B.Optimal_InnerProductManipulation if kind == "optimal_ipm" else B.Optimal_ALittleIsEnough
+        close(ours, theirs(cls(agg=agg, pre_agg_list=pre, f=f, delta=step), honest), rtol=1e-6, atol=1e-8)
+
+
+def test_the_chain_equals_byzfls_composition():
+    w = rows(7)
+    ours = make_aggregator("trimmed_mean", trim_ratio=3 / 11, pre=["arc", "nnm"], n_byzantine=3)(w)[0]
+    close(ours, theirs(lambda v: B.TrMean(3)(B.NNM(3)(B.ARC(3)(v))), w))
+    assert np.isfinite(ours.numpy()).all()
