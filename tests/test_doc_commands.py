@@ -60,6 +60,9 @@ BLOCKS = {
         "exempt", "a timing on FEMNIST, run by hand"),
     ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/cpu_drift.py --records 3"): (
+        "exempt", "a measurement, run by hand (tens of minutes: records of every report re-run on five code paths); "
+        "tests/test_verify_rules.py checks the rules it sets"),
     ("docs/performance.md", "python benchmarks/sweep_collection.py"): (
         "exempt", "a benchmark, run by hand (half a minute); tests/test_reproduce.py tests the collection it times"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (

@@ -61,6 +61,7 @@ def test_the_guard_catches_a_rule_that_reads_the_problem(tmp_path):
 
 
 def test_contexts_carry_only_what_a_message_gives():
-    assert {f.name for f in dataclasses.fields(ServerContext)} == {"ids", "round", "num_clients"}
+    # the run's seed: a server rule's own stream (bucketing's permutation), the same a message's config gives
+    assert {f.name for f in dataclasses.fields(ServerContext)} == {"ids", "round", "num_clients", "seed"}
     client = {f.name for f in dataclasses.fields(ClientContext)}
     assert client == {"ids", "round", "data", "solver", "seed", "_calls"}

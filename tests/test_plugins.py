@@ -229,8 +229,8 @@ class FirstK(UniformK):
         return torch.arange(self.k)
 
 
+@fedpd.declares("mean", fedpd.NoOptions, "A user's aggregator: the mean, saying how it went.")
 def mean(w, weights=None):
-    """A user's aggregator: the mean, saying how it went."""
     return w.mean(0), {"iterations": 0, "converged": True}
 '''
 
@@ -437,26 +437,54 @@ def test_a_dataset_entry_point_is_listed_shown_and_split(site, capsys):
     assert code == 0 and "natural partition of 240 training samples" in out, err
 
 
-@pytest.mark.parametrize(("entry", "needle"), [
-    ("algorithm.fedavg = {m}:Damped", "clashes with the built-in algorithm 'fedavg'"),
-    ("fedavg2 = {m}:Damped", "must be <kind>.<name>"),
-])
-def test_a_bad_entry_point_is_one_line_and_exit_2(entry, needle, site, tmp_path, capsys):
+def test_a_clash_with_a_built_in_stops_the_run_that_names_it_and_is_a_line_of_the_listing(site, tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
     site, module = site
-    distribution(site, entry.format(m=module))
+    distribution(site, f"algorithm.fedavg = {module}:Damped")
     config = write_config(tmp_path / "c.toml", {"problem": {"name": "least_squares"}, "algorithm": {"name": "fedavg"}})
-    for args in (["run", config, "--out", tmp_path / "run"], ["list"]):
-        code, out, err = run_cli(args, capsys)
-        assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    code, out, err = run_cli(["run", config, "--out", tmp_path / "run"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "clashes with the built-in algorithm 'fedavg'" in err
     assert not (tmp_path / "run").exists()
+    code, out, err = run_cli(["list"], capsys)
+    assert code == 0 and "fedpd: note: 1 installed plug-in cannot be used" in err, err
+    [line] = [line for line in out.splitlines() if "clashes with the built-in algorithm 'fedavg'" in line]
+    assert line.split()[:4] == ["fedavg", "!", "cannot", "be"]
 
 
-def test_two_distributions_may_not_declare_one_name(site, capsys):
+def test_an_entry_point_named_without_its_kind_names_nothing_and_is_listed(site, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
     site, module = site
-    distribution(site, f"algorithm.damped = {module}:Damped")
-    distribution(site, f"algorithm.damped = {module}:Other", name="otherdist")
-    code, _, err = run_cli(["list"], capsys)
-    assert code == 2 and "declared by both" in err
+    distribution(site, f"fedavg2 = {module}:Damped")
+    config = write_config(tmp_path / "c.toml", {"problem": {"name": "least_squares"}, "algorithm": {"name": "fedavg"},
+                                                "run": {"rounds": 1}})
+    code, _, err = run_cli(["run", config, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 0, err  # it names nothing a config uses: no run is stopped by it
+    code, _, err = run_cli(["run", config, "--out", tmp_path / "run2", "--set", 'algorithm.name="fedavg2"'], capsys)
+    assert code == 2 and "unknown algorithm 'fedavg2'" in err and "must be <kind>.<name>: algorithm.fedavg2" in err
+    code, out, err = run_cli(["list"], capsys)
+    assert code == 0 and "1 installed plug-in cannot be used" in err
+    assert "entry point 'fedavg2' of distribution mydist 1.0 (group fedpd.plugins): its name must be" in out
+
+
+def test_every_clash_is_a_line_of_the_listing_not_only_the_first(site, capsys, monkeypatch):
+    """Issue 46: every clash, each a line under its kind, and the listing of everything else
+    intact (exit 0, a note on stderr)."""
+    monkeypatch.setenv("COLUMNS", "400")  # each entry on one line
+    site, module = site
+    agg = write_module(site, AGGREGATOR, "clash_agg")
+    distribution(site, f"algorithm.damped = {module}:Damped\nalgorithm.fedprox = {module}:Damped\n"
+                       f"aggregator.first_row = {agg}:first_row\nsampler.mine = {module}:Field")
+    distribution(site, f"algorithm.damped = {module}:Other\naggregator.first_row = {agg}:other", name="otherdist")
+    code, out, err = run_cli(["list"], capsys)
+    assert code == 0 and "fedpd: note: 4 installed plug-ins cannot be used" in err, err
+    marked = {line.split()[0]: line for line in out.splitlines() if " ! cannot be used: " in line}
+    assert set(marked) == {"damped", "fedprox", "first_row", "mine"}
+    for name in ("damped", "first_row"):
+        assert "is declared by both distribution mydist 1.0 and distribution otherdist 1.0" in marked[name]
+    assert "clashes with the built-in algorithm 'fedprox'" in marked["fedprox"]
+    assert "declares no Options" in marked["mine"]  # a sampler must declare its options
+    assert any(line.split()[:1] == ["fedavg"] for line in out.splitlines())  # the built-ins are all there
 
 
 def test_a_clash_stops_only_what_uses_the_name_and_names_its_key(site, tmp_path, capsys):
@@ -489,9 +517,15 @@ def test_a_clash_stops_only_what_uses_the_name_and_names_its_key(site, tmp_path,
 
 
 AGGREGATOR = '''
+import fedpd
+
+
 def first_row(w, weights=None):
     """The first upload, whatever the others say."""
     return w[0], {}
+
+
+first_row.Options = fedpd.NoOptions
 '''
 
 

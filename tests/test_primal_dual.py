@@ -40,6 +40,9 @@ def test_fedadmm_feddyn_afedpd_identical_under_full_participation(solver):
     problem = {"name": "least_squares", "clients": 6, "dim": 4, "heterogeneity": 2.0, "ridge": 0.05}
     names = ["fedadmm", "feddyn", "afedpd"] + (["fedpd"] if solver["name"] == "exact" else [])
     sims = {n: simulation({"name": n, "eta": 0.5}, problem=problem, solver=solver) for n in names}
+    # A-FedPD's sets with every client every round (each keeping its own anchor x0_i, as FedPD)
+    sims["primal_dual"] = simulation({"name": "primal_dual", "eta": 0.5, "participation": "all", "dual_mean": "all",
+                                      "virtual_dual": True}, problem=problem, solver=solver)
     first = None
     for _ in range(40):
         x0s = []

@@ -210,10 +210,12 @@ def test_agreement_is_exact_in_float64_and_to_the_stated_tolerance_in_float32(a,
 
 
 @pytest.mark.parametrize("a, b, dtype, key, same", [
-    (1.0, 1.0 + 2e-16, "float64", "train_loss", True), (1.0, 1.0 + 5e-11, "float64", "train_loss", True),
-    (1.0, 1.0 + 1e-9, "float64", "train_loss", False), (1.0, 1.01, "float64", "train_loss", False),
-    (0.9012, 0.9013, "float32", "test_acc", True), (0.9012, 0.9042, "float32", "test_acc", False),
-    (0.9012, 0.9013, "float32", "train_loss", False), (7, 8, "float64", "comm_rounds", False),
+    (1.0, 1.0 + 2e-16, "float64", "train_loss", True), (1.0, 1.0 + 5e-8, "float64", "train_loss", True),
+    (1.0, 1.0 + 1e-6, "float64", "train_loss", False), (1.0, 1.01, "float64", "train_loss", False),
+    (0.9012, 0.9042, "float32", "test_acc", True), (0.9012, 0.9112, "float32", "test_acc", False),
+    (0.688, 0.689, "float64", "personal_acc_worst10", True),
+    (1.0, 1.005, "float32", "train_loss", True), (1.0, 1.02, "float32", "train_loss", False),
+    (7, 8, "float64", "comm_rounds", False),
     (7.9e-33, 3.1e-33, "float64", "grad_norm_sq", True),  # 0 up to rounding
 ])
 def test_another_cpu_allows_the_measured_drift_and_accuracy_a_few_flips(a, b, dtype, key, same):

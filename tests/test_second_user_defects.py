@@ -49,7 +49,9 @@ def test_compare_csv_holds_every_recorded_metric_and_names_aggregator_attack_and
     recorded = {k for p in backdoor_runs for line in open(p / "metrics.jsonl") for k in fedpd.io.json.loads(line)}
     assert "backdoor_acc" in recorded
     columns = set(next(iter(rows.values())))
-    for key in recorded - {"round", "comm_rounds", "uplink_floats", "dp_epsilon"}:
+    mechanism = {k for k in recorded if k.startswith("dp_") and k != "dp_epsilon"}  # settings: the privacy column
+    assert mechanism and not mechanism & columns
+    for key in recorded - {"round", "comm_rounds", "uplink_floats", "dp_epsilon"} - mechanism:
         assert key in columns or f"{key}_final" in columns, key
     assert {"backdoor_acc_final", "backdoor_acc_best", "rejected_uploads", "wall_s", "dp_epsilon"} <= columns
     assert [rows[n]["algorithm"] for n in ("mean", "bounded", "private")] == ["fedavg"] * 3

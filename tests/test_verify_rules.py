@@ -136,8 +136,9 @@ def test_float32_and_gpu_runs_keep_their_first_rounds_for_the_record(tmp_path):
 
 REPORTS = Path(__file__).resolve().parents[1] / "docs" / "reproductions"
 #: the committed reports with records, and the round each is verified to: the first evaluation at or
-#: after 3 (--verify's default); A-FedPD's CIFAR-10 records (made on a GPU) at round 0 only — ten
-#: LeNet rounds of 50 local steps on a 2-core CPU are minutes a record
+#: after 3 (--verify's default); A-FedPD's CIFAR-10 records (made on a GPU, keeping no early rounds)
+#: at round 0 only, before any training — their first trained evaluation is round 10, ten LeNet
+#: rounds of 50 local steps: minutes a record on a 2-core CPU
 VERIFIED = {p.parent.name: 0 if p.parent.name == "afedpd_table2" else 3 for p in REPORTS.glob("*/records")}
 
 

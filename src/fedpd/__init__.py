@@ -16,7 +16,8 @@ from fedpd.exports import lazy
 #: public name -> the module that defines it (imported on first use: fedpd.exports)
 _WHERE = {"run": "fedpd.runner", "RunResult": "fedpd.runner", "Simulation": "fedpd.simulation",
           "Config": "fedpd.config", "load_config": "fedpd.config", "Algorithm": "fedpd.algorithms.base",
-          "Options": "fedpd.options", "FedpdError": "fedpd.errors", "ConfigError": "fedpd.errors",
+          "Options": "fedpd.options", "NoOptions": "fedpd.options", "declares": "fedpd.options",
+          "FedpdError": "fedpd.errors", "ConfigError": "fedpd.errors",
           "DataError": "fedpd.errors"}
 __all__ = list(_WHERE)
 __version__ = "0.1.0"

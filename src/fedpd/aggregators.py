@@ -38,7 +38,7 @@ from torch import Tensor
 
 from fedpd import names
 from fedpd.errors import ConfigError
-from fedpd.options import NoOptions, Options, declares, validate
+from fedpd.options import STEPS_MAX, NoOptions, Options, declares, validate
 from fedpd.ordered import ordered_norm
 from fedpd.preaggregators import Chain, rows_needed, split_options
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
@@ -117,7 +117,7 @@ def finite_rows(w: Tensor) -> Tensor:
 class GeometricMedianOptions(Options):
     eps: float = Field(1e-8, gt=0, description="smoothing: distances below eps count as eps")
     tol: float = Field(1e-7, gt=0, description="stop when the relative change is below tol")
-    max_iter: int = Field(100, ge=1, description="Weiszfeld iteration cap")
+    max_iter: int = Field(100, ge=1, le=STEPS_MAX, description="Weiszfeld iteration cap")
 
 
 class TrimmedMeanOptions(Options):
@@ -135,7 +135,8 @@ class BulyanOptions(Options):
 
 class CenteredClippingOptions(Options):
     tau: float = Field(gt=0, description="τ: the clipping radius about the reference (required)")
-    iterations: int = Field(1, ge=1, description="L: clipping iterations (1, as in the paper's experiments)")
+    iterations: int = Field(1, ge=1, le=STEPS_MAX,
+                            description="L: clipping iterations (1, as in the paper's experiments)")
 
 
 class NormBoundingOptions(Options):
@@ -146,7 +147,7 @@ class FedPlusAggregateOptions(Options):
     prox_kind: Literal["zero", "sq_l2", "l2", "l1", "indicator"] = Field("l2", description="Ψ of eq. (25)")
     delta: float = Field(0.1, ge=0, description="δ, the smoothing of Ψ")
     tol: float = Field(1e-7, gt=0)
-    max_iter: int = Field(1000, ge=1)
+    max_iter: int = Field(1000, ge=1, le=STEPS_MAX)
 
 
 # --- closed forms --------------------------------------------------------------------------
@@ -515,7 +516,7 @@ AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_media
                                                            krum, bulyan, centered_clipping, norm_bounding,
                                                            fedplus_aggregate)}
 #: what ``algorithm.aggregator`` names (:func:`fedpd.names.resolve`)
-KIND = names.Kind("aggregator", names.table(*AGGREGATORS.values()),
+KIND = names.Kind("aggregator", names.table(*AGGREGATORS.values()), declared=True, args=("w",), keywords=("weights",),
                   plugin="an aggregator is a function (w, weights=None, **options) -> (aggregate, info)")
 
 

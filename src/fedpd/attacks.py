@@ -45,15 +45,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import replace
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 
 from fedpd.errors import ConfigError
-from fedpd.options import SEED_MAX, NoOptions, Options, validate
+from fedpd.options import SEED_MAX, NoOptions, Options, refuse, shown, validate
 from fedpd.ordered import ordered_norm, ordered_sum
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.streams import ClientStreams
@@ -70,11 +70,32 @@ def party_count(fraction: float, num_parties: int) -> int:
     return min(num_parties, max(1, math.floor(fraction * num_parties + 0.5 + 1e-9)))
 
 
+#: the share of the parties an attack chooses when neither ``fraction`` nor ``parties`` is given
+DEFAULT_FRACTION = 0.1
+
+
 # --- options -----------------------------------------------------------------------------------
 class TargetOptions(Options):
-    fraction: float = Field(0.1, ge=0, le=1, description="share of the parties (x N rounded half up, >= 1)")
-    parties: list[int] = Field(default_factory=list, description="explicit party ids (override fraction)")
+    fraction: float | None = Field(None, ge=0, le=1, description="share of the parties (x N rounded half up, >= 1); "
+                                   f"default {DEFAULT_FRACTION} when parties is not given")
+    parties: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, description="explicit party ids, each "
+                                                       "once (instead of fraction)")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="which parties (the attack's own seed)")
+
+    @field_validator("parties")
+    @classmethod
+    def _each_once(cls, parties):
+        twice = sorted({i for i in parties if parties.count(i) > 1})
+        if twice:
+            raise ValueError(f"party {twice[0]} named twice in {shown(parties)} (allowed: each party once)")
+        return parties
+
+    @model_validator(mode="after")
+    def _parties_or_fraction(self):
+        if self.parties and self.fraction is not None:
+            raise refuse("fraction", f"attack.parties names the parties ({shown(self.parties)}); give fraction or "
+                         f"parties, not both")
+        return self
 
 
 class DataAttackOptions(TargetOptions):
@@ -107,9 +128,10 @@ class Attack:
     Options: ClassVar[type[Options]] = NoOptions
     family: ClassVar[str] = "none"  # none, data, update, dropout
 
-    def __init__(self, fraction: float = 0.0, parties: list | tuple = (), seed: int = 0, probability: float = 1.0,
-                 start_round: int = 0, **settings):
-        self.fraction, self.parties, self.seed = fraction, list(parties), seed
+    def __init__(self, fraction: float | None = None, parties: list | tuple = (), seed: int = 0,
+                 probability: float = 1.0, start_round: int = 0, **settings):
+        self.parties, self.seed = list(parties), seed
+        self.fraction = (0.0 if not self.active else DEFAULT_FRACTION) if fraction is None else fraction
         self.probability, self.start_round = probability, start_round
         self.settings = settings
         self.mask: Tensor | None = None  # [N] bool: the misbehaving parties (bind)
@@ -163,6 +185,16 @@ class Attack:
         return upload, 0
 
 
+def num_classes(problem: Problem) -> int:
+    """The classes of a classification problem: its own count, else one more than the largest
+    label of its training and test splits."""
+    classes = problem.info.get("num_classes")
+    if classes is None:
+        labels = [int(split.y.max()) for split in (problem.train, problem.test) if split.y.numel()]
+        classes = max(labels, default=0) + 1
+    return int(classes)
+
+
 def _check_stored(problem: Problem, name: str) -> None:
     if not isinstance(problem.train.x, Tensor):  # samples generated on demand
         raise ConfigError(f"attack.name: {name!r} changes the data when the problem is built, and this "
@@ -179,9 +211,7 @@ class DataAttack(Attack):
     def apply_data(self, problem: Problem) -> Problem:
         _check_stored(problem, self.name)
         ids = self.targets(problem.num_clients)
-        classes = problem.info.get("num_classes")
-        if classes is None and not problem.train.y.is_floating_point():
-            classes = int(max(problem.train.y.max(), problem.test.y.max(initial=0))) + 1
+        classes = None if problem.train.y.is_floating_point() else num_classes(problem)
         splits = self.settings.get("splits", "train")
         problem.train = transform_parties(problem.train, ids, self.name, classes)
         if splits == "both":
@@ -288,7 +318,18 @@ class IPMOptions(RoundAttackOptions):
 
 class OmniscientAttack(UpdateAttack):
     """An update attack that sees the round's honest uploads: every chosen participant sends the
-    same ``forged(honest updates)`` [d] (no randomness of its own)."""
+    same ``forged(honest updates)`` [d] (no randomness of its own). Choosing every client is
+    refused: there would be no honest update to forge from, and no attack."""
+
+    def bind(self, num_clients: int) -> "Attack":
+        super().bind(num_clients)
+        if num_clients and bool(self.mask.all()):
+            key = "parties" if self.parties else "fraction"
+            given = shown(self.parties) if self.parties else f"{self.fraction:g}"
+            raise ConfigError(f"attack.{key}: {given} makes all {num_clients} clients Byzantine; {self.name} forges "
+                              f"its upload from the honest ones, and there would be none (allowed: leave at least one "
+                              f"client honest)")
+        return self
 
     def corrupt(self, upload, message, ids, round, seed, model_keys=(), update_keys=()):
         if not upload:
@@ -564,9 +605,7 @@ class Backdoor(UpdateAttack):
         if not train.x.is_floating_point() or train.y.is_floating_point():
             raise ConfigError("attack.name: backdoor needs real-valued inputs and class labels (allowed: a "
                               "classification problem with real inputs)")
-        classes = problem.info.get("num_classes")
-        if classes is None:
-            classes = int(torch.cat([train.y, problem.test.y]).max()) + 1  # the labels seen (synthetic)
+        classes = num_classes(problem)
         target, size = self.settings["target"], self.settings["trigger_size"]
         if target >= classes:
             raise ConfigError(f"attack.target: {target} is not a class of this problem (allowed: 0..{classes - 1})")

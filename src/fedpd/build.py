@@ -20,6 +20,7 @@ from fedpd.config import Config, load_config, tomllib  # tomllib: tomli before P
 from fedpd.context import FederationInfo
 from fedpd.disk_store import DiskStore, choose_store, log, state_bytes, store_budget
 from fedpd.errors import ConfigError
+from fedpd.names import what
 from fedpd.privacy import privatise
 from fedpd.problems.base import Problem
 from fedpd.solvers import GradientSolver
@@ -93,7 +94,7 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
                 raise ConfigError(f"model.{key}: problem '{cfg.names['problem']}' has a fixed model "
                                   f"(allowed: no [model] section, or name = \"auto\")")
     extra = {"model": dict(cfg.model)} if takes_model else {}
-    problem = entry.build(**cfg.options["problem"].model_dump(), **extra)
+    problem = built(cfg, "problem", entry.build(**cfg.options["problem"].model_dump(), **extra))
     problem = build_attack(cfg).apply_data(problem)  # outliers by data (a no-op for other attacks)
     # auto: float64 for the built-in problems, the problem's own choice (float32 for datasets)
     auto = problem.info.get("dtype", torch.float64)
@@ -105,7 +106,24 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
 
 def build_attack(cfg: Config) -> Attack:
     """The run's fault / attack (``[attack]``, default none), not yet bound to a run."""
-    return cfg.entries["attack"].build(**cfg.options["attack"].model_dump())
+    return built(cfg, "attack", cfg.entries["attack"].build(**cfg.options["attack"].model_dump()))
+
+
+#: what each kind's plug-in must give when called: (is it, what it should be)
+GIVES = {"problem": (lambda p: isinstance(p, Problem), "a fedpd Problem (fedpd.problems.base.Problem)"),
+         "attack": (lambda a: isinstance(a, Attack), "an Attack"),
+         "solver": (lambda s: callable(getattr(s, "solve", None)), "a solver, with solve(ctx, x, objective, tol)"),
+         "sampler": (lambda s: callable(getattr(s, "sample", None)) and hasattr(s, "per_round"),
+                     "a sampler, with sample(round, generator) and per_round")}
+
+
+def built(cfg: Config, section: str, obj):
+    """``obj``, what ``section``'s entry gave, checked to be what that kind gives (a plug-in may
+    not): ConfigError naming the key otherwise."""
+    ok, wanted = GIVES[section]
+    if not ok(obj):
+        raise ConfigError(f"{section}.name: {cfg.names[section]} gave {what(obj)}, not {wanted}")
+    return obj
 
 
 def check_solver(cfg: Config, algorithm: Algorithm, solver, problem: Problem) -> None:
@@ -148,7 +166,7 @@ def build(cfg: Config, problem: Problem):
     unused = unused_server_step(algorithm)
     if unused:  # an override that would be skipped without a word
         raise ConfigError(f"algorithm.name: {unused}")
-    solver = cfg.entries["solver"].build(**cfg.options["solver"].model_dump())
+    solver = built(cfg, "solver", cfg.entries["solver"].build(**cfg.options["solver"].model_dump()))
     check_solver(cfg, algorithm, solver, problem)
     sampler_opts = cfg.options["sampler"].model_dump()
     if sampler_opts.get("clients_per_round", 0) > num_clients:
@@ -157,7 +175,7 @@ def build(cfg: Config, problem: Problem):
     if algorithm.participation == "all" and cfg.names["sampler"] != "all":
         raise ConfigError(f"sampler.name: algorithm '{cfg.names['algorithm']}' needs every client every round "
                           f"(allowed: all)")
-    sampler = cfg.entries["sampler"].build(num_clients, **sampler_opts)
+    sampler = built(cfg, "sampler", cfg.entries["sampler"].build(num_clients, **sampler_opts))
     need = algorithm.min_uploads()
     if need > 1:
         aggregator = getattr(cfg.options["algorithm"], "aggregator", "the aggregator")

@@ -88,6 +88,27 @@ def check_against_problem(cfg, problem, algorithm=None) -> None:
             full = ', or solver.name = "gd" for full batches' if section == "solver" else ""
             raise ConfigError(f"{section}.batch_size: {batch} is larger than every client's training data "
                               f"(largest client: {largest} samples; allowed: 1..{largest}{full})")
+    n = problem.num_clients
+    if cfg.run.eval_clients > n:
+        raise ConfigError(f"run.eval_clients: {cfg.run.eval_clients} exceeds the problem's {n} clients (allowed: "
+                          f"1..{n}, or 0 for every client)")
+    if cfg.names["solver"] == "sgd":  # the draws of every local step's minibatch are made at once
+        from fedpd.problems.lazy import check_memory
+        from fedpd.threads import participants
+
+        solver = cfg.options["solver"]
+        chunk = 1 if getattr(problem, "per_client", False) else min(participants(cfg, problem),
+                                                                    cfg.run.client_chunk or problem.num_clients)
+        draws = 2 * 8 * chunk * solver.local_steps * solver.batch_size * problem.train.uniforms_per_sample
+        check_memory("solver.local_steps", draws, f"the minibatch draws of a round ({solver.local_steps} local steps "
+                     f"x {chunk} clients x {solver.batch_size} samples, made at once)")
+    if cfg.names["solver"] == "exact":  # each chunk's Hessians H_i [chunk, d, d], and the solve's copies
+        from fedpd.problems.lazy import check_memory
+        from fedpd.threads import participants
+
+        chunk = min(participants(cfg, problem), cfg.run.client_chunk or problem.num_clients)
+        check_memory("problem.dim", 3 * 8 * chunk * problem.dim ** 2, f"the exact solver's Hessians ({chunk} clients "
+                     f"x {problem.dim}^2)")
     if getattr(cfg.run, "tensorboard", False):
         from fedpd.tensorboard import require
 

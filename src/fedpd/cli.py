@@ -283,9 +283,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     ls = sub.add_parser("list", help="what a config can name; with NAME: its options, defaults and ranges",
                         description="Without NAME: every problem, algorithm, aggregator, solver, sampler, attack "
-                        "and model with a one-line description, installed plug-ins too (with where they come from). "
-                        "With NAME: that entry's options (defaults, types, ranges, meaning), or every entry of a "
-                        "section (e.g. fedpd list samplers; fedpd list run).",
+                        "and model with a one-line description, installed plug-ins too (with where they come "
+                        "from), and the [run] and [privacy] sections. With NAME: that entry's options (defaults, "
+                        "types, ranges, meaning), or every entry of a section (e.g. fedpd list samplers; fedpd list "
+                        "run; fedpd list privacy).",
                         epilog="examples:\n  fedpd list\n  fedpd list fedpd\n  fedpd list samplers\n  fedpd list krum",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     ls.add_argument("name", nargs="?", metavar="NAME", help="an entry (e.g. fedpd, sgd, dataset) or a section")
@@ -296,12 +297,12 @@ def make_parser() -> argparse.ArgumentParser:
                         "meaning, read from the same models that validate configs; NAME may be your own code's "
                         "import path (docs/extending.md).",
                         epilog="examples:\n  fedpd show algorithm fedpd\n  fedpd show solver sgd\n  fedpd show run\n"
-                        "  fedpd show algorithm my_fedpd:FedExP",
+                        "  fedpd show privacy\n  fedpd show algorithm my_fedpd:FedExP",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     sh.add_argument("section", metavar="SECTION",
-                    help="problem, algorithm, aggregator, solver, sampler, attack, model or run")
+                    help="problem, algorithm, aggregator, solver, sampler, attack, model, run or privacy")
     sh.add_argument("name", nargs="?", metavar="NAME", help="the entry, or an import path package.module:Attribute "
-                    "(not for run)")
+                    "(not for run or privacy)")
     sh.set_defaults(func=_cmd_show)
 
     pl = sub.add_parser("plot", help="draw metrics of runs (one panel each), or a run's label split",

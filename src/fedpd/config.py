@@ -25,9 +25,9 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from fedpd import names, plugins, registry
 from fedpd.errors import ConfigError
-from fedpd.io import load_toml
+from fedpd.io import load_toml, parse_toml
 from fedpd.models import check_model_options
-from fedpd.options import SEED_MAX, Options, refuse, validate
+from fedpd.options import SEED_MAX, THREADS_MAX, Options, refuse, validate
 from fedpd.privacy import PrivacyOptions
 
 if sys.version_info >= (3, 11):
@@ -52,7 +52,8 @@ class RunOptions(Options):
     engine: Literal["inprocess", "loopback", "flower"] = Field(
         "inprocess", description="what runs the clients: inprocess (vectorised here), loopback (nodes in this process, "
         "by messages, with durable client stores: the remote engine's reference), flower (Flower's simulation runtime)")
-    nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks)")
+    nodes: int = Field(2, ge=1, description="loopback / flower: nodes the clients are spread over (contiguous blocks); "
+                       "the inprocess engine has none")
     node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
                                 "the nodes to connect) before its clients count as dropped out; run.workers: seconds "
                                 "to wait for a worker's reply before the run stops")
@@ -62,8 +63,8 @@ class RunOptions(Options):
         "(fedpd.build.runs_per_client)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
                               "participants at once")
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless a local "
-                         "step is large, OMP_NUM_THREADS if set); changes no result")
+    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless "
+                         "a local step is large, OMP_NUM_THREADS if set); changes no result")
     workers: int | Literal["auto"] = Field(
         "auto", description="inprocess engine: how many worker processes of this machine (1 or more) the round's "
         "participants train on, each holding its own copy of the data; auto: one per usable core when a round's local "
@@ -83,8 +84,8 @@ class RunOptions(Options):
                            "one for a run without a directory)")
     eval_batch_size: int = Field(0, ge=0, description="samples per evaluation chunk; 0: automatic, as many as keep "
                                  "the activations saved for the gradient within 32 MiB (at most 8192)")
-    eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients "
-                              "(records then carry eval_clients); 0: every client")
+    eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients, "
+                              "at most the problem's (records then carry eval_clients); 0: every client")
     eval_metrics: list[str] | None = Field(None, description="the metrics taken at the model, any of train_loss, "
                                            "grad_norm_sq, test_loss, test_acc (grad_norm_sq: a backward over the "
                                            "training data); default: all")
@@ -105,6 +106,15 @@ class RunOptions(Options):
             raise refuse("workers", f"worker processes are the inprocess engine's; run.engine = \"{self.engine}\" runs "
                          f"clients on its nodes (run.nodes; Flower: its own backend options) (allowed: \"auto\", or "
                          f"no run.workers)")
+        return self
+
+    @model_validator(mode="after")
+    def _nodes_of_a_remote_engine(self):
+        default = type(self).model_fields["nodes"].default
+        if self.engine == "inprocess" and self.nodes != default:
+            raise refuse("nodes", f"{self.nodes} nodes are the loopback and flower engines'; run.engine = "
+                         f"\"inprocess\" runs every client in this process (allowed: no run.nodes — its default, "
+                         f"{default} — or run.engine = \"loopback\" or \"flower\")")
         return self
 
     @field_validator("eval_metrics")
@@ -131,6 +141,13 @@ class RunOptions(Options):
                          "train_loss nor grad_norm_sq (allowed: no run.eval_train_samples, or add train_loss)")
         return self
 
+    @field_validator("store_dir")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError(f"{value!r} holds a NUL byte, which no path can (allowed: a directory path)")
+        return value
+
     @field_validator("device")
     @classmethod
     def _device_form(cls, value: str) -> str:
@@ -143,8 +160,10 @@ def parse_value(text: str) -> Any:
     """A --set value: TOML syntax (1e-3, true, [1, 2], "s"), else a bare string. A bare nan or
     inf is the string (no option takes a non-finite number; the attacks are named so)."""
     try:
-        value = tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+        value = parse_toml(f"v = {text}")["v"]
+    except ConfigError as err:
+        if "nested too deeply" in str(err):
+            raise
         return text
     if isinstance(value, float) and not math.isfinite(value) and text.strip().lstrip("+-").isalpha():
         return text.strip()
@@ -178,6 +197,11 @@ def _unset(raw: dict, item: str) -> None:
 def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
     """``raw`` with ``--set`` items (``section.key=value``) and :class:`Unset` items applied, in order."""
     raw = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    unset = {item.strip() for item in overrides if isinstance(item, Unset)}
+    both = [item.partition("=")[0].strip() for item in overrides
+            if not isinstance(item, Unset) and item.partition("=")[0].strip() in unset]
+    if both:
+        raise ConfigError(f"--unset {both[0]}: also given a value by --set {both[0]}=... (allowed: one of the two)")
     for item in overrides:
         if isinstance(item, Unset):
             _unset(raw, item)
@@ -196,7 +220,10 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...]) -> dict:
                 where = ".".join([section, *parents[:i + 1]])
                 raise ConfigError(f"--set {key.strip()}: {where} is {inner!r}, not a table")
             table[part] = table = dict(inner)  # a copy: the caller's dict stays as it was
-        table[last] = parse_value(value.strip())
+        try:
+            table[last] = parse_value(value.strip())
+        except ConfigError as err:
+            raise ConfigError(f"--set {key.strip()}: {err}") from None
     return raw
 
 
@@ -297,4 +324,8 @@ def load_config(source: str | Path | dict | Config, overrides: list[str] | tuple
     if isinstance(source, (str, Path)):
         plugin_path = plugins.default_path(source) if plugin_path is None else plugin_path
         source = load_toml(source)
-    return Config(apply_overrides(source, overrides), plugin_path)
+    try:
+        return Config(apply_overrides(source, overrides), plugin_path)
+    except RecursionError:  # a dict from Python nested deeper than TOML could hold
+        raise ConfigError("the config nests values too deeply to check (no config nests more than a few levels)") \
+            from None

@@ -46,15 +46,23 @@ class OptionRow:
 
 def tables() -> dict[str, dict]:
     """Every kind of entry a config names (``registry.CATALOG``: the aggregators and models too),
-    each followed by the plug-ins installed for it (entry points of ``fedpd.plugins``)."""
+    each followed by the plug-ins installed for it (entry points of ``fedpd.plugins``) that can be
+    used."""
+    return catalogue()[0]
+
+
+def catalogue() -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
+    """(:func:`tables`, the installed plug-ins of each section that cannot be used: name -> the one
+    line why — a clash, an import that fails, a check — every one, not only the first)."""
     from fedpd import names, plugins, registry
 
     plugins.search(plugins.default_path())
-    out = {section: {**table, **names.installed(registry.KINDS[section])}
-           for section, table in registry.CATALOG.items()}
+    out, unusable = {}, {}
     # problem.dataset: the installed loaders (fedpd's own datasets are what fedpd data list shows)
-    out["dataset"] = names.installed(registry.KINDS["dataset"])
-    return out
+    for section, table in [*registry.CATALOG.items(), ("dataset", {})]:
+        unusable[section] = {}
+        out[section] = {**table, **names.installed(registry.KINDS[section], unusable[section])}
+    return out, unusable
 
 
 def entry_description(section: str, entry) -> str:
@@ -86,6 +94,8 @@ def find(name: str) -> list[tuple[str, str]]:
 def _type_text(annotation) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is typing.Annotated:  # list[Annotated[int, Field(ge=0)]]: an int, its range the field's
+        return _type_text(args[0])
     if origin is typing.Literal:
         return "str"
     if origin in (typing.Union, types.UnionType):
@@ -201,29 +211,51 @@ def _wrap(text: str, width: int, indent: int, first: str | None = None) -> str:
 
 
 def print_list(section: str | None = None, file=None) -> None:
-    """One line per entry (name and description, wrapped to the terminal), every section or one."""
+    """One line per entry (name and description, wrapped to the terminal), every section or one;
+    an installed plug-in that cannot be used is listed with why (``!``), and a note on stderr
+    counts them."""
+    from fedpd import plugins
+
     out = file or sys.stdout
     width = _width()
-    for sec, table in tables().items():
-        if section not in (None, sec) or (sec == "dataset" and not table and section is None):
+    found, unusable = catalogue()
+    for sec, table in found.items():
+        broken = unusable[sec]
+        if section not in (None, sec) or (sec == "dataset" and not table and not broken and section is None):
             continue
         print(f"{PLURAL.get(sec, sec + 's')}:", file=out)
         if sec == "dataset":
             print(_wrap("installed loaders problem.dataset can name (fedpd's own datasets: fedpd data list)"
-                        + ("" if table else ": none"), width, 2), file=out)
-            if not table:
+                        + ("" if table or broken else ": none"), width, 2), file=out)
+            if not table and not broken:
                 continue
-        pad = min(max(len(k) for k in table) + 4, width // 3)
-        for name, entry in table.items():
+        pad = min(max(len(k) for k in [*table, *broken]) + 4, width // 3)
+        lines = [*((name, entry_description(sec, entry)) for name, entry in table.items()),
+                 *((name, f"! cannot be used: {why}") for name, why in broken.items())]
+        for name, text in lines:
             first = f"  {name:<{pad - 4}}  "
             if len(first) > pad:  # a long name: the description starts on the next line
                 print(first.rstrip(), file=out)
                 first = " " * pad
-            print(_wrap(entry_description(sec, entry), width, pad, first), file=out)
+            print(_wrap(text, width, pad, first), file=out)
+    misnamed = plugins.malformed() if section is None else []
+    if misnamed:
+        print("entry points that name nothing:", file=out)
+        for ep in misnamed:
+            print(_wrap(f"! {plugins.misnamed(ep)}", width, 4, "  "), file=out)
+    count = sum(len(b) for s, b in unusable.items() if section in (None, s)) + len(misnamed)
+    if count:
+        print(f"fedpd: note: {count} installed plug-in{'s' if count > 1 else ''} cannot be used (marked ! in the "
+              f"listing)", file=sys.stderr)
     if section in (None, "run"):
         print("run:", file=out)
         print(_wrap("every run's [run] options (rounds, seed, threads, tensorboard, ...): fedpd show run",
                     width, 2), file=out)
+    if section in (None, "privacy"):
+        print("privacy:", file=out)
+        print(_wrap("[privacy]: client-level differential privacy for any run whose server step reads the mean of "
+                    "the uploads (clip, noise_multiplier, delta, accountant, ...; docs/privacy.md): fedpd show "
+                    "privacy", width, 2), file=out)
     if section is None:
         print(_wrap("The options of one entry with their defaults, ranges and meaning: fedpd list NAME "
                     "(e.g. fedpd list fedpd), or fedpd show SECTION NAME.", width, 0), file=out)

@@ -38,6 +38,7 @@ from fedpd.allocator import keep_freed_memory
 from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
 from fedpd.context import ClientContext
+from fedpd.hooks import check_clients, check_receive, check_uploads
 from fedpd.problems.base import ClientData, Problem
 from fedpd.protocol import run_round
 from fedpd.store import ClientStore
@@ -75,7 +76,11 @@ def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, c
     for start in range(0, ids.numel(), max(step, 1)):
         part = ids[start:start + step]
         ctx = ClientContext(part, round, ClientData(problem, part), solver, seed)
-        up, new = algorithm.local(message, states(start, start + part.numel()), ctx)
+        before = states(start, start + part.numel())
+        shapes = {k: v.shape for k, v in before.items()}  # taken first: local may change its input in place
+        up, new = algorithm.local(message, before, ctx)
+        check_uploads(algorithm, up, part.numel())
+        check_clients(algorithm, "local", new, shapes, part.numel())
         yield part, up, new, ctx
 
 
@@ -141,7 +146,7 @@ class InProcessEngine:
                 part, ctx = part[keep], ctx.select(keep)
                 new = {k: v[keep.to(v.device)] for k, v in new.items()}
             if reply:
-                new = self.algorithm.receive(new, reply, ctx)
+                new = check_receive(self.algorithm, new, reply, ctx)
             self.store.put(part, new)
         self._pending = []
 

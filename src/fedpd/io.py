@@ -116,8 +116,26 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
+def parse_toml(text: str) -> dict:
+    """``text`` parsed as TOML; :class:`ConfigError` with the parser's one line otherwise — also
+    for nesting too deep for the parser (arrays in arrays hundreds of levels down), which would
+    otherwise escape as a RecursionError."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        cr_only = "\r" in text and "\n" not in text
+        hint = "; its lines end in a bare CR (old Mac), which TOML does not allow: save it with LF or CRLF line " \
+               "endings" if cr_only else ""
+        raise ConfigError(f"{err}{hint}") from None
+    except RecursionError:
+        raise ConfigError("arrays or tables nested too deeply to read (no config nests more than a few levels)") \
+            from None
+
+
 def load_toml(path: str | Path) -> dict:
-    """A TOML file's tables, or a one-line :class:`ConfigError` naming the file and what is wrong."""
+    """A TOML file's tables, or a one-line :class:`ConfigError` naming the file and what is wrong.
+    The file's bytes are decoded as they are (no newline translation: a file TOML refuses, e.g. one
+    whose lines end in a bare CR, is refused here too)."""
     path = Path(path)
     if path.is_dir():
         found = sorted(p.name for p in path.glob("*.toml"))[:3]
@@ -126,8 +144,10 @@ def load_toml(path: str | Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} not found")
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {err}") from None
+        text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(f"config file {str(path)!r} is not UTF-8 text") from None
+    try:
+        return parse_toml(text)
+    except ConfigError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid TOML: {err}") from None

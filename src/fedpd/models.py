@@ -421,7 +421,7 @@ def signature_problem(factory: Callable, name: str) -> str | None:
 KIND = names.Kind("model", {name: names.Entry(name, factory, NoOptions, description)
                             for name, (factory, description) in MODELS.items()},
                   plugin="a model factory takes (input_shape, num_classes, **options) and returns a torch.nn.Module",
-                  check=signature_problem, options=False)
+                  check=signature_problem, options=False, args=None)
 
 
 def check_model_options(factory: Callable, name: str, options: dict) -> None:

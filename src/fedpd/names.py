@@ -13,10 +13,16 @@ table, declared beside the things it lists: :data:`fedpd.registry.KINDS`). The o
    unless two distributions declare it (a clash);
 4. anything else: unknown, with one line listing the built-ins and the installed names.
 
-A plug-in (1 or 3) is then checked to be usable where a built-in is (callable, the kind's own
-check, a pydantic ``Options``) and made an :class:`Entry` like the built-ins. Every message is
-one line and the same for every kind; ``key`` puts the config key in front. How modules are
-found, which a node may import and which were imported is :mod:`fedpd.plugins`' job.
+A plug-in (1 or 3) is then checked to be usable where a built-in is, all before it is called
+(:func:`_plugin`): the kind's own check (an ``Algorithm`` or ``Attack`` subclass, a model factory's
+signature), callable, ``Options`` a pydantic model — declared by the plug-in itself where the kind
+asks for it (problems, solvers, samplers, aggregators: the marker of a plug-in of that kind;
+``fedpd.NoOptions`` for none) — and a signature that takes what fedpd passes it (the kind's
+arguments and the options as keywords). It is then made an :class:`Entry` like the built-ins.
+What it returns is checked where it is built. Every message is one line and the same for every
+kind; ``key`` puts the config key in front. How modules are found, which a node may import and
+which were imported is :mod:`fedpd.plugins`' job (a module of the standard library is refused
+there, before it is imported).
 """
 
 from __future__ import annotations
@@ -51,15 +57,22 @@ class Entry:
 class Kind:
     """What a config key names: its built-ins and what a plug-in of it must be.
 
-    ``plugin``: what a plug-in is, said when one is not callable; ``check(obj, name)``: why
-    ``obj`` cannot be one (None: it can; asked first, of anything); ``options``: whether its ``Options``
-    validates the config section (a model factory's signature does that instead)."""
+    ``plugin``: what a plug-in is, said when one is refused; ``check(obj, name)``: why ``obj``
+    cannot be one (None: it can; asked first, of anything); ``options``: whether its ``Options``
+    validates the config section (a model factory's signature does that instead); ``declared``:
+    whether a plug-in must declare ``Options`` itself (the marker of a plug-in of this kind);
+    ``args`` and ``keywords``: what fedpd calls a plug-in with besides its options (positional
+    arguments, keywords; by name), checked against its signature — None: not checked here (a model
+    factory's ``check`` does it)."""
 
     name: str  # one of plugins.KINDS
     builtins: Mapping[str, Entry]
     plugin: str = ""
     check: Callable[[Any, str], str | None] | None = None
     options: bool = True
+    declared: bool = False
+    args: tuple[str, ...] | None = ()
+    keywords: tuple[str, ...] = ()
 
     @property
     def what_plugin_is(self) -> str:
@@ -96,7 +109,10 @@ def _resolve(kind: Kind, value) -> Entry:
         return kind.builtins[value]
     if declared:
         return _plugin(kind, value, plugins.load_entry_point(_one(kind, value, declared)))
-    raise plugins.PluginError(f"unknown {kind.name} {value!r} (allowed: {_allowed(kind)})")
+    misnamed = [ep for ep in plugins.malformed() if ep.name == value]
+    hint = (f"; the entry point {value!r} of {plugins.dist(misnamed[0])} is installed, but an entry point's name "
+            f"must be <kind>.<name>: {kind.name}.{value}" if misnamed else "")
+    raise plugins.PluginError(f"unknown {kind.name} {value!r} (allowed: {_allowed(kind)}){hint}")
 
 
 def _allowed(kind: Kind) -> str:
@@ -125,25 +141,67 @@ def entry_points(kind: Kind) -> dict[str, metadata.EntryPoint]:
             if k == kind.name}
 
 
-def installed(kind: Kind) -> dict[str, Entry]:
+def installed(kind: Kind, unusable: dict[str, str] | None = None) -> dict[str, Entry]:
     """The installed plug-ins of ``kind`` as entries, each checked as :func:`resolve` checks it
-    (what ``fedpd list`` shows after the built-ins)."""
-    return {name: _plugin(kind, name, plugins.load_entry_point(ep)) for name, ep in entry_points(kind).items()}
+    (what ``fedpd list`` shows after the built-ins). One that cannot be used (a clash, an import
+    that fails, a check) raises its one line, or with ``unusable`` is left out and its line kept
+    there by name, so a listing shows every one."""
+    out = {}
+    for (k, name), declared in plugins.entry_points().items():
+        if k != kind.name:
+            continue
+        try:
+            out[name] = _plugin(kind, name, plugins.load_entry_point(_one(kind, name, declared)))
+        except plugins.PluginError as err:
+            if unusable is None:
+                raise
+            unusable[name] = str(err)
+    return out
 
 
 def _plugin(kind: Kind, name: str, found: plugins.Plugin) -> Entry:
-    """A plug-in as an :class:`Entry`, checked to be usable as the kind's built-ins are."""
+    """A plug-in as an :class:`Entry`, checked to be usable as the kind's built-ins are — before
+    anything of it is called."""
     obj = found.obj
     wrong = kind.check(obj, name) if kind.check is not None else None
     if not wrong and not callable(obj):
         wrong = f"{name} is not callable (got {what(obj)}; {kind.what_plugin_is})"
     if wrong:
         raise plugins.PluginError(wrong)
-    options = getattr(obj, "Options", NoOptions) if kind.options else NoOptions
+    options = getattr(obj, "Options", None) if kind.options else NoOptions
+    if options is None and kind.declared:
+        raise plugins.PluginError(f"{name} declares no Options (got {what(obj)}): {kind.what_plugin_is}, and declares "
+                                  f"its options as a pydantic model, Options = fedpd.NoOptions for none (or "
+                                  f"@fedpd.declares(name, Options, description) on a function)")
+    options = NoOptions if options is None else options
     if not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise plugins.PluginError(f"{name}.Options must be a pydantic model (subclass fedpd.Options), got "
                                   f"{what(options)}")
+    wrong = _call_problem(kind, obj, name, options)
+    if wrong:
+        raise plugins.PluginError(wrong)
     return Entry(name, obj, options, describe(obj), found.origin, found.module)
+
+
+def _call_problem(kind: Kind, obj: Any, name: str, options: type[BaseModel]) -> str | None:
+    """Why ``obj`` cannot be called as fedpd calls a plug-in of ``kind`` — the kind's arguments,
+    then its options as keywords — read from its signature alone (None: it can)."""
+    if kind.args is None:
+        return None
+    keywords = [*kind.keywords, *options.model_fields]
+    call = ", ".join([*kind.args, *(f"{k}=..." for k in keywords)])
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return f"{name} has no signature to check (got {what(obj)}); {kind.what_plugin_is}"
+    try:
+        signature.bind(*kind.args, **dict.fromkeys(keywords))
+    except TypeError as err:
+        text = str(signature)
+        text = text if len(text) <= 80 else text[:75] + " ...)"
+        return (f"{name}{text} cannot be called as fedpd calls a {kind.name} plug-in, ({call}): {err} "
+                f"({kind.what_plugin_is})")
+    return None
 
 
 def describe(obj: Any) -> str:

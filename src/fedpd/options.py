@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from fedpd.errors import ConfigError
 
@@ -22,10 +22,52 @@ T = TypeVar("T")
 SEED_MAX = 2**63 - 1
 
 
+#: the most steps or iterations of one loop per round (local steps, a party's E_k, inner steps, an
+#: iterative aggregator's cap): orders of magnitude above what any paper runs; a larger count is a
+#: typo, or a round that would not finish
+STEPS_MAX = 100_000
+
+#: torch CPU threads (``run.threads``): torch takes a C int; no machine gives one process more cores
+THREADS_MAX = 1024
+
+#: every integer option is at most what torch and numpy take (int64): a larger one would reach them
+#: and fail there; an option's own bound (what it is used for) is usually far below
+INT_MIN, INT_MAX = -2**63, 2**63 - 1
+#: every real option is at most this in size: no option means anything near it, and its square or
+#: cube (FedAdam's τ², a variance) stays a float where a larger one overflows in Python's arithmetic
+FLOAT_MAX = 1e100
+
+
 class Options(BaseModel):
-    """Base of every section's options: strict types, unknown keys rejected, no inf or nan."""
+    """Base of every section's options: strict types, unknown keys rejected, no inf or nan,
+    every integer (in lists and tables too) an int64, every real number at most 1e100 in size."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _representable(cls, value):
+        big = _too_large(value)
+        if isinstance(big, float):
+            raise ValueError(f"{big:g} is out of range (allowed: numbers of at most {FLOAT_MAX:g} in size)")
+        if big is not None:
+            raise ValueError(f"{big} is out of range (allowed: integers of at most {INT_MAX}, 2^63 − 1, in size)")
+        return value
+
+
+def _too_large(value, depth: int = 0):
+    """The first number in ``value`` (lists, tuples, dicts searched) beyond int64 or
+    :data:`FLOAT_MAX`, or None."""
+    if isinstance(value, float):
+        return value if abs(value) > FLOAT_MAX else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if not INT_MIN <= value <= INT_MAX else None
+    if depth < 50 and isinstance(value, (list, tuple, dict)):
+        for item in (value.values() if isinstance(value, dict) else value):
+            found = _too_large(item, depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 class NoOptions(Options):
@@ -69,4 +111,10 @@ def _format(where: str, err: ValidationError, model: type[BaseModel], also: tupl
         return f"{key}: missing required key"
     if e["type"] == "value_error" and "error" in e.get("ctx", {}):  # a cross-field rule (refuse)
         return f"{key}.{e['ctx']['error']}" if not e["loc"] else f"{key}: {e['ctx']['error']}"
-    return f"{key}: {e['msg'][0].lower() + e['msg'][1:]} (got {e['input']!r})"
+    return f"{key}: {e['msg'][0].lower() + e['msg'][1:]} (got {shown(e['input'])})"
+
+
+def shown(value, limit: int = 80) -> str:
+    """``repr(value)`` for a one-line message, cut to ``limit`` characters (a value may be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 5]} ...{text[-1] if text[-1] in ')]}' else ''}"

@@ -20,6 +20,12 @@ server sends; :func:`restricted` limits plug-in imports to the module prefixes i
 allows, and refuses anything else with one line naming the module. Built-in names are always
 allowed.
 
+**What is imported, and what is not.** Importing a module runs its top-level code: a plug-in
+module is code its config runs, checked only after it is imported (:mod:`fedpd.names`). Before
+an import fedpd can only read the name: a module of Python's standard library is refused then,
+never imported — none holds a fedpd plug-in, and some act when imported (``this`` prints, and
+``antigravity`` opens a web browser); a module that is not found runs nothing.
+
 **What was run.** Resolutions made inside :func:`recording` are collected (the modules a config
 imports), and :func:`fingerprint` gives each module's file and its SHA-256, which a run directory
 keeps (``plugins.json``) so that ``--resume`` can say when the code changed.
@@ -49,7 +55,8 @@ _PATH = re.compile(rf"({_IDENT}):({_IDENT})")
 _ALLOWED: ContextVar[tuple[str, ...] | None] = ContextVar("fedpd_plugins_allowed", default=None)
 _RECORD: ContextVar[dict[str, str] | None] = ContextVar("fedpd_plugins_record", default=None)
 _SEARCHED: list[str] = []  # directories this process appended to sys.path
-_ENTRY_CACHE: dict[tuple[str, ...], dict[tuple[str, str], metadata.EntryPoint]] = {}
+_ENTRY_CACHE: dict[tuple[str, ...], dict[tuple[str, str], list[metadata.EntryPoint]]] = {}
+_MALFORMED: dict[tuple[str, ...], list[metadata.EntryPoint]] = {}
 
 
 class PluginError(ConfigError):
@@ -156,6 +163,11 @@ def load(path: str, origin: str = "import path") -> Plugin:
         raise PluginError(f"{path!r} is not an import path (expected package.module:Attribute, e.g. "
                           f"'my_algorithms:MyFedAvg')")
     module_name, attribute = match.groups()
+    top = module_name.partition(".")[0]
+    if top in sys.stdlib_module_names:
+        raise PluginError(f"module {module_name!r} is part of Python's standard library, which holds no fedpd "
+                          f"plug-ins (refused without importing it; allowed: a module of your own, or an installed "
+                          f"package's)")
     module = _import(module_name)
     obj: Any = module
     for part in attribute.split("."):
@@ -185,22 +197,38 @@ def _file(module) -> str:
 
 def entry_points() -> dict[tuple[str, str], list[metadata.EntryPoint]]:
     """Every entry point of :data:`GROUP` by (kind, name): usually one, two or more where several
-    distributions declare one name (an error only where the name is used, :mod:`fedpd.names`); a
-    name that is not ``<kind>.<name>`` is a :class:`PluginError`."""
+    distributions declare one name (an error only where the name is used, :mod:`fedpd.names`). One
+    whose name is not ``<kind>.<name>`` names nothing a config can use: it is left out here, and
+    :func:`malformed` lists it."""
     key = tuple(sys.path)
     if key not in _ENTRY_CACHE:
         found: dict[tuple[str, str], list[metadata.EntryPoint]] = {}
+        bad: list[metadata.EntryPoint] = []
         for ep in metadata.entry_points(group=GROUP):
             kind, _, name = ep.name.partition(".")
             if kind not in KINDS or not name:
-                raise PluginError(f"entry point {ep.name!r} of {dist(ep)} (group {GROUP}): its name must be "
-                                  f"<kind>.<name> with kind one of {', '.join(KINDS)}")
+                bad.append(ep)
+                continue
             same = found.setdefault((kind, name), [])
             if all(other.value != ep.value for other in same):
                 same.append(ep)
         _ENTRY_CACHE.clear()
-        _ENTRY_CACHE[key] = found
+        _MALFORMED.clear()
+        _ENTRY_CACHE[key], _MALFORMED[key] = found, bad
     return _ENTRY_CACHE[key]
+
+
+def malformed() -> list[metadata.EntryPoint]:
+    """The entry points of :data:`GROUP` whose name is not ``<kind>.<name>`` (what ``fedpd list``
+    shows as unusable; a config that names one is told why it is unknown)."""
+    entry_points()
+    return _MALFORMED[tuple(sys.path)]
+
+
+def misnamed(ep: metadata.EntryPoint) -> str:
+    """Why a :func:`malformed` entry point cannot be used, in one line."""
+    return (f"entry point {ep.name!r} of {dist(ep)} (group {GROUP}): its name must be <kind>.<name> with kind one of "
+            f"{', '.join(KINDS)}")
 
 
 def dist(ep: metadata.EntryPoint) -> str:

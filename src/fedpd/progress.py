@@ -16,6 +16,8 @@ def _fmt_time(seconds: float) -> str:
 #: the server model's
 PERSONAL_KEYS = ("personal_acc", "personal_mse", "personal_loss")
 GLOBAL_KEYS = ("train_loss", "grad_norm_sq", "test_acc", "backdoor_acc", "comm_rounds")
+#: [privacy]'s ε spent so far (at its delta), last on the line whatever the run
+PRIVACY_KEYS = ("dp_epsilon",)
 
 
 def _item(key: str, value) -> str:
@@ -23,16 +25,18 @@ def _item(key: str, value) -> str:
 
 
 def summary(metrics: dict) -> str:
-    """One line of the metrics that matter. For a personalised run (``personal_*`` metrics) the
-    personal ones lead and the server model's follow after "server model:" (its loss is not what
-    a personalised method minimises: a large ``train_loss`` there is not divergence)."""
+    """One line of the metrics that matter, and a private run's ε spent (``dp_epsilon``). For a
+    personalised run (``personal_*`` metrics) the personal ones lead and the server model's follow
+    after "server model:" (its loss is not what a personalised method minimises: a large
+    ``train_loss`` there is not divergence)."""
     personal = [_item(k, metrics[k]) for k in PERSONAL_KEYS if metrics.get(k) is not None]
     shared = [_item(k, metrics[k]) for k in GLOBAL_KEYS if metrics.get(k) is not None]
+    private = [_item(k, metrics[k]) for k in PRIVACY_KEYS if metrics.get(k) is not None]
     if personal:
         comm = [s for s in shared if s.startswith("comm_rounds=")]
         server = [s for s in shared if not s.startswith("comm_rounds=")]
-        return "  ".join(personal + comm + (["server model: " + "  ".join(server)] if server else []))
-    return "  ".join(shared)
+        return "  ".join(personal + comm + private + (["server model: " + "  ".join(server)] if server else []))
+    return "  ".join(shared + private)
 
 
 class Progress:

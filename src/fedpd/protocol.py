@@ -34,6 +34,9 @@ from fedpd.algorithms.base import Algorithm, State, UploadMean, streams_means
 from fedpd.attacks import Attack, finite_rows, screen
 from fedpd.comm import CommCounter
 from fedpd.context import ServerContext
+from fedpd.errors import ConfigError
+from fedpd.hooks import check_server, check_tensors
+from fedpd.names import what
 from fedpd.streams import server_generator
 
 
@@ -113,8 +116,8 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
         return server, {}, accepted
     if not bool(keep.all()):
         upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-    server, reply = algorithm.aggregate(server, upload, ServerContext(accepted, round, num_clients, seed))
-    return server, reply, accepted
+    step = _server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients, seed))
+    return step + (accepted,)
 
 
 def _streamed(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
@@ -130,8 +133,22 @@ def _streamed(algorithm: Algorithm, server: State, groups, message: State, round
     accepted = torch.cat(running.accepted) if running.accepted else torch.zeros(0, dtype=torch.int64)
     if not accepted.numel():
         return server, {}, accepted
-    server, reply = algorithm.aggregate_means(server, running.mean.means(), ServerContext(accepted, round, num_clients, seed))
-    return server, reply, accepted
+    return _server_step(algorithm, "aggregate_means", server, running.mean.means(),
+                        ServerContext(accepted, round, num_clients, seed)) + (accepted,)
+
+
+def _server_step(algorithm: Algorithm, hook: str, server: State, given: State,
+                 ctx: ServerContext) -> tuple[State, State]:
+    """(new server state, reply) of the hook ``aggregate`` or ``aggregate_means``, checked to keep
+    the server model's shape (:mod:`fedpd.hooks`)."""
+    x0_shape = server["x0"].shape if "x0" in server else None
+    out = getattr(algorithm, hook)(server, given, ctx)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ConfigError(f"algorithm.name: {type(algorithm).__qualname__}.{hook} returned {what(out)} (allowed: "
+                          f"(new server state, reply), two dicts of tensors)")
+    check_server(algorithm, hook, out[0], x0_shape)
+    check_tensors(algorithm, hook, out[1], "reply")
+    return out
 
 
 class _RunningMean:

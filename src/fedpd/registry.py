@@ -50,6 +50,26 @@ def _an_algorithm(obj, name: str) -> str | None:
             f"fedpd.algorithms)")
 
 
-KINDS = {"problem": Kind("problem", PROBLEMS), "algorithm": Kind("algorithm", ALGORITHMS, check=_an_algorithm),
-         "solver": Kind("solver", SOLVERS), "sampler": Kind("sampler", SAMPLERS), "attack": Kind("attack", ATTACKS),
+def _an_attack(obj, name: str) -> str | None:
+    if isinstance(obj, type) and issubclass(obj, attacks.Attack):
+        return None
+    return (f"{name} is not an Attack subclass (got {what(obj)}; subclass fedpd.attacks.Attack or an attack of "
+            f"fedpd.attacks)")
+
+
+#: what a plug-in of each kind is (fedpd.names checks it before calling it: docs/extending.md)
+KINDS = {"problem": Kind("problem", PROBLEMS, declared=True,
+                         plugin="a problem plug-in is a class or function taking its options as keywords (and model= "
+                         "if it names that parameter) and returning a fedpd Problem"),
+         "algorithm": Kind("algorithm", ALGORITHMS, check=_an_algorithm,
+                           plugin="an algorithm plug-in is an Algorithm subclass constructed with its options as "
+                           "keywords"),
+         "solver": Kind("solver", SOLVERS, declared=True,
+                        plugin="a solver plug-in is a class taking its options as keywords, whose solve(ctx, x, "
+                        "objective, tol) minimises the local objective"),
+         "sampler": Kind("sampler", SAMPLERS, declared=True, args=("num_clients",),
+                         plugin="a sampler plug-in is a class taking (num_clients, **options), with sample(round, "
+                         "generator) and per_round"),
+         "attack": Kind("attack", ATTACKS, check=_an_attack,
+                        plugin="an attack plug-in is an Attack subclass constructed with its options as keywords"),
          "aggregator": aggregators.KIND, "model": models.KIND, "dataset": arrays.KIND}

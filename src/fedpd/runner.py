@@ -36,8 +36,9 @@ import torch
 from torch import Tensor
 
 from fedpd import advice, plugins
-from fedpd.checks import FedpdNotice, check_finite
+from fedpd.checks import FedpdNotice, NonFiniteMetrics, check_finite
 from fedpd.config import RESUMABLE, Config, Unset, first_difference, load_config
+from fedpd.disk_store import default_store_dir
 from fedpd.engines import NODES, in_process, open_runtime
 from fedpd.errors import ConfigError, FedpdError, reason
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
@@ -240,12 +241,15 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     """Run a validated config in ``out`` (start it, or continue it from its checkpoint);
     ``transport``: the nodes of a remote engine, already reachable."""
     sim = Simulation(cfg, workdir=out, transport=transport)  # every check first
+    fresh = None
     try:
         cfg = sim.cfg  # run.store = "auto" resolved
         if out is not None:
             sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
         if out is not None and not resume:
+            fresh = _Written(out, default_store_dir(out, cfg.run.store_dir))
             _prepare_out(out, overwrite)
+            fresh.taken()
         history: list[dict] = []
         if out is not None:
             if not resume:
@@ -268,8 +272,44 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
                                 resumed=resume)
             sim.engine.on_notice = status.note
         return _loop(sim, cfg, out, history, progress, label, on_checkpoint, status)
+    except FedpdError as err:
+        # bad input found only once the run went (a plug-in's result, a local problem without a
+        # solution): a new run stopped before its first checkpoint leaves nothing behind
+        if fresh is not None and not isinstance(err, NonFiniteMetrics) and not (out / CHECKPOINT).exists():
+            sim.close()
+            fresh.remove()
+        raise
     finally:
         sim.close()  # run.workers' processes
+
+
+class _Written:
+    """What a new run writes into its directory (and a store directory of its own), to take it
+    away again when the run stops with bad input before its first checkpoint: nothing to resume,
+    nothing to show — the directory is as it was."""
+
+    def __init__(self, out: Path, store_dir: Path | None):
+        self.out, self.existed = out, out.exists()
+        self.store_dir = store_dir if store_dir is not None and not store_dir.exists() else None
+        self.before: set[str] = set()
+
+    def taken(self) -> None:
+        """Note what the directory holds now (after ``--overwrite`` cleared the old results)."""
+        self.before = {p.name for p in self.out.iterdir()}
+
+    def remove(self) -> None:
+        for path in [*(p for p in self.out.iterdir() if p.name not in self.before), self.store_dir]:
+            if path is None or not (path.exists() or path.is_symlink()):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if not self.existed:
+            try:
+                self.out.rmdir()
+            except OSError:  # something else was put there meanwhile: left alone
+                pass
 
 
 def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str,
@@ -277,7 +317,12 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
     rounds, every = cfg.run.rounds, cfg.run.eval_every
     dp = getattr(sim.algorithm, "_dp", None)  # [privacy]: stop before a round would pass target_epsilon
     if dp is not None:
-        rounds = max(min(rounds, dp.round_limit(rounds)), min(sim.round, rounds))
+        limit = dp.round_limit(rounds)
+        if limit < rounds and sim.round < rounds:  # said plainly, not a silent early finish
+            warnings.warn(f"privacy.target_epsilon = {dp.opts.target_epsilon:g}: the run stops after round {limit} "
+                          f"of {rounds} (ε = {dp.epsilon(limit):.4g}; one more round would spend "
+                          f"{dp.epsilon(limit + 1):.4g})", FedpdNotice, stacklevel=2)
+        rounds = max(min(rounds, limit), min(sim.round, rounds))
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
     tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too

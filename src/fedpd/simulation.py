@@ -21,6 +21,7 @@ from fedpd.disk_store import DiskStore, default_store_dir
 from fedpd.engine import Engine
 from fedpd.engines import in_process, make_engine
 from fedpd.evaluation import evaluate, evaluate_personal
+from fedpd.hooks import check_model, check_server, check_tensors
 from fedpd.sampling import UniformK
 from fedpd.store import State
 from fedpd.streams import server_generator
@@ -58,9 +59,12 @@ class Simulation:
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = self.algorithm.init_server(x0)
+        check_server(self.algorithm, "init_server", self.server, x0.shape if "x0" in self.server else None,
+                     "the model's")
+        init = self.algorithm.init_client(x0)
+        check_tensors(self.algorithm, "init_client", init, "client state")
         store = None  # remote engines keep client states on their nodes
         if in_process(cfg, transport):
-            init = self.algorithm.init_client(x0)
             store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init, self.num_clients)
             if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which
                 self.cfg = load_config(cfg, [f"run.store={kind}"])
@@ -141,7 +145,9 @@ class Simulation:
 
     def model(self) -> Tensor:
         """The model the metrics are taken at (the evaluation path)."""
-        return self.algorithm.evaluation_model(self.server, self.store)
+        model = self.algorithm.evaluation_model(self.server, self.store)
+        check_model(self.algorithm, "evaluation_model", model, self.problem.dim)
+        return model
 
     def metrics(self) -> dict:
         t0 = time.perf_counter()
@@ -157,6 +163,8 @@ class Simulation:
         record.update(self.algorithm.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)
+            if personal is not None:
+                check_model(self.algorithm, "personal_models", personal, self.problem.dim, self.num_clients)
             if personal is None and self.cfg.run.personal_eval == "always":
                 personal = self.model()
             if personal is not None:

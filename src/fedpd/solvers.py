@@ -28,7 +28,8 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from fedpd.options import NoOptions, Options
+from fedpd.errors import ConfigError
+from fedpd.options import STEPS_MAX, NoOptions, Options
 from fedpd.ordered import ordered_norm, ordered_sq_norm
 from fedpd.problems.base import ClientData
 from fedpd.streams import ClientStreams
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 class GDOptions(Options):
     lr: float = Field(0.01, gt=0, description="local step size η1")
-    local_steps: int = Field(8, ge=1, description="Q: local steps per round")
+    local_steps: int = Field(8, ge=1, le=STEPS_MAX, description="Q: local steps per round")
     momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (torch.optim.SGD's), buffer reset each round")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay added to the gradient")
     lr_decay: float = Field(1.0, gt=0, le=1, description="step size of round t: lr · lr_decay^t")
@@ -334,10 +335,21 @@ class ExactSolver:
         if objective.mu:
             H = H + objective.mu * torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
             rhs = rhs + objective.mu * objective.center
+        eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
         if objective.free is not None:  # the free coordinates' rows; a fixed one's row says x_j = its start value
             free = objective.free.to(x.device)
-            eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+            both = free[..., :, None] & free[..., None, :]
+            spectrum = torch.linalg.eigvalsh(torch.where(both, H, eye))  # the free block's, and ones
             H, rhs = torch.where(free[..., :, None], H, eye), torch.where(free, rhs, x)
+        else:
+            spectrum = torch.linalg.eigvalsh(H)  # ascending; H_i + μI is symmetric positive semi-definite
+        singular = spectrum[:, 0] <= spectrum[:, -1].abs() * H.shape[-1] * torch.finfo(H.dtype).eps
+        if bool(singular.any()):  # no unique minimiser (numerically: a solve would give noise)
+            bad = ctx.ids[singular.cpu()].tolist()
+            who = f"client {bad[0]}" + (" and others" if len(bad) > 1 else "")
+            raise ConfigError(f"solver.name: the exact local problem of {who} has no unique minimiser (its H_i + μI is "
+                              f"singular: fewer samples than features, no ridge, no proximal term) (allowed: "
+                              f"problem.ridge > 0, more samples per client, or solver gd or sgd)")
         sol = torch.linalg.solve(H, rhs.unsqueeze(-1)).squeeze(-1)
         if objective.free is not None:
             sol = torch.where(free, sol, x)  # the fixed coordinates bit for bit

@@ -13,7 +13,10 @@ by its import path (``algorithm.name = "my_algorithms:MyFedAvg"``). The pieces a
 * :class:`LocalObjective`: the terms ⟨v, x⟩ + (μ/2)‖x − c‖² an algorithm adds to f_i;
 * :class:`Options` (pydantic, with :func:`refuse` for cross-field rules): the config options;
 * :func:`expand`, :func:`sq_dist`, :func:`mean_sq_dist`, :func:`with_metrics`: row helpers on ``[K, d]`` (the
-  squared distances summed in a fixed order: :mod:`fedpd.ordered`).
+  squared distances summed in a fixed order);
+* :func:`ordered_sum`, :func:`ordered_mean`, :func:`ordered_norm`, :func:`ordered_sq_norm`: reductions whose
+  order does not depend on the thread count (:mod:`fedpd.ordered`): a rule that sums over a long
+  axis uses them, so its numbers are the same at any thread count.
 
 The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`) is
 written with these public names only, as a user's algorithm is; so are q-FFL
@@ -34,11 +37,13 @@ from fedpd.algorithms.scaffold import Scaffold
 from fedpd.algorithms.xu import ParallelADMM, ParallelSAGA, StochasticADMM, StochasticSAGA
 from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.options import Options, refuse
+from fedpd.ordered import ordered_mean, ordered_norm, ordered_sq_norm, ordered_sum
 from fedpd.solvers import LocalObjective
 
 __all__ = [
     "Algorithm", "State", "ClientStates", "ClientContext", "ServerContext", "FederationInfo", "LocalObjective",
     "Options", "refuse", "expand", "sq_dist", "mean_sq_dist", "with_metrics",
+    "ordered_sum", "ordered_mean", "ordered_norm", "ordered_sq_norm",
     "FedAvg", "FedProx", "Scaffold", "FedPD", "FedDyn", "FedADMM", "AFedPD", "PrimalDual", "FedSAM", "AFedPDSAM",
     "FedSpeed", "FedCM", "FedPDVR", "ParallelSAGA", "StochasticSAGA", "ParallelADMM", "StochasticADMM", "FedPlus",
     "FedAvgPlus", "FedGeoMedPlus", "FedCoMedPlus", "FedPlusLocal", "FedPlusFedAvg", "FedPlusRFA", "FedPlusCoMed",

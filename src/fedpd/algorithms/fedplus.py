@@ -52,12 +52,12 @@ from fedpd.algorithms.robust import (PRE_STREAM, SAMPLES, WEIGHTS, ServerAggrega
                                      check_aggregator_options, counter_metrics, counters, initial_counters, sample_weights, with_sizes)
 from fedpd.context import ClientContext, FederationInfo, ServerContext
 from fedpd.errors import ConfigError
-from fedpd.options import Options, refuse
+from fedpd.options import STEPS_MAX, Options, refuse
 from fedpd.prox import prox, prox_grouped
 from fedpd.solvers import GradientSolver, LocalObjective
 
 ProxKind = Literal["zero", "sq_l2", "l2", "l1", "indicator"]
-PartySteps = list[Annotated[int, Field(ge=0)]]
+PartySteps = list[Annotated[int, Field(ge=0, le=STEPS_MAX)]]
 FedPlusAggregator = Annotated[str, AfterValidator(lambda name: aggregator_name(name, own=("fedplus",)))]
 
 
@@ -78,7 +78,7 @@ class _FedPlusCommon(Options):
 
 class _Eq25Options(Options):
     tol: float = Field(1e-7, gt=0, description="eq. (25): stop when the aggregate moves less")
-    max_iter: int = Field(1000, ge=1, description="eq. (25): iteration cap")
+    max_iter: int = Field(1000, ge=1, le=STEPS_MAX, description="eq. (25): iteration cap")
     init: Literal["mean", "median", "previous"] = Field("mean", description="eq. (25)'s start")
 
 

@@ -19,6 +19,7 @@ from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
 from fedpd.algorithms.fedavg import FedAvg
 from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
 from fedpd.context import ClientContext
+from fedpd.options import STEPS_MAX
 from fedpd.solvers import LocalObjective
 
 
@@ -34,7 +35,7 @@ class APFLOptions(AggregatorOptions):
 
 class PFedMeOptions(AggregatorOptions):
     lam: float = Field(15.0, gt=0, description="lambda of the Moreau envelope")
-    inner_steps: int = Field(5, ge=1, description="K: GD steps on the inner (Moreau) problem")
+    inner_steps: int = Field(5, ge=1, le=STEPS_MAX, description="K: GD steps on the inner (Moreau) problem")
     personal_lr: float = Field(0.01, gt=0, description="step size of the inner steps")
     beta: float = Field(1.0, gt=0, description="server mixing: w = (1 - beta) w + beta mean")
 

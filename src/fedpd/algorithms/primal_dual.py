@@ -163,9 +163,9 @@ class PrimalDual(Algorithm):
         return bool(torch.rand((), generator=generator, dtype=torch.float64) >= self.p)
 
     def broadcast(self, server):
-        if self.own_anchor:
-            return {}  # FedPD: the anchors x0_i are already on the clients
-        message = {"x0": server["x0"]}
+        # FedPD (own_anchor): the anchors x0_i are already on the clients. D is sent even then: under
+        # full participation a client that dropped out or was rejected is absent and catches up
+        message = {} if self.own_anchor else {"x0": server["x0"]}
         if self.virtual_dual:
             message["D"] = server["D"]
         return message

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms import Algorithm, LocalObjective, Options, expand, sq_dist
-from fedpd.ordered import ordered_sq_norm
+from fedpd.algorithms import Algorithm, LocalObjective, Options, expand, ordered_sq_norm, sq_dist
 
 #: the floor of F_k (the authors' code adds 1e-10 to the loss before the powers)
 LOSS_FLOOR = 1e-10

@@ -55,6 +55,7 @@ from torch import Tensor
 from fedpd.aggregators import AGGREGATORS, aggregator_function, make_aggregator, min_rows
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
+from fedpd.names import what
 from fedpd.options import Options, refuse
 
 #: the client state key of a client's momentum, and the server state key of the aggregate momentum
@@ -133,8 +134,16 @@ class ServerAggregator:
         the pre-aggregation's randomness (bucketing)."""
         if self.is_mean:
             return rows.mean(0), {"iterations": 0, "converged": True}
-        return self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference,
-                       generator=generator)
+        out = self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference,
+                      generator=generator)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor)
+                and out[0].shape == rows.shape[1:] and isinstance(out[1], dict)):
+            got = (f"an aggregate of shape {tuple(out[0].shape)}" if isinstance(out, tuple) and out
+                   and isinstance(out[0], Tensor) else what(out))
+            raise ConfigError(f"algorithm.aggregator: {self.name} returned {got} for {rows.shape[0]} rows of "
+                              f"{tuple(rows.shape[1:])} (allowed: (aggregate of shape {tuple(rows.shape[1:])}, info "
+                              f"dict))")
+        return out
 
 
 def sample_weights(uploads: dict) -> Tensor | None:

@@ -68,9 +68,9 @@ class DiskStore:
         """Use ``directory`` (checked now, before anything is written; created on first use).
 
         A fresh run refuses a directory that holds another run's store; a resume refuses one that
-        is missing. ``need_bytes``: the most this run may still write (free space is checked)."""
-        if not self.keys:
-            return
+        is missing. ``need_bytes``: the most this run may still write (free space is checked). A
+        store of no keys (an algorithm that keeps no client state) writes nothing, but the directory
+        the config names is checked all the same."""
         directory = Path(directory).absolute()
         self.directory, self.run_dir = directory, str(Path(run_dir).absolute()) if run_dir is not None else None
         self._mode = "resume" if resume else "new"

@@ -30,6 +30,7 @@ from fedpd.models import LogisticRegression
 from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
+from fedpd.problems.lazy import check_eager
 
 
 def _laplace(shape, scale: float, g: torch.Generator, dtype=torch.float64) -> Tensor:
@@ -82,6 +83,7 @@ def fedplus_regression(*, clients: int = 10, dim: int = 1000, samples_per_client
     exact local solver applies. ``info["truth"]`` holds the parties' w_k."""
     if outliers > clients:
         raise ConfigError(f"problem.outliers: at most problem.clients = {clients} (got {outliers})")
+    check_eager(clients, samples_per_client, dim)
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
     j = torch.arange(dim, dtype=f64)

@@ -37,6 +37,17 @@ def check_memory(key: str, need: int, what: str) -> None:
                           f"(allowed: a smaller value)")
 
 
+#: bytes each client of an eagerly built problem costs beyond its numbers (its tensors' objects)
+CLIENT_OVERHEAD = 1024
+
+
+def check_eager(clients: int, samples: int, dim: int) -> None:
+    """One line before a problem built in memory (every client's samples made at once, then
+    joined) would need more memory than is available."""
+    need = clients * (CLIENT_OVERHEAD + 2 * 8 * samples * (dim + 1))
+    check_memory("problem.clients", need, f"{clients} clients x {samples} samples x {dim} features")
+
+
 def client_generators(seed: int, purpose: str, ids) -> list[torch.Generator]:
     """One torch generator per client of ``ids``, seeded from (problem seed, purpose, client):
     a client's draws do not depend on which other clients are generated, or in which order."""

@@ -14,7 +14,7 @@ from fedpd.options import Options, SEED_MAX, declares
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.problems import lazy as on_demand
-from fedpd.problems.lazy import ClientSource, check_memory, client_generators, sizes_numbers
+from fedpd.problems.lazy import ClientSource, check_eager, check_memory, client_generators, sizes_numbers
 
 
 def _split(parts_x, parts_y, n_train: list[int]):
@@ -62,8 +62,9 @@ def fedpd_logreg(
     the δ of FedPD's δ-non-i.i.d. assumption (eq. (6)) continuously.
     Loss log(1 + exp(−b aᵀx)) + Σ_j λα x_j²/(1 + α x_j²).
     """
-    g = torch.Generator().manual_seed(seed)
     n = samples_per_client + test_samples_per_client
+    check_eager(clients, n, dim)
+    g = torch.Generator().manual_seed(seed)
     shared = torch.rand(dim, generator=g, dtype=torch.float64) * 20 - 10
     xs, ys = [], []
     for _ in range(clients):
@@ -204,9 +205,10 @@ def least_squares(
 ) -> Problem:
     """f_i(x) = 1/(2 n_i) ‖A_i x − b_i‖² + ridge/2 ‖x‖², b_i = A_i x_i* + noise,
     x_i* = x* + heterogeneity · N(0, I). Quadratic, so it has an exact local solver."""
+    n = samples_per_client + test_samples_per_client
+    check_eager(clients, n, dim)
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
-    n = samples_per_client + test_samples_per_client
     shared = torch.randn(dim, generator=g, dtype=f64)
     xs, ys = [], []
     for _ in range(clients):

@@ -29,6 +29,7 @@ from fedpd import plugins
 from fedpd.build import from_toml
 from fedpd.context import ClientContext
 from fedpd.engine import train_in_chunks
+from fedpd.hooks import check_receive
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
 from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
@@ -147,7 +148,7 @@ class NodeRuntime:
         if reply and kept_ids:
             part = torch.tensor(kept_ids, dtype=torch.int64)
             ctx = ClientContext(part, round, ClientData(problem, part), None, cfg.run.seed)
-            new = algorithm.receive(new, reply, ctx)
+            new = check_receive(algorithm, new, reply, ctx)
         store.commit(round, kept_ids, new)
 
     def _restore(self, request: Envelope) -> Envelope:

@@ -99,8 +99,9 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--report-only", action="store_true", help="run nothing: rebuild the report in --out from its "
                    "run records (records/) alone")
     p.add_argument("--verify", type=int, metavar="K", help="re-run K of the records in --out (a seeded choice) for "
-                   "their first rounds and compare with what they recorded (float64: identical; float32: to 1e-4 "
-                   "relative); exit 1 when one differs")
+                   "their first rounds and compare with what they recorded, by the rule for where they were made (the "
+                   "same kind of CPU: float64 identical; another CPU or a GPU: a tolerance; each line names its rule: "
+                   "docs/reproductions/README.md); exit 1 when one differs")
     p.add_argument("--verify-rounds", type=int, default=3, metavar="R", help="with --verify: re-run up to the "
                    "first evaluation at or after round R (default 3)")
     p.add_argument("--verify-seed", type=int, default=0, help="with --verify: the seed of the choice of records")

@@ -135,7 +135,8 @@ def trace_models(config: dict, path: Path) -> None:
 
 def rerun(config: dict, rounds: int, device: str | None = None, every: int | None = None) -> dict[int, dict]:
     """The metrics of ``config`` run for ``rounds`` rounds (on ``device``; None: the config's) in a
-    temporary directory, by round; ``every``: evaluate every this many rounds instead of the config's."""
+    temporary directory, by round; ``every``: evaluate every this many rounds instead of the config's.
+    ``rounds`` 0: the metrics before any training only (data, split, initial model, evaluation)."""
     import tempfile
 
     from fedpd.reproduce.spec import merge
@@ -143,6 +144,14 @@ def rerun(config: dict, rounds: int, device: str | None = None, every: int | Non
 
     runs = {"rounds": max(rounds, 1), "tensorboard": False, **({"device": device} if device else {}),
             **({"eval_every": every} if every else {})}
+    if rounds == 0:
+        from fedpd.simulation import Simulation
+
+        sim = Simulation(load_config(merge(config, {"run": runs})))
+        try:
+            return {0: sim.metrics()}
+        finally:
+            sim.close()
     with tempfile.TemporaryDirectory(prefix="fedpd-rerun-") as tmp:
         run(merge(config, {"run": runs}), Path(tmp) / "run", overwrite=True, progress=False)
         return {int(m["round"]): m for m in read_jsonl(Path(tmp) / "run" / METRICS)}

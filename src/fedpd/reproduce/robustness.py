@@ -67,7 +67,8 @@ accuracy there, and each defence's seconds per round against FedAvg's.
 MNIST with logistic regression, 1 000 clients of 60 images (i.i.d.), 50 drawn uniformly per round,
 100 rounds: FedAvg and FedDyn (the primal-dual method docs/privacy.md admits; FedPD keeps its own
 anchors and is refused) with z ∈ {1, 2, 4, 8} and without DP. ε at δ = 1e-5 under the replace-one
-relation (docs/privacy.md) is about 34, 6.5, 2.5 and 1.1 after 100 rounds; z = 0.5 would give
+relation by RDP (docs/privacy.md; dp-accounting's PLD has no event for this sampling) is about 34,
+6.5, 2.5 and 1.1 after 100 rounds; z = 0.5 would give
 ε ≈ 1 000, no guarantee to speak of. Client-level DP needs many clients per round (the noise on the
 mean is z·S/K per coordinate): MNIST's 60 000 images allow 1 000 clients, and the 7 850 weights of
 logistic regression, against the MLP's 199 210, keep the noise's norm z·S·√d/K near S so the curve
@@ -416,10 +417,13 @@ def _dp_section(results, out) -> str | None:
     name = rep.save_figure(fig, out / "dp_utility.png")
     some = runs.runs[0].spec.config
     n, k = some["problem"]["clients"], some["sampler"]["clients_per_round"]
+    accountant = {"rdp": "RDP", "pld": "PLD"}[next((r.spec.config["privacy"].get("accountant", "rdp") for r in runs.runs
+                                                   if "privacy" in r.spec.config), "rdp")]
     return (f"## Client-level DP: test accuracy against ε\n\nMNIST, logistic regression, {n} clients (i.i.d.), {k} "
             f"drawn uniformly per round; DP-FedAvg's fixed clip S = {DP_CLIP:g} and noise z·S on the sum "
             f"(docs/privacy.md); ε at δ = {DP_DELTA:g} after the last round, under the replace-one relation of "
-            f"sampling without replacement. {rep.seeds_of(runs.runs)}.\n\n"
+            f"sampling without replacement, by dp-accounting's {accountant} accountant (each record names the "
+            f"mechanism under its dp_* keys: docs/privacy.md recomputes ε from them). {rep.seeds_of(runs.runs)}.\n\n"
             + rep.md_table(["method", "noise", "ε", "test accuracy (%)"], rows) + f"\n\n![dp utility]({name})")
 
 

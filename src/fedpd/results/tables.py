@@ -29,6 +29,8 @@ COUNTERS = ("downlink_floats", "sample_grads", "rejected_uploads", "dropouts", "
             "eval_clients", "eval_train_samples", "wall_s")
 #: columns of their own (not metrics): where the run is, and the ε spent ([privacy])
 OWN_COLUMNS = ("round", "comm_rounds", "uplink_floats", "dp_epsilon")
+#: the keys that name a private run's mechanism beside dp_epsilon (docs/privacy.md): settings, not metrics
+MECHANISM_PREFIX = "dp_"
 FORMATS = ("table", "csv", "json", "markdown")
 
 
@@ -93,10 +95,12 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
 
 
 def recorded_metrics(runs) -> list[str]:
-    """Every key the runs' records hold but those with columns of their own, in the order they
-    first appear (a metric a run recorded only at some evaluations counts too)."""
+    """Every key the runs' records hold but those with columns of their own and the description of
+    a private run's mechanism (``dp_*`` but ``dp_epsilon``: its settings, shown by the privacy
+    column), in the order they first appear (a metric a run recorded only at some evaluations
+    counts too)."""
     seen = dict.fromkeys(k for r in runs for rec in r.records for k in rec)
-    return [k for k in seen if k not in OWN_COLUMNS]
+    return [k for k in seen if k not in OWN_COLUMNS and not k.startswith(MECHANISM_PREFIX)]
 
 
 def _aggregator(cfg: dict) -> str:
