@@ -334,9 +334,17 @@ def test_stochastic_solvers_less_stable_on_strong_heterogeneity():
 def test_fig2_threshold_checks():
     finals = lambda v: [grad_curve([1.0, v]) for _ in SEEDS]  # noqa: E731
     comparable = fedpd_paper._comparable("a", "fedprox", "fedpd-gd-p0")
-    assert comparable(fig2({("a", "fedprox"): finals(1e-4), ("a", "fedpd-gd-p0"): finals(3e-4)}))[0] is True
+    spread = lambda v, f=(1.0, 1.1, 0.9): [grad_curve([1.0, v * x]) for x in f]  # noqa: E731
+    verdict, text = comparable(fig2({("a", "fedprox"): spread(1e-4), ("a", "fedpd-gd-p0"): spread(1.5e-4)}))
+    assert verdict is True and "inside ±0.30, a factor of 2" in text and "the seeds' max / min 1.2" in text
+    # a factor of 3 is no longer comparable (issue 45: the factor was 10), nor is 100
+    assert comparable(fig2({("a", "fedprox"): spread(1e-4), ("a", "fedpd-gd-p0"): spread(3e-4)}))[0] is False
     assert comparable(fig2({("a", "fedprox"): finals(1e-4), ("a", "fedpd-gd-p0"): finals(1e-6)}))[0] is False
+    # paired: a factor of 2 on average, with seeds that scatter across the edge, is undecided
+    scatter = comparable(fig2({("a", "fedprox"): spread(1e-4), ("a", "fedpd-gd-p0"): spread(2e-4, (0.5, 1.0, 1.5))}))
+    assert scatter[0] is None
     assert comparable(fig2({("a", "fedprox"): finals(1e-4)}))[0] is None
+    assert comparable(fig2({("a", "fedprox"): spread(1e-4)[:1], ("a", "fedpd-gd-p0"): spread(1e-4)[:1]}))[0] is None
     converges = fedpd_paper._converges
     assert converges(fig2({("b", "fedavg-gd"): finals(1e-2), ("b", "fedpd-gd-p0"): finals(1e-9),
                            ("b", "fedpd-vr"): finals(1e-8)}))[0] is True
@@ -363,6 +371,10 @@ def test_floor_grows_with_delta_over_every_adjacent_step():
     grow = lambda h, p, s: 1e-6 * 10 ** (2 * h + p) * (1 + 0.05 * s)  # noqa: E731
     verdict, text = fedpd_paper._floor_grows_with_delta(floors(grow))
     assert verdict is True and "p = 0.5: log10 floor(h = 0.5) − (h = 0)" in text and "over 4 comparisons" in text
+    # the row says what it tested (h, not δ) and what the paper's upper bound predicts (issue 45)
+    assert "the knob h in place of δ" in text and "upper bound" in text and "at most linearly in δ²" in text
+    claim = next(c for c in fedpd_paper.P_CLAIMS if c.check is fedpd_paper._floor_grows_with_delta)
+    assert claim.text.startswith("tested with the knob h in place of δ") and "from above" in claim.text
     # the issue's case: h = 0.5 floors above h = 1 floors at every p (the ends alone: h = 1 > h = 0)
     bump = lambda h, p, s: grow(h, p, s) * (1e3 if h == 0.5 else 1.0)  # noqa: E731
     assert fedpd_paper._floor_grows_with_delta(floors(bump))[0] is False

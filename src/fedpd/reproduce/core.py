@@ -250,7 +250,13 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     command = command or recorded_command(sys.argv[2:])  # the command line, with no path of this machine
-    commit = rep.git_commit(Path(__file__).resolve().parent)
+    package = Path(__file__).resolve().parents[1]
+    commit = rep.git_commit(package)  # marked when fedpd's code has uncommitted changes now
+
+    def committed_code() -> str:
+        """The commit a run finishing now names: the invocation's, marked as uncommitted changes when
+        the code changed while it ran (a worker process imports the code when it starts)."""
+        return commit if rep.git_commit(package) == commit else f"{commit.split(' ')[0]} {rep.UNCOMMITTED}"
 
     def record(job, provenance: dict) -> None:
         early = read_jsonl(job.path / EARLY) if (job.path / EARLY).is_file() else None
@@ -268,7 +274,7 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     try:
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
                  cluster=cluster, on_done=lambda job, seconds, ran_on: record(
-                     job, records.provenance(command, started, seconds, ran_on, commit)))
+                     job, records.provenance(command, started, seconds, ran_on, committed_code())))
     except BaseException:  # a failure or Ctrl-C: the report shows what is recorded so far, and the error goes on
         if recorded:
             with contextlib.suppress(Exception):
@@ -466,6 +472,13 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         rep.provenance_table(done),
         "",
     ]
+    dirty = sum(rep.uncommitted(r.provenance) for r in done)
+    if dirty:
+        head[-1:-1] = ["", f"**{dirty} of the {len(done)} records were made with uncommitted changes to fedpd's code** "
+                       f"(their commit is marked \"{rep.UNCOMMITTED}\" above): the code that ran them is not in the "
+                       "repository's history, so they name no committed code — only the commit those changes were made "
+                       f"on. `fedpd reproduce {exp.name} --verify K --out <this folder>` re-runs K records with today's "
+                       "code and says whether it still computes what they hold."]
     body = "\n\n".join(sections)
     text = reading(exp.name)
     tail = ["", "## Reading", ""]

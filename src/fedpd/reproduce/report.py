@@ -543,15 +543,35 @@ def claims_section(claims, results: Results) -> str:
     return text
 
 
-def git_commit(start: Path) -> str:
+#: how a record's commit says that fedpd's code had uncommitted changes when it ran
+UNCOMMITTED = "(with uncommitted changes)"
+
+
+def git_commit(package: Path) -> str:
+    """The commit of the git checkout that holds fedpd's ``package`` folder ("" outside one), followed
+    by :data:`UNCOMMITTED` when fedpd's code differs from that commit: a file of the package or the
+    checkout's pyproject.toml modified or staged, or a file in the package that git does not track
+    and does not ignore. Only the code counts — a report folder's records and README written by an
+    earlier invocation are not the code that runs — so the mark says exactly that the commit does
+    not name what ran."""
     import subprocess
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+
     try:
-        sha = subprocess.run(["git", "-C", str(start), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(start), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = git("rev-parse", "--short", "HEAD")
+        top = git("rev-parse", "--show-toplevel")
+        if not sha or not top:
+            return ""
+        code = [str(package)] + [str(Path(top) / "pyproject.toml")] * (Path(top) / "pyproject.toml").is_file()
+        dirty = git("status", "--porcelain", "--untracked-files=all", "--", *code)
     except (OSError, subprocess.SubprocessError):
         return ""
-    return f"{sha}{' (with uncommitted changes)' if dirty else ''}" if sha else ""
+    return f"{sha} {UNCOMMITTED}" if dirty else sha
 
+
+def uncommitted(provenance: dict) -> bool:
+    """Whether a record was made with uncommitted changes to fedpd's code (:func:`git_commit`)."""
+    return UNCOMMITTED in str(provenance.get("commit", ""))
