@@ -148,6 +148,8 @@ def test_the_run_reports_epsilon_and_stops_at_the_target(tmp_path):
     ({"algorithm": {"name": "feddyn"}, "sampler": {"name": "bernoulli", "q": 0.3}}, "how many clients took part"),
     ({"algorithm": {"name": "qffl"}}, "'h', a per-client statistic that is neither a model nor an update"),
     ({"algorithm": {"name": "fednova"}, "solver": {**BASE["solver"], "straggler_fraction": 0.5}}, "with stragglers"),
+    ({"algorithm": {"name": "fednova"}, "solver": {**BASE["solver"], "local_epochs": 2}},
+     "with local epochs it uploads each client's step count"),
     ({"privacy": {"clip": "adaptive"}}, "privacy.quantile_noise"),  # default σ_b = 4/20 < z/2
 ])
 def test_a_combination_without_a_guarantee_is_refused_in_one_line(change, words):
