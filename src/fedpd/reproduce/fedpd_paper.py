@@ -166,9 +166,7 @@ def _comparable(panel, a, b):
         if not diff.n:
             return NOT_RUN
         edge = math.log10(COMPARABLE)
-        lo, hi = diff.interval()
-        verdict = None if math.isnan(lo) else True if -edge < lo and hi < edge else False if lo > edge or hi < -edge \
-            else None
+        verdict = rep.equivalence(diff, edge)
         spread = "; ".join(f"{FIG2_METHODS[m][0]}: the seeds' max / min {_spread(results, panel, m):.2g}" for m in (a, b))
         return verdict, (f"log10({FIG2_METHODS[a][0]} / {FIG2_METHODS[b][0]}) per seed = {diff.text('.2f')} "
                          f"(comparable: inside "

@@ -337,6 +337,18 @@ def all_of(parts: Sequence, sep: str = "; ", text=None) -> tuple[bool | None, st
     return holds, body
 
 
+def equivalence(diff: Paired, edge: float, level: float = LEVEL) -> bool | None:
+    """"A and B are alike": the paired differences' t-interval at ``level`` lies inside (−edge, edge)
+    (True), wholly outside it (False), or across one of its ends (None; also below 2 pairs) — an
+    equivalence test, the verdict of "comparable" or "similar" claims."""
+    lo, hi = diff.interval(level)
+    if math.isnan(lo):
+        return None
+    if -edge < lo and hi < edge:
+        return True
+    return False if lo >= edge or hi <= -edge else None
+
+
 def fmt_num(v, style: str = "g") -> str:
     """A number as the tables print it: style "pct" (0.912 → 91.2), "e" (1.2e-05), "g", "int"."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
