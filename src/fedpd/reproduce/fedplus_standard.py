@@ -278,7 +278,7 @@ def _best_fedplus_beats_fedprox(key):
         texts = []
         for d, cs in by_data.items():
             vs = [c.verdict(level) for c in cs]
-            verdicts[d] = True if True in vs else (False if all(v is False for v in vs) else None)
+            verdicts[d] = rep.any_of(cs, level)
             best = max(cs, key=lambda c: c.diff.mean)
             rel = 100 * best.diff.mean / _mean(_values(results, d, _largest(d, results), "fedprox", key))
             texts.append(f"{best.text(level)} (the variant with the largest mean gain: {rel:+.1f} % of FedProx's "

@@ -337,6 +337,16 @@ def all_of(parts: Sequence, sep: str = "; ", text=None) -> tuple[bool | None, st
     return holds, body
 
 
+def any_of(parts: Sequence[Comparison], level: float) -> bool | None:
+    """A disjunction "some part holds", each part judged at ``level`` (the caller's Bonferroni level
+    over every comparison of its claim): True when one part holds, False when every part fails,
+    otherwise (and with no part) None."""
+    verdicts = [p.verdict(level) for p in parts]
+    if True in verdicts:
+        return True
+    return False if verdicts and all(v is False for v in verdicts) else None
+
+
 def equivalence(diff: Paired, edge: float, level: float = LEVEL) -> bool | None:
     """"A and B are alike": the paired differences' t-interval at ``level`` lies inside (−edge, edge)
     (True), wholly outside it (False), or across one of its ends (None; also below 2 pairs) — an
