@@ -117,9 +117,11 @@ class FedPlusStandard(Experiment):
     datasets = ("mnist",)
     budgets = {
         "smoke": Budget("smoke", (0,), "2 rounds of 1 local epoch; synthetic N = 3 and 15, MNIST on 2 000 images over "
-                        "20 parties (10 and 20), a cap of 60 samples per synthetic party (tests only).",
+                        "20 parties (10 and 20), a cap of 60 samples per synthetic party; FedAvg, RFA and FedGeoMed+ "
+                        "(tests only).",
                         {"rounds": 2, "epochs": 1, "mnist_parties": 20, "min_size": 2, "max_samples": 2000,
-                         "max_client_samples": 60, "parties": {"synthetic": (3, 15), "mnist": (10, 20)}}),
+                         "max_client_samples": 60, "parties": {"synthetic": (3, 15), "mnist": (10, 20)},
+                         "methods": ("fedavg", "rfa", "fedgeomed_plus")}),
         "reduced": Budget("reduced", (0,), "the paper's setting (E = 20 local epochs, FedProx's 200 / 100 rounds) with "
                           "one seed: a first look, no verdict.",
                           {"epochs": 20, "mnist_parties": 1000, "min_size": 10}),
@@ -137,7 +139,7 @@ class FedPlusStandard(Experiment):
             counts = _counts(dataset, budget)
             for parties in counts:
                 methods = METHODS if parties == counts[-1] else SCALING_METHODS
-                for method in methods:
+                for method in (m for m in methods if m in budget.get("methods", METHODS)):
                     specs += grid(f"{dataset}/n{parties}/{method}", config(dataset, parties, method, budget),
                                   budget.seeds, {"dataset": dataset, "parties": parties, "method": method})
         return specs

@@ -70,6 +70,8 @@ class FedPlusKappaSweep(Experiment):
     budgets = {
         "smoke": Budget("smoke", (0,), "2 rounds, the paper's point and κ = 0.9 only (tests only).",
                         {"rounds": 2, "first": FIRST[:1], "kappa": ((1e-4, 0.1, 0.0, (0.9,)),), "largest": False}),
+        "reduced": Budget("reduced", (0,), "every point on data set 0 only (the paper's T = 500): no interval, a first "
+                          "look.", {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": False}),
         "medium": Budget("medium", SEEDS, "the paper's T = 500 rounds, every point; the κ sweep on three data sets, "
                          "the first sweep on one (its largest gap on three): the full budget.",
                          {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": True}),
