@@ -160,7 +160,8 @@ class FedPlusTable2(Experiment):
         "smoke": Budget("smoke", (0,), "2 rounds on 2 000 MNIST images, N = 10 datasets and the regression only "
                         "(tests only).", {"mnist_rounds": 2, "regression_rounds": 2, "project_regression_rounds": 2,
                                           "max_samples": 2000, "datasets": ("mnist-robust-n10", "regression"),
-                                          "methods": ("scaffold", "apfl", "fedgeomed_plus"), "kappa_seeds": (0,)}),
+                                          "methods": ("scaffold", "apfl", "fedgeomed_plus"), "kappa_seeds": (0,),
+                                          "kappa_datasets": ("regression",), "kappa_methods": ("scaffold", "fedgeomed_plus")}),
         "reduced": Budget("reduced", (0, 1, 2, 3, 4), "MNIST: 100 rounds instead of the paper's T = 500 (all 70 000 "
                           "images); regression: the paper's T = 500 in the paper setting, 30 rounds in the project "
                           "setting (as measured before); 5 seeds as the paper.",
@@ -194,9 +195,9 @@ class FedPlusTable2(Experiment):
                         cfg = merge(cfg, {"problem": {"max_samples": budget["max_samples"]}})
                     specs += grid(f"{setting}/{dataset}/{method}", cfg, budget.seeds,
                                   {"setting": setting, "dataset": dataset, "method": method})
-        for dataset in budget["datasets"]:
+        for dataset in budget.get("kappa_datasets", budget["datasets"]):
             rounds = budget["regression_rounds" if dataset == "regression" else "mnist_rounds"]
-            for method in budget.get("methods", METHODS):
+            for method in budget.get("kappa_methods", budget.get("methods", METHODS)):
                 knob = GRID[method][0]
                 for value in grid_values(dataset, method):
                     cfg = kappa_config(dataset, method, value, rounds)

@@ -26,6 +26,7 @@ import math
 import statistics
 
 from fedpd.reproduce import report as rep
+from fedpd.reproduce.costs import MEDIUM_COST
 from fedpd.reproduce.fedplus_paper import FEDPLUS
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
@@ -73,7 +74,7 @@ class FedPlusKappaSweep(Experiment):
         "reduced": Budget("reduced", (0,), "every point on data set 0 only (the paper's T = 500): no interval, a first "
                           "look.", {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": False}),
         "medium": Budget("medium", SEEDS, "the paper's T = 500 rounds, every point; the κ sweep on three data sets, "
-                         "the first sweep on one (its largest gap on three): the full budget.",
+                         "the first sweep on one (its largest gap on three): the full budget. " + MEDIUM_COST["fedplus_kappa"],
                          {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": True}),
         "full": Budget("full", SEEDS, "as medium.", {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": True}),
     }
