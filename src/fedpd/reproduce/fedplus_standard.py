@@ -190,7 +190,8 @@ class FedPlusStandard(Experiment):
                 ax.set_ylabel("personal accuracy" if key == "personal_acc" else "server model's accuracy")
                 ax.set_title(f"{label}, N = {n}", fontsize=9)
                 ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=7)
+        if axes[0][0].get_legend_handles_labels()[0]:
+            axes[0][0].legend(fontsize=7)
         name = rep.save_figure(fig, out / "accuracy.png")
         sections.append("## Figure\n\nAccuracy against rounds (dashed: the Fed+ variants); top: personal models, "
                         "bottom: the server model on the pooled test samples; the line is the mean over the seeds, "
