@@ -164,23 +164,27 @@ def test_a_record_names_committed_code_or_says_it_does_not(tmp_path):
 
 
 def test_a_report_says_plainly_which_records_name_no_committed_code(tmp_path, smoke_report):
+    from fedpd.reproduce import report as rep
+
+    clean = [records.Record(f"g/s{i}", "g", i, {}, "smoke", {}, [], {"commit": "abc1234"}) for i in range(3)]
+    assert rep.uncommitted_note(clean, "fedpd_fig2") == ""
+    dirty = clean[:2] + [records.Record("g/s2", "g", 2, {}, "smoke", {}, [], {"commit": "abc1234 (with uncommitted "
+                                                                                       "changes)"})]
+    assert rep.uncommitted_note(dirty, "fedpd_fig2").startswith(
+        "**1 of the 3 records were made with uncommitted changes to fedpd's code**")
+    # in a rendered report, under the table of who made the runs
     smoke_report("fedpd_fig2", tmp_path)
     held = records.load(tmp_path / "records")
-
-    def render(commit) -> str:  # every record names commit(key)
-        for key in held:
-            path = records.path_of(tmp_path / "records", key)
-            data = json.loads(gzip.decompress(path.read_bytes()))
-            data["provenance"]["commit"] = commit(key)
-            path.write_bytes(gzip.compress(json.dumps(data).encode()))
-        assert main(["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)]) == 0
-        return (tmp_path / "README.md").read_text()
-
-    assert "uncommitted" not in render(lambda key: "abc1234")
-    first = sorted(held)[0]
-    text = render(lambda key: "abc1234 (with uncommitted changes)" if key == first else "abc1234")
-    assert f"**1 of the {len(held)} records were made with uncommitted changes to fedpd's code**" in text
-    assert "they name no committed code" in text and "| abc1234 (with uncommitted changes) |" in text
+    for i, key in enumerate(sorted(held)):
+        path = records.path_of(tmp_path / "records", key)
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        data["provenance"]["commit"] = "abc1234 (with uncommitted changes)" if i == 0 else "abc1234"
+        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert main(["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    table = text.index("| abc1234 (with uncommitted changes) |")
+    assert text.index(f"**1 of the {len(held)} records were made with uncommitted changes") > table
+    assert "they name no committed code" in text
 
 
 def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys):

@@ -473,13 +473,9 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         rep.provenance_table(done),
         "",
     ]
-    dirty = sum(rep.uncommitted(r.provenance) for r in done)
-    if dirty:
-        head[-1:-1] = ["", f"**{dirty} of the {len(done)} records were made with uncommitted changes to fedpd's code** "
-                       f"(their commit is marked \"{rep.UNCOMMITTED}\" above): the code that ran them is not in the "
-                       "repository's history, so they name no committed code — only the commit those changes were made "
-                       f"on. `fedpd reproduce {exp.name} --verify K --out <this folder>` re-runs K records with today's "
-                       "code and says whether it still computes what they hold."]
+    note = rep.uncommitted_note(done, exp.name)
+    if note:
+        head[-1:-1] = ["", note]
     body = "\n\n".join(sections)
     text = reading(exp.name)
     tail = ["", "## Reading", ""]

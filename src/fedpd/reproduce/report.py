@@ -597,3 +597,16 @@ def git_commit(package: Path) -> str:
 def uncommitted(provenance: dict) -> bool:
     """Whether a record was made with uncommitted changes to fedpd's code (:func:`git_commit`)."""
     return UNCOMMITTED in str(provenance.get("commit", ""))
+
+
+def uncommitted_note(records: Sequence, name: str) -> str:
+    """The report's plain statement of how many of its ``records`` name no committed code ("" when
+    every one does)."""
+    dirty = sum(uncommitted(r.provenance) for r in records)
+    if not dirty:
+        return ""
+    return (f"**{dirty} of the {len(records)} records were made with uncommitted changes to fedpd's code** (their "
+            f"commit is marked \"{UNCOMMITTED}\" above): the code that ran them is not in the repository's history, "
+            "so they name no committed code — only the commit those changes were made on. "
+            f"`fedpd reproduce {name} --verify K --out <this folder>` re-runs K records with today's code and says "
+            "whether it still computes what they hold.")
