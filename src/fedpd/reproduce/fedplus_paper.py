@@ -66,17 +66,17 @@ def _kappa_sigma(kappa: float, lr: float) -> float:
     return float(f"{(1 / kappa - 1) / lr:.12g}")
 
 
-#: the κ setting's grid: method -> (the knob, {MNIST: values, regression: values}, the shared value of each):
-#: three values of one knob per method; the Fed+ variants' knob is κ (given as σ at the paper's η), the
-#: baselines' the paper setting's value and one step down and up (×/÷ 3, APFL's mixing 0.1 / 0.25 / 0.5)
+#: the κ setting's grid: method -> (its knob, {"mnist" / "regression": three values}); the middle value is the
+#: paper setting's (the baselines) or the project setting's (Fed+ on MNIST: σ = 1, κ = 0.980), with a step
+#: down and up (×/÷ 3; APFL's mixing 0.1 / 0.5); the Fed+ variants' knob is κ, set as σ at the paper's η
 GRID = {
-    "scaffold": ("server_lr", {"mnist": (0.5, 1.0, 2.0), "regression": (0.5, 1.0, 2.0)}, 1.0),
-    "pfedme": ("lam", {"mnist": (5.0, 15.0, 45.0), "regression": (5.0, 15.0, 45.0)}, 15.0),
-    "perfedavg": ("alpha", {"mnist": (0.02 / 3, 0.02, 0.06), "regression": (1e-4 / 3, 1e-4, 3e-4)}, None),
-    "apfl": ("alpha", {"mnist": (0.1, 0.25, 0.5), "regression": (0.1, 0.25, 0.5)}, 0.25),
+    "scaffold": ("server_lr", {"mnist": (0.5, 1.0, 2.0), "regression": (0.5, 1.0, 2.0)}),
+    "pfedme": ("lam", {"mnist": (5.0, 15.0, 45.0), "regression": (5.0, 15.0, 45.0)}),
+    "perfedavg": ("alpha", {"mnist": (0.02 / 3, 0.02, 0.06), "regression": (1e-4 / 3, 1e-4, 3e-4)}),
+    "apfl": ("alpha", {"mnist": (0.1, 0.25, 0.5), "regression": (0.1, 0.25, 0.5)}),
     **{m: ("sigma", {"mnist": (_kappa_sigma(0.9, 0.02), 1.0, _kappa_sigma(0.999, 0.02)),
-                     "regression": (_kappa_sigma(0.9, 1e-4), _kappa_sigma(0.99, 1e-4), _kappa_sigma(0.999, 1e-4))},
-           None) for m in FEDPLUS_METHODS},
+                     "regression": (_kappa_sigma(0.9, 1e-4), _kappa_sigma(0.99, 1e-4), _kappa_sigma(0.999, 1e-4))})
+       for m in FEDPLUS_METHODS},
 }
 
 
@@ -85,13 +85,11 @@ def grid_values(dataset: str, method: str) -> tuple[float, ...]:
 
 
 def shared_value(dataset: str, method: str) -> float | None:
-    """The grid value whose runs are another setting's (:func:`kappa_config` returns None for it)."""
-    knob, values, shared = GRID[method]
-    if method == "perfedavg":  # the paper setting's α is η
-        return values["regression" if dataset == "regression" else "mnist"][1]
-    if method in FEDPLUS_METHODS:
-        return None if dataset == "regression" else 1.0  # the project setting's σ = 1 (κ = 0.980) on MNIST
-    return shared
+    """The grid value whose runs are another setting's — the middle one — or None: Fed+ on the
+    regression has no such run (the paper's σ = 1 is κ = 0.9999, the project's runs use GD)."""
+    if method in FEDPLUS_METHODS and dataset == "regression":
+        return None
+    return grid_values(dataset, method)[1]
 
 
 def kappa_of(dataset: str, sigma: float) -> float:
@@ -221,8 +219,9 @@ class FedPlusTable2(Experiment):
                 for i, m in enumerate(METHODS):
                     means[(setting, d, m)] = _mean(results, setting, d, m)
                     if setting == "kappa":
-                        row.append(f"{rep.fmt_ms(list(_values(results, setting, d, m).values()), '.3g' if d == 'regression' else '.1f')} "
-                                   f"({PAPER[d][i]:g})")
+                        tuned_values = list(_values(results, setting, d, m).values())
+                        style = ".3g" if d == "regression" else ".1f"
+                        row.append(f"{rep.fmt_ms(tuned_values, style)} ({PAPER[d][i]:g})")
                         continue
                     runs, shared = cell(results, setting, d, m)
                     key = "personal_mse" if d == "regression" else "personal_acc"
