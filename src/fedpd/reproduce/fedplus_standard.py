@@ -161,6 +161,7 @@ class FedPlusStandard(Experiment):
                             f"({rep.seeds_of(results.select(dataset=dataset, parties=counts[-1]))}). The paper gives "
                             "no number per method (Figure 4 is a plot).\n\n"
                             + rep.md_table(["method", "personal models (%)", "server model, pooled test (%)"], rows))
+        sections.append(_synthetic_parties(results, budget))
         rows = []
         for dataset, (label, _, _, paper_counts, paper_acc, _) in DATASETS.items():
             counts = _counts(dataset, budget)
@@ -200,6 +201,40 @@ class FedPlusStandard(Experiment):
         sections.append(rep.claims_section(CLAIMS, results))
         sections.append(_not_here(budget))
         return sections
+
+
+def label_shares(config: dict) -> tuple[float, float, list[int]]:
+    """Of a synthetic problem's parties (training samples): the mean share of each party's most common
+    label, the mean number of labels a party holds, and the parties' sizes (built from the config:
+    no data files)."""
+    import torch
+
+    from fedpd.build import build_problem
+    from fedpd.config import load_config
+
+    split = build_problem(load_config(config)).train
+    shares, labels, sizes = [], [], []
+    for a, b in zip(split.offsets[:-1].tolist(), split.offsets[1:].tolist()):
+        counts = torch.bincount(split.y[a:b])
+        shares.append(float(counts.max()) / (b - a))
+        labels.append(int((counts > 0).sum()))
+        sizes.append(b - a)
+    return statistics.fmean(shares), statistics.fmean(labels), sizes
+
+
+def _synthetic_parties(results, budget) -> str:
+    n = _counts("synthetic", budget)[-1]
+    rows = []
+    for r in results.select(dataset="synthetic", parties=n, method="fedavg"):
+        share, labels, sizes = label_shares(r.spec.config)
+        rows.append([r.seed, f"{100 * share:.1f}", f"{labels:.2f}", f"{min(sizes)}–{max(sizes)}", sum(sizes)])
+    return (f"## The synthetic parties\n\nSynthetic(1000, 10) at N = {n}, one data set per seed: how much of each "
+            "party's training data carries its most common label (mean over the parties), how many labels a party "
+            f"holds, and the parties' sizes (power law, capped at {budget.get('max_client_samples', 1000)} samples "
+            "before the 80 / 20 split). A party "
+            "whose samples mostly share one label is easy for a model of its own.\n\n"
+            + rep.md_table(["seed", "most common label's share (%)", "labels per party", "training samples per party",
+                            "training samples"], rows))
 
 
 def _not_here(budget) -> str:
