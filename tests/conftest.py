@@ -51,8 +51,7 @@ SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
 #: real-data tests decode CIFAR-10 into the session's cache before the A-FedPD settings doc and the
 #: GPU script's smoke read it
 LONGEST = ["test_deployment_doc.py", "test_extending_doc.py", "data/test_data_real.py", "test_flower_deploy.py",
-           "test_flower_warm.py", "test_afedpd_settings_doc.py", "test_readme.py", "test_gpu_script.py",
-           "test_fedplus_sweep_doc.py"]
+           "test_flower_warm.py", "test_afedpd_settings_doc.py", "test_readme.py", "test_gpu_script.py"]
 
 
 def _module(item: pytest.Item) -> str:

@@ -186,6 +186,31 @@ def test_stragglers_take_fewer_steps_and_keep_their_partial_work():
         torch.testing.assert_close(res.x[i], xi, rtol=0, atol=1e-12)
 
 
+def test_local_epochs_give_each_client_e_passes_worth_of_steps():
+    """solver.local_epochs = E: client k takes E·⌈n_k / B⌉ SGD steps (FedAvg's and FedProx's E),
+    exactly the steps local_steps = that count would take on it alone; FedNova then sends ‖a_i‖₁."""
+    from fedpd.solvers import LocalObjective
+
+    problem = {"name": "synthetic", "clients": 4, "dim": 3, "classes": 3, "max_client_samples": 120, "seed": 3}
+    sgd = {"name": "sgd", "lr": 0.05, "batch_size": 10, "local_epochs": 2}
+    sim = simulation({"name": "fedavg"}, problem=problem, solver=sgd)
+    ids = torch.arange(4)
+    sizes = sim.problem.train.sizes
+    assert sizes.unique().numel() > 1  # the power-law sizes differ
+    x0 = torch.zeros(4, sim.problem.x_init.numel(), dtype=sim.problem.x_init.dtype)
+    res = sim.solver.solve(context(sim, ids, seed=9), x0, LocalObjective())
+    assert res.steps.tolist() == [2 * math.ceil(int(n) / 10) for n in sizes]
+    for i in (int(res.steps.argmin()), int(res.steps.argmax())):  # its own count of steps, on its own streams, alone
+        alone = simulation({"name": "fedavg"}, problem=problem,
+                           solver={**sgd, "local_epochs": 0, "local_steps": int(res.steps[i])})
+        one = alone.solver.solve(context(alone, ids[i:i + 1], seed=9), x0[:1], LocalObjective())
+        torch.testing.assert_close(res.x[i], one.x[0], rtol=0, atol=1e-12)
+    nova = simulation({"name": "fednova"}, problem=problem, solver=sgd)
+    nova.step()
+    d = sim.problem.x_init.numel()
+    assert nova.comm.uplink_floats == 4 * (d + 1)  # x_i and ‖a_i‖₁: the clients' τ_i differ
+
+
 # --- communication and metrics -------------------------------------------------------------
 
 

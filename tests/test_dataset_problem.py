@@ -126,6 +126,22 @@ def test_partitions_run_via_api(data_dir, partition, options):
     assert result.history[-1]["train_loss"] != result.history[0]["train_loss"]  # the model moved
 
 
+def test_label_power_law_and_the_first_clients_of_a_partition(data_dir):
+    """Fed+ §5.2's MNIST split: one digit per party (label_power_law), and a federation of the
+    partition's first K parties (keep_clients) with the same parties' data."""
+    cfg = config(data_dir, clients=10, partition="label_power_law", classes_per_client=1, min_size=1)
+    every = build_problem(load_config(cfg))
+    assert every.train.num_clients == 10 and sum(every.train.sizes.tolist()) == 30
+    assert all(labels_of(every.train, k) == {k} for k in range(10))  # party k: digit k
+    first = build_problem(load_config(config(data_dir, clients=10, partition="label_power_law", classes_per_client=1,
+                                             min_size=1, keep_clients=4)))
+    assert first.train.num_clients == 4
+    for k in range(4):  # the same parties, with the same samples
+        a, b = every.train.offsets[k], first.train.offsets[k]
+        n = int(every.train.sizes[k])
+        assert torch.equal(first.train.x[b:b + n], every.train.x[a:a + n])
+
+
 def test_natural_partition_on_leaf(data_dir):
     cfg = config(data_dir, dataset="femnist", partition="natural")
     cfg["solver"]["batch_size"] = 2
@@ -252,6 +268,7 @@ BAD = [
     (["model.name=vgg"], "model.name"),
     (["problem.dataset=image-folder"], "problem.path"),
     (["problem.vocab_size=100"], "problem.vocab_size"),       # sent140 only
+    (["problem.keep_clients=4"], "problem.keep_clients: 4 of the partition's 3 clients"),
     (["problem.label_mode=coarse"], "problem.label_mode"),   # cifar100 only
     (["problem.label_mode=medium", "problem.dataset=cifar100"], "label_mode"),
     (["problem.glove_path=g.txt", "problem.dataset=shakespeare", "problem.partition=natural"], "problem.glove_path"),

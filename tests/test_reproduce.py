@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = str(resolve_data_dir(None))
 
 #: every experiment of issue 15, parts 2 and 3
-EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "afedpd_table2", "feddyn_fedpd",
+EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "fedplus_standard", "fedplus_kappa",
+            "afedpd_table2", "feddyn_fedpd",
             "robustness"}
 
 
@@ -95,7 +96,8 @@ def _check_report(name: str, out: Path) -> str:
 
 @pytest.mark.parametrize("name, dataset", [
     ("fedpd_fig2", None), ("fedpd_p_heterogeneity", None), ("feddyn_fedpd", None), ("robustness", "mnist"),
-    ("fedplus_table2", "mnist"), ("fedpd_femnist", "femnist"), ("afedpd_table2", "cifar10"),
+    ("fedplus_table2", "mnist"), ("fedplus_standard", "mnist"), ("fedplus_kappa", None), ("fedpd_femnist", "femnist"),
+    ("afedpd_table2", "cifar10"),
 ])
 def test_smoke_reproduction_end_to_end(name, dataset, tmp_path, smoke_report):
     if dataset and not _has(dataset):

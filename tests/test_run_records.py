@@ -125,6 +125,68 @@ def test_a_record_of_another_config_is_run_again(tmp_path, capsys, smoke_report)
     assert fresh.provenance["command"] == "again" and fresh.config["solver"]["lr"] != data["config"]["solver"]["lr"]
 
 
+def test_a_record_names_committed_code_or_says_it_does_not(tmp_path):
+    """The provenance rule (issue 45): the commit a record names is marked "(with uncommitted changes)"
+    when fedpd's code — the package's files, tracked or not (ignored ones aside), and pyproject.toml —
+    differs from it; files outside the code (a report folder's records and README) do not count."""
+    import subprocess
+
+    from fedpd.reproduce import report as rep
+
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",  # noqa: E731
+                                     *a], check=True, capture_output=True, text=True)
+    package = tmp_path / "src" / "pkg"
+    package.mkdir(parents=True)
+    (package / "rule.py").write_text("STEP = 1\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "README.md").write_text("report\n")
+    (tmp_path / ".gitignore").write_text("__pycache__/\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "code")
+    sha = git("rev-parse", "--short", "HEAD").stdout.strip()
+    assert rep.git_commit(package) == sha
+    (tmp_path / "docs" / "README.md").write_text("a report rendered again\n")  # not code
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "rule.pyc").write_bytes(b"ignored")
+    assert rep.git_commit(package) == sha
+    for change in (lambda: (package / "rule.py").write_text("STEP = 2\n"),  # a changed update rule
+                   lambda: (package / "new_rule.py").write_text("\n"),  # a module git does not know
+                   lambda: (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")):
+        git("checkout", "-q", "--", ".")
+        (package / "new_rule.py").unlink(missing_ok=True)
+        assert rep.git_commit(package) == sha
+        change()
+        assert rep.git_commit(package) == f"{sha} (with uncommitted changes)"
+        assert rep.uncommitted({"commit": rep.git_commit(package)})
+    assert rep.git_commit(tmp_path.parent) == "" or not rep.git_commit(tmp_path.parent).startswith(sha)
+
+
+def test_a_report_says_plainly_which_records_name_no_committed_code(tmp_path, smoke_report):
+    from fedpd.reproduce import report as rep
+
+    clean = [records.Record(f"g/s{i}", "g", i, {}, "smoke", {}, [], {"commit": "abc1234"}) for i in range(3)]
+    assert rep.uncommitted_note(clean, "fedpd_fig2") == ""
+    dirty = clean[:2] + [records.Record("g/s2", "g", 2, {}, "smoke", {}, [], {"commit": "abc1234 (with uncommitted "
+                                                                                       "changes)"})]
+    assert rep.uncommitted_note(dirty, "fedpd_fig2").startswith(
+        "**1 of the 3 records were made with uncommitted changes to fedpd's code**")
+    # in a rendered report, under the table of who made the runs
+    smoke_report("fedpd_fig2", tmp_path)
+    held = records.load(tmp_path / "records")
+    for i, key in enumerate(sorted(held)):
+        path = records.path_of(tmp_path / "records", key)
+        data = json.loads(gzip.decompress(path.read_bytes()))
+        data["provenance"]["commit"] = "abc1234 (with uncommitted changes)" if i == 0 else "abc1234"
+        path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert main(["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    table = text.index("| abc1234 (with uncommitted changes) |")
+    assert text.index(f"**1 of the {len(held)} records were made with uncommitted changes") > table
+    assert "they name no committed code" in text
+
+
 def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys):
     for argv in (["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)],
                  ["reproduce", "fedpd_fig2", "--verify", "2", "--out", str(tmp_path)],

@@ -353,6 +353,9 @@ def _refusal(algorithm: Algorithm, sampler_name: str, x0: torch.Tensor) -> str:
         return f"it uploads {statistics[0]!r}, a per-client statistic that is neither a model nor an update, unclipped"
     if getattr(getattr(algorithm, "local_solver", None), "straggler_fraction", 0) > 0:
         return "with stragglers it uploads each client's step count unclipped (allowed: solver.straggler_fraction = 0)"
+    if getattr(getattr(algorithm, "local_solver", None), "local_epochs", 0) > 0:
+        return ("with local epochs it uploads each client's step count, which follows its data size, unclipped "
+                "(allowed: solver.local_epochs = 0)")
     if sampler_name == "bernoulli" and getattr(algorithm, "reads_participant_count", False):
         return ("its server step uses how many clients took part, which Poisson sampling makes private (allowed: "
                 "sampler.name = \"uniform\" or \"all\")")

@@ -52,6 +52,8 @@ class GDOptions(Options):
 
 class SGDOptions(GDOptions):
     batch_size: int = Field(32, ge=1, description="samples per client and step, drawn with replacement")
+    local_epochs: int = Field(0, ge=0, description="E > 0: client k takes E·⌈n_k / batch_size⌉ steps a round (E "
+                              "passes' worth of its n_k samples, FedAvg's and FedProx's E) instead of local_steps")
 
 
 @dataclass
@@ -237,6 +239,7 @@ class GradientSolver:
     sam_radius: float = 0.0
     clip_norm: float = 0.0
     batch_size: int | None = None
+    local_epochs: int = 0  # sgd only (SGDOptions)
 
     def lr_at(self, round: int) -> float:
         """The step size of round ``round`` (the one place the schedule is computed)."""
@@ -246,18 +249,30 @@ class GradientSolver:
         """A copy with some settings changed (e.g. a SAM radius, a scaled step)."""
         return replace(self, **changes)
 
-    def step_counts(self, rng: ClientStreams) -> Tensor:
-        """[K] local steps: Q, or for stragglers a uniform count in [1, Q]."""
-        steps = torch.full((len(rng),), self.local_steps, dtype=torch.int64)
+    @property
+    def varying_steps(self) -> bool:
+        """Whether participants may take different numbers of local steps (stragglers, or epochs over
+        data sets of different sizes): then an algorithm whose server step needs them has them sent."""
+        return self.straggler_fraction > 0 or self.local_epochs > 0
+
+    def step_counts(self, rng: ClientStreams, sizes: Tensor | None = None) -> Tensor:
+        """[K] local steps: Q — or, with ``local_epochs`` E, E·⌈n_k / B⌉ for the clients' training
+        set sizes ``sizes`` (McMahan et al.'s u = E·n_k/B, FedAvg's and FedProx's local work) —, and
+        for stragglers a uniform count in [1, that]."""
+        if self.local_epochs:
+            steps = self.local_epochs * torch.div(sizes.to("cpu", torch.int64) + self.batch_size - 1, self.batch_size,
+                                                  rounding_mode="floor").clamp(min=1)
+        else:
+            steps = torch.full((len(rng),), self.local_steps, dtype=torch.int64)
         if self.straggler_fraction > 0:
             u = rng.uniform(2)
-            steps = torch.where(u[:, 0] < self.straggler_fraction, 1 + (u[:, 1] * self.local_steps).long(), steps)
+            steps = torch.where(u[:, 0] < self.straggler_fraction, 1 + (u[:, 1] * steps).long(), steps)
         return steps
 
     def start(self, ctx: "ClientContext", steps: Tensor | None = None) -> LocalRun:
         """The local steps of this call; ``steps`` overrides the step counts (Fed+'s E_k)."""
         if steps is None:
-            steps = self.step_counts(ctx.rng("stragglers"))
+            steps = self.step_counts(ctx.rng("stragglers"), ctx.data.sizes)
         return LocalRun(ctx.data, self.lr_at(ctx.round), steps, self.batch_size, self.weight_decay,
                         self.sam_radius, ctx.rng("batches"))
 

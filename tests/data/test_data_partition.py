@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedpd.data.partition import (dirichlet, format_label_matrix, iid, label_matrix, natural, partition, power_law,
-                                  shards, train_test_split_per_client)
+from fedpd.data.partition import (dirichlet, format_label_matrix, iid, label_matrix, label_power_law, natural,
+                                  partition, power_law, shards, train_test_split_per_client)
 from fedpd.errors import ConfigError
 
 
@@ -89,6 +89,30 @@ def test_power_law():
     sizes = np.array([len(p) for p in parts])
     assert sizes.max() > 4 * np.median(sizes)  # heavy tail
     assert all(np.array_equal(x, y) for x, y in zip(parts, power_law(1000, 50, 0, 1.2, 5)))
+
+
+def test_label_power_law():
+    """FedProx's MNIST split: client k holds labels (k + j) mod 10 only, each label dealt to its
+    holders in heavy-tailed amounts, at least min_size each; every sample dealt, seeded."""
+    labels = np.random.default_rng(1).permutation(LABELS)
+    parts = label_power_law(labels, 50, classes_per_client=1, seed=0, min_size=3)
+    assert_partition(parts, 1000, 3)
+    held = label_matrix(labels, parts) > 0
+    assert all(held[k].tolist() == [c == k % 10 for c in range(10)] for k in range(50))  # one digit: k mod 10
+    sizes = np.array([len(p) for p in parts])
+    assert sizes.max() > 3 * np.median(sizes)  # power law: a heavy tail
+    two = label_power_law(labels, 20, classes_per_client=2, seed=4, min_size=2)
+    assert_partition(two, 1000, 4)
+    assert all(set(np.flatnonzero(label_matrix(labels, two)[k])) == {k % 10, (k + 1) % 10} for k in range(20))
+    assert all(np.array_equal(x, y) for x, y in zip(parts, partition("label_power_law", labels, 50, 0,
+                                                                      classes_per_client=1, min_size=3)))
+    for bad, words in ((lambda: label_power_law(labels, 9, 1, 0), "allowed: clients >= 10"),
+                       (lambda: label_power_law(labels, 8, 2, 0), "allowed: clients >= 9"),
+                       (lambda: label_power_law(labels, 10, 11, 0), "classes_per_client=11 > the 10 labels"),
+                       (lambda: label_power_law(labels[labels != 3], 50, 1, 0, min_size=3), "label 3 has 0 samples for 5"),
+                       (lambda: label_power_law(labels, 50, 1, 0, min_size=30), "1500 > 1000 samples")):
+        with pytest.raises(ConfigError, match=words):
+            bad()
 
 
 def test_natural():

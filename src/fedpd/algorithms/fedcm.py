@@ -64,7 +64,7 @@ class FedCM(Algorithm):
         objective = LocalObjective(linear=expand(message["delta"], k) * ((1 - a) / a))
         res = solver.solve(ctx, expand(message["x0"], k), objective)
         upload = {"x": res.x}
-        if solver.straggler_fraction > 0:  # Q_i differs per client: the server needs it for Δ
+        if solver.varying_steps:  # Q_i differs per client: the server needs it for Δ
             upload["steps"] = res.steps.to(res.x.device, res.x.dtype)
         return upload, clients
 

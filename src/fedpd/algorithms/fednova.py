@@ -88,7 +88,7 @@ class FedNova(Algorithm):
         objective = LocalObjective(mu=self.mu, center=x0) if self.mu else LocalObjective()
         res = ctx.solver.solve(ctx, x0, objective)
         upload = {"x": res.x}
-        if ctx.solver.straggler_fraction > 0:  # τ_i differ: the server needs each ‖a_i‖₁
+        if ctx.solver.varying_steps:  # τ_i differ: the server needs each ‖a_i‖₁
             a = a_norm(res.steps, res.lr, ctx.solver.momentum, self.mu)
             upload["a_norm"] = a.to(res.x.device, res.x.dtype)
         return upload, clients

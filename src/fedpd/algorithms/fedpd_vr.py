@@ -48,7 +48,7 @@ class FedPDVR(PrimalDual):
     Options = FedPDVROptions
     participation = "all"
     needs_gradient_solver = True
-    unused_solver_options = ("momentum", "weight_decay", "sam_radius", "straggler_fraction", "clip_norm")
+    unused_solver_options = ("momentum", "weight_decay", "sam_radius", "straggler_fraction", "clip_norm", "local_epochs")
 
     def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", refresh_every: int = 20):
         super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip)

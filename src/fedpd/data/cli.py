@@ -48,7 +48,7 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--partition", choices=PARTITIONS, default="iid", help="how to split (default iid)")
     q.add_argument("--clients", type=int, metavar="N", help="number of clients (not used by natural)")
     q.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet concentration (default 0.5)")
-    q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards per client (default 2)")
+    q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards or label_power_law: labels per client (default 2)")
     q.add_argument("--min-size", type=int, default=1, metavar="M", help="minimum samples per client (default 1)")
     q.add_argument("--balanced", action="store_true",
                    help="dirichlet only: every client the same number of samples, its label mix ~ Dir(alpha)")

@@ -11,6 +11,9 @@ so a seed gives the same partition every time. None of them retries: they finish
 * ``shards``: sort by label, cut into ``n_clients * classes_per_client`` shards, deal them out
   (McMahan et al. 2017, "pathological non-IID").
 * ``power_law``: client sizes from a Pareto law, labels i.i.d. (Li et al. 2020, FedProx).
+* ``label_power_law``: client k holds only the labels (k + j) mod L, j < ``classes_per_client``, in
+  lognormal (power-law) amounts: FedProx's MNIST generator (Li et al. 2020: 1 000 devices, 2 digits
+  each; Fed+, Kundu et al. 2022, §5.2: one digit each).
 * ``natural``: one client per user id (LEAF).
 """
 
@@ -22,7 +25,7 @@ import numpy as np
 
 from fedpd.errors import ConfigError
 
-PARTITIONS = ("iid", "dirichlet", "shards", "power_law", "natural")
+PARTITIONS = ("iid", "dirichlet", "shards", "power_law", "label_power_law", "natural")
 
 
 def _rng(seed) -> np.random.Generator:
@@ -211,6 +214,44 @@ def power_law(n_samples, n_clients: int, seed=0, exponent: float = 1.5, min_size
     return [np.sort(p) for p in np.split(perm, np.cumsum(sizes)[:-1])]
 
 
+#: σ of the lognormal shares of :func:`label_power_law` (FedProx's generator: ``np.random.lognormal(0, 2.0)``)
+LABEL_POWER_LAW_SIGMA = 2.0
+
+
+def label_power_law(labels, n_clients: int, classes_per_client: int = 1, seed=0, min_size: int = 1) -> list[np.ndarray]:
+    """Label skew with power-law sizes, after FedProx's MNIST generator (Li et al. 2020, data/mnist):
+    with L labels, client k holds the labels (k + j) mod L for j < ``classes_per_client``; each label's
+    samples go to its holders, ``min_size`` to each and the rest in shares ∝ lognormal(0, 2) weights
+    (one per client and label: a heavy tail of sizes), as a multinomial draw. Every sample is dealt, so
+    every label needs a holder: at least L − classes_per_client + 1 clients."""
+    y = _as_labels(labels, "label_power_law")
+    if not isinstance(classes_per_client, (int, np.integer)) or classes_per_client < 1:
+        raise ConfigError(f"label_power_law: classes_per_client={classes_per_client!r}, expected an integer >= 1")
+    _check(len(y), n_clients, min_size, "label_power_law")
+    n_labels = int(y.max()) + 1 if len(y) else 0
+    if classes_per_client > n_labels:
+        raise ConfigError(f"label_power_law: classes_per_client={classes_per_client} > the {n_labels} labels "
+                          f"(allowed: 1..{n_labels})")
+    if n_clients + classes_per_client - 1 < n_labels:
+        raise ConfigError(f"label_power_law: {n_clients} clients of {classes_per_client} label(s) each leave labels "
+                          f"without a client (allowed: clients >= {n_labels - classes_per_client + 1})")
+    rng = _rng(seed)
+    weights = rng.lognormal(0.0, LABEL_POWER_LAW_SIGMA, (n_clients, classes_per_client))
+    owner = np.empty(len(y), dtype=np.int64)
+    for label in range(n_labels):
+        slots = [(k, j) for k in range(n_clients) for j in range(classes_per_client) if (k + j) % n_labels == label]
+        members = rng.permutation(np.flatnonzero(y == label))
+        floor = max(min_size, 0) * len(slots)
+        if floor > len(members):
+            raise ConfigError(f"label_power_law: label {label} has {len(members)} samples for {len(slots)} clients "
+                              f"x min_size {min_size} (allowed: a smaller min_size or fewer clients)")
+        w = np.array([weights[k, j] for k, j in slots])
+        sizes = max(min_size, 0) + rng.multinomial(len(members) - floor, w / w.sum())
+        for (k, _), part in zip(slots, np.split(members, np.cumsum(sizes)[:-1])):
+            owner[part] = k
+    return _groups(owner, n_clients)
+
+
 def natural(user_ids) -> list[np.ndarray]:
     """One client per distinct user id (in sorted id order): the natural partition of LEAF data."""
     u = _array(user_ids)
@@ -241,6 +282,8 @@ def partition(method: str, labels, n_clients: int | None = None, seed=0, *, alph
         return dirichlet(labels, n_clients, alpha, seed, min_size, balanced)
     if method == "shards":
         return shards(labels, n_clients, classes_per_client, seed)
+    if method == "label_power_law":
+        return label_power_law(labels, n_clients, classes_per_client, seed, min_size)
     return power_law(labels, n_clients, seed, exponent, min_size)
 
 

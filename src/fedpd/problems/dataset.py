@@ -3,11 +3,13 @@ over clients, pick the test data, and build the model from the config's ``[model
 
 Partitions (``fedpd.data.partition``): iid, dirichlet (label skew, Hsu et al. 2019, concentration
 ``alpha``; ``balanced``: equal client sizes, each client's label mix ~ Dir(alpha), as FL-Simulator's
-``dataset.py``), shards (``classes_per_client`` labels each, McMahan et al. 2017), power_law (size skew)
-and natural (one client per LEAF user). Test data: ``pooled`` uses the dataset's own test set (for
-natural partitions each user's own test samples; otherwise dealt IID over the clients so that
-per-client metrics stay defined — pooled metrics do not depend on the deal); ``per_client`` splits
-every client's training samples into train / test with ``test_fraction``.
+``dataset.py``), shards (``classes_per_client`` labels each, McMahan et al. 2017), power_law (size skew),
+label_power_law (FedProx's MNIST split: a few labels per client, power-law sizes) and natural (one
+client per LEAF user); ``keep_clients`` keeps the partition's first K clients. Test data: ``pooled``
+uses the dataset's own test set (for natural partitions each user's own test samples; otherwise
+dealt IID over the clients so that per-client metrics stay defined — pooled metrics do not depend
+on the deal); ``per_client`` splits every client's training samples into train / test with
+``test_fraction``.
 
 Images are standardised per channel with the training set's mean and std. ``augment`` applies
 random crop (4-pixel zero padding) + horizontal flip to every SGD minibatch (the A-FedPD / FedSpeed
@@ -110,10 +112,14 @@ class DatasetOptions(Options):
                          "(or an installed entry point's name)")
     data_dir: str | None = Field(None, description="default: $FEDPD_DATA, else ~/.cache/fedpd/data")
     clients: int = Field(100, ge=1, description="ignored by the natural partition (one client per user)")
-    partition: Literal["iid", "dirichlet", "shards", "power_law", "natural"] = Field("iid", description='how the training samples are split into clients')
+    partition: Literal["iid", "dirichlet", "shards", "power_law", "label_power_law", "natural"] = Field(
+        "iid", description='how the training samples are split into clients')
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration")
-    classes_per_client: int = Field(2, ge=1, description="shards: labels per client")
-    min_size: int = Field(1, ge=0, description="dirichlet / power_law: fewest samples per client")
+    classes_per_client: int = Field(2, ge=1, description="shards, label_power_law: labels per client")
+    min_size: int = Field(1, ge=0, description="dirichlet / power_law: fewest samples per client; label_power_law: "
+                          "per client and label")
+    keep_clients: int | None = Field(None, ge=1, description="only the first K clients of the partition, with their "
+                                     "data (a federation of K of its parties; the rest of the data is unused)")
     balanced: bool = Field(False, description="dirichlet: every client n/N samples, its label mix ~ Dir(alpha) "
                            "(the A-FedPD authors' FL-Simulator split)")
     exponent: float = Field(1.5, gt=0, description="power_law exponent")
@@ -167,6 +173,7 @@ def dataset_problem(
     min_size: int = 1,
     balanced: bool = False,
     exponent: float = 1.5,
+    keep_clients: int | None = None,
     test: str = "pooled",
     test_fraction: float = 0.2,
     max_samples: int | None = None,
@@ -220,7 +227,7 @@ def dataset_problem(
                           f"{tuple(ds.x_train.shape[1:])} (allowed: false)")
     if partition == "natural" and ds.train_users is None:
         raise ConfigError(f"problem.partition: 'natural' needs each sample's user (a LEAF dataset, or a loader that "
-                          f"returns client_train); {key} has none (allowed: iid, dirichlet, shards, power_law)")
+                          f"returns client_train); {key} has none (allowed: iid, dirichlet, shards, power_law, label_power_law)")
 
     x_tr, y_tr, u_tr = _subsample(ds.x_train, ds.y_train, ds.train_users, max_samples, rng)
     x_te, y_te, u_te = _subsample(ds.x_test, ds.y_test, ds.test_users, max_test_samples, rng)
@@ -238,6 +245,11 @@ def dataset_problem(
                                user_ids=u_tr.numpy() if u_tr is not None else None)
     except ConfigError as err:  # e.g. clients x min_size > samples: say which section it comes from
         raise ConfigError(f"problem.partition: {err}") from None
+    if keep_clients is not None:
+        if keep_clients > len(parts):
+            raise ConfigError(f"problem.keep_clients: {keep_clients} of the partition's {len(parts)} clients "
+                              f"(allowed: 1..{len(parts)})")
+        parts = parts[:keep_clients]
     train_cls = AugmentedSplit if augment else ClientSplit
     pooled_slices = False  # each client's test split an i.i.d. slice of the pooled test set (not its own data)
     if test == "per_client":

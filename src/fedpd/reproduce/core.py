@@ -29,10 +29,11 @@ from fedpd.reproduce.spec import BUDGETS, Experiment
 
 def experiments() -> dict[str, Experiment]:
     """Every reproduction, by name (imported on demand: the CLI stays fast)."""
-    from fedpd.reproduce import afedpd_paper, feddyn_note, fedpd_paper, fedplus_paper, robustness
+    from fedpd.reproduce import (afedpd_paper, feddyn_note, fedpd_paper, fedplus_paper, fedplus_standard,
+                                 fedplus_sweep, robustness)
 
     found: dict[str, Experiment] = {}
-    for module in (fedpd_paper, feddyn_note, fedplus_paper, afedpd_paper, robustness):
+    for module in (fedpd_paper, feddyn_note, fedplus_paper, fedplus_sweep, fedplus_standard, afedpd_paper, robustness):
         for exp in module.EXPERIMENTS:
             found[exp.name] = exp
     return found
@@ -250,7 +251,13 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     env = {"FEDPD_DATA": str(Path(data_dir).resolve())} if data_dir else None
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     command = command or recorded_command(sys.argv[2:])  # the command line, with no path of this machine
-    commit = rep.git_commit(Path(__file__).resolve().parent)
+    package = Path(__file__).resolve().parents[1]
+    commit = rep.git_commit(package)  # marked when fedpd's code has uncommitted changes now
+
+    def committed_code() -> str:
+        """The commit a run finishing now names: the invocation's, marked as uncommitted changes when
+        the code changed while it ran (a worker process imports the code when it starts)."""
+        return commit if rep.git_commit(package) == commit else f"{commit.split(' ')[0]} {rep.UNCOMMITTED}"
 
     def record(job, provenance: dict) -> None:
         early = read_jsonl(job.path / EARLY) if (job.path / EARLY).is_file() else None
@@ -268,7 +275,7 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
     try:
         run_jobs(work, jobs, progress=progress, keep_checkpoints=keep_checkpoints, title=f"{name} ({budget})", env=env,
                  cluster=cluster, on_done=lambda job, seconds, ran_on: record(
-                     job, records.provenance(command, started, seconds, ran_on, commit)))
+                     job, records.provenance(command, started, seconds, ran_on, committed_code())))
     except BaseException:  # a failure or Ctrl-C: the report shows what is recorded so far, and the error goes on
         if recorded:
             with contextlib.suppress(Exception):
@@ -466,6 +473,9 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         rep.provenance_table(done),
         "",
     ]
+    note = rep.uncommitted_note(done, exp.name)
+    if note:
+        head[-1:-1] = ["", note]
     body = "\n\n".join(sections)
     text = reading(exp.name)
     tail = ["", "## Reading", ""]

@@ -29,7 +29,14 @@ MEASURED: dict[str, tuple[float, str]] = {
                       "runs chose their metrics: 66–72 s, 50.6 core-hours)"),
     "fedpd_femnist": (9.5, ESTIMATE.format(name="fedpd_femnist", rounds=2, load="5–7")
                       + ": 14–22 s per round; the reduced runs' 10.6 s per round (2026-11-23) give 5.3"),
-    "fedplus_table2": (1.6, ESTIMATE.format(name="fedplus_table2", rounds=3, load="7")),
+    "fedplus_table2": (5.4, ESTIMATE.format(name="fedplus_table2", rounds=3, load="7") + ": 1.6 for the paper and "
+                       "project settings' 270 runs, and 3.8 for the κ setting's 219 (`--runs 'kappa/*' --estimate 3`, "
+                       "CPU time, 2026-11-27, load average 9–11)"),
+    "fedplus_standard": (2.0, "`fedpd reproduce fedplus_standard --budget medium --estimate 2` (CPU time, 2026-11-27, "
+                         "load average 8–9): 0.35–0.84 s per synthetic round (E = 20 epochs of up to 80 steps), "
+                         "0.15–0.85 s per MNIST round"),
+    "fedplus_kappa": (1.1, "`fedpd reproduce fedplus_kappa --budget medium --estimate 3` (CPU time, 2026-11-27, load "
+                      "average 9–11)"),
     "fedpd_fig2": (1.8, ESTIMATE.format(name="fedpd_fig2", rounds=3, load="6")),
     "fedpd_p_heterogeneity": (2.0, ESTIMATE.format(name="fedpd_p_heterogeneity", rounds=5, load="6")),
     "feddyn_fedpd": (0.1, ESTIMATE.format(name="feddyn_fedpd", rounds=5, load="6")),
@@ -56,6 +63,6 @@ def cost_note(name: str) -> str:
             "(docs/reproductions/README.md).")
 
 
-EXPERIMENTS = ("afedpd_table2", "fedplus_table2", "fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "robustness",
-               "feddyn_fedpd")
+EXPERIMENTS = ("afedpd_table2", "fedplus_table2", "fedplus_standard", "fedplus_kappa", "fedpd_fig2",
+               "fedpd_p_heterogeneity", "fedpd_femnist", "robustness", "feddyn_fedpd")
 MEDIUM_COST = {name: cost_note(name) for name in EXPERIMENTS}

@@ -11,6 +11,13 @@ FedGeoMed+, FedCoMed+ on MNIST-robust / MNIST-personal (N = 10 and 50) and the s
   with eq. (25) warm-started (the baselines have no tuned values there, so their runs are the
   paper setting's); on the regression full-batch GD with η = 0.003, σ = 10, δ = 1 / 2 / 0.2
   (FedAvg+ / FedGeoMed+ / FedCoMed+) and the examples' baseline settings, 30 rounds.
+* ``kappa``: the paper's §5.1 setting with κ = 1/(1 + ησ) inside the range §4.4.1 recommends,
+  [0.9, 0.999] (the paper's printed σ = 15 with η = 0.02 gives κ = 0.77 on MNIST; its regression
+  σ = 1 with η = 1e-4, κ = 0.9999), and every method tuned by one rule: three values of one knob
+  per method (:data:`GRID`: κ for the Fed+ variants, Scaffold's server step, pFedMe's λ, Per-FedAvg's
+  α, APFL's mixing α), 3 seeds each, and for each seed the value whose mean over the *other* seeds
+  is best (cross-fitting: no seed's own result picks its configuration). A grid value that is the
+  paper setting's (the baselines) or the project setting's (Fed+ on MNIST, σ = 1) reuses its runs.
 
 The metric is the paper's "average performance on the test set": each party's own model on its own
 test half (``personal_acc``, ``personal_mse``; for Scaffold, which has no personal model, the
@@ -46,7 +53,59 @@ PAPER = {
     "mnist-personal-n50": (63.8, 66.3, 68.9, 72.7, 69.4, 76.2, 52.3),
     "regression": (2764, 4268, 2780, 1606, 1966, 1048, 1074),
 }
-SETTINGS = {"paper": "the paper's §5.1 hyperparameters", "project": "the project's tuned settings (docs/fedplus.md)"}
+SETTINGS = {"paper": "the paper's §5.1 hyperparameters (on MNIST κ = 1/(1 + ησ) = 0.77, outside the recommended "
+                     "[0.9, 0.999])",
+            "project": "the project's tuned settings (docs/fedplus.md)",
+            "kappa": "κ inside the recommended [0.9, 0.999], every method tuned by the same rule"}
+#: the κ setting's seeds (cross-fitted: each seed's value is chosen on the others)
+KAPPA_SEEDS = (0, 1, 2)
+
+
+def _kappa_sigma(kappa: float, lr: float) -> float:
+    """σ with κ = 1/(1 + lr·σ) (eq. (14)'s κ), rounded to 12 significant digits (configs stay readable)."""
+    return float(f"{(1 / kappa - 1) / lr:.12g}")
+
+
+#: the κ setting's grid: method -> (its knob, {"mnist" / "regression": three values}); the middle value is the
+#: paper setting's (the baselines) or the project setting's (Fed+ on MNIST: σ = 1, κ = 0.980), with a step
+#: down and up (×/÷ 3; APFL's mixing 0.1 / 0.5); the Fed+ variants' knob is κ, set as σ at the paper's η
+GRID = {
+    "scaffold": ("server_lr", {"mnist": (0.5, 1.0, 2.0), "regression": (0.5, 1.0, 2.0)}),
+    "pfedme": ("lam", {"mnist": (5.0, 15.0, 45.0), "regression": (5.0, 15.0, 45.0)}),
+    "perfedavg": ("alpha", {"mnist": (0.02 / 3, 0.02, 0.06), "regression": (1e-4 / 3, 1e-4, 3e-4)}),
+    "apfl": ("alpha", {"mnist": (0.1, 0.25, 0.5), "regression": (0.1, 0.25, 0.5)}),
+    **{m: ("sigma", {"mnist": (_kappa_sigma(0.9, 0.02), 1.0, _kappa_sigma(0.999, 0.02)),
+                     "regression": (_kappa_sigma(0.9, 1e-4), _kappa_sigma(0.99, 1e-4), _kappa_sigma(0.999, 1e-4))})
+       for m in FEDPLUS_METHODS},
+}
+
+
+def grid_values(dataset: str, method: str) -> tuple[float, ...]:
+    return GRID[method][1]["regression" if dataset == "regression" else "mnist"]
+
+
+def shared_value(dataset: str, method: str) -> float | None:
+    """The grid value whose runs are another setting's — the middle one — or None: Fed+ on the
+    regression has no such run (the paper's σ = 1 is κ = 0.9999, the project's runs use GD)."""
+    if method in FEDPLUS_METHODS and dataset == "regression":
+        return None
+    return grid_values(dataset, method)[1]
+
+
+def kappa_of(dataset: str, sigma: float) -> float:
+    return 1 / (1 + (1e-4 if dataset == "regression" else 0.02) * sigma)
+
+
+def kappa_config(dataset: str, method: str, value: float, rounds: int) -> dict | None:
+    """The κ setting's config of one grid value (None: the value's runs are another setting's)."""
+    if value == shared_value(dataset, method):
+        return None
+    knob = GRID[method][0]
+    if method in FEDPLUS_METHODS:
+        base = setting_config("paper" if dataset == "regression" else "project", dataset, method, rounds)
+    else:
+        base = setting_config("paper", dataset, method, rounds)
+    return merge(base, {"algorithm": {knob: value}})
 
 
 def _sampler(dataset: str) -> dict:
@@ -99,7 +158,8 @@ class FedPlusTable2(Experiment):
         "smoke": Budget("smoke", (0,), "2 rounds on 2 000 MNIST images, N = 10 datasets and the regression only "
                         "(tests only).", {"mnist_rounds": 2, "regression_rounds": 2, "project_regression_rounds": 2,
                                           "max_samples": 2000, "datasets": ("mnist-robust-n10", "regression"),
-                                          "methods": ("scaffold", "apfl", "fedgeomed_plus")}),
+                                          "methods": ("scaffold", "apfl", "fedgeomed_plus"), "kappa_seeds": (0,),
+                                          "kappa_datasets": ("regression",), "kappa_methods": ("scaffold", "fedgeomed_plus")}),
         "reduced": Budget("reduced", (0, 1, 2, 3, 4), "MNIST: 100 rounds instead of the paper's T = 500 (all 70 000 "
                           "images); regression: the paper's T = 500 in the paper setting, 30 rounds in the project "
                           "setting (as measured before); 5 seeds as the paper.",
@@ -107,7 +167,8 @@ class FedPlusTable2(Experiment):
                            "max_samples": 0, "datasets": tuple(DATASETS)}),
         "medium": Budget("medium", (0, 1, 2, 3, 4), "the paper's T = 500 rounds on MNIST and the regression "
                          "(the project setting's regression: 30, as tuned), 5 seeds as the paper: the full budget, "
-                         "which fits a 2-core machine. " + MEDIUM_COST["fedplus_table2"],
+                         "which fits a 2-core machine; the κ setting (added later): T = 500, three values of each "
+                         "method's knob on seeds 0, 1, 2, cross-fitted. " + MEDIUM_COST["fedplus_table2"],
                          {"mnist_rounds": 500, "regression_rounds": 500, "project_regression_rounds": 30,
                           "max_samples": 0, "datasets": tuple(DATASETS)}),
         "full": Budget("full", (0, 1, 2, 3, 4), "T = 500 rounds everywhere (the project setting's regression: 30, as "
@@ -118,7 +179,7 @@ class FedPlusTable2(Experiment):
 
     def runs(self, budget):
         specs = []
-        for setting in SETTINGS:
+        for setting in ("paper", "project"):
             for dataset in budget["datasets"]:
                 if dataset == "regression":
                     rounds = budget["regression_rounds" if setting == "paper" else "project_regression_rounds"]
@@ -132,6 +193,19 @@ class FedPlusTable2(Experiment):
                         cfg = merge(cfg, {"problem": {"max_samples": budget["max_samples"]}})
                     specs += grid(f"{setting}/{dataset}/{method}", cfg, budget.seeds,
                                   {"setting": setting, "dataset": dataset, "method": method})
+        for dataset in budget.get("kappa_datasets", budget["datasets"]):
+            rounds = budget["regression_rounds" if dataset == "regression" else "mnist_rounds"]
+            for method in budget.get("kappa_methods", budget.get("methods", METHODS)):
+                knob = GRID[method][0]
+                for value in grid_values(dataset, method):
+                    cfg = kappa_config(dataset, method, value, rounds)
+                    if cfg is None:
+                        continue
+                    if dataset != "regression" and budget["max_samples"]:
+                        cfg = merge(cfg, {"problem": {"max_samples": budget["max_samples"]}})
+                    specs += grid(f"kappa/{dataset}/{method}/{knob}{value:.6g}", cfg, budget.get("kappa_seeds",
+                                                                                               KAPPA_SEEDS),
+                                  {"setting": "kappa", "dataset": dataset, "method": method, "value": value})
         return specs
 
     def report(self, results, budget, out):
@@ -143,25 +217,34 @@ class FedPlusTable2(Experiment):
             for d in datasets:
                 row = [DATASETS[d][0]]
                 for i, m in enumerate(METHODS):
+                    means[(setting, d, m)] = _mean(results, setting, d, m)
+                    if setting == "kappa":
+                        tuned_values = list(_values(results, setting, d, m).values())
+                        style = ".3g" if d == "regression" else ".1f"
+                        row.append(f"{rep.fmt_ms(tuned_values, style)} ({PAPER[d][i]:g})")
+                        continue
                     runs, shared = cell(results, setting, d, m)
                     key = "personal_mse" if d == "regression" else "personal_acc"
                     vals = [r.final(key) for r in runs]
                     diverged = sum(key in r.last and r.final(key) is None for r in runs)  # written as null
-                    means[(setting, d, m)] = _mean(results, setting, d, m)
                     text = rep.fmt_ms(vals, "g" if d == "regression" else "pct")
                     if diverged:
                         text = f"diverged ({diverged}/{len(runs)})" if diverged == len(runs) else \
                             f"{text}, {diverged}/{len(runs)} diverged"
                     row.append(f"{text}{' †' if shared else ''} ({PAPER[d][i]:g})")
                 rows.append(row)
+            seeds = rep.seeds_of(results.select(setting=setting)) if setting != "kappa" else \
+                f"the tuned value of each of the seeds {', '.join(map(str, KAPPA_SEEDS))} (table below)"
             sections.append(f"## Setting \"{setting}\": {what}\n\nOurs (mean ± std over the seeds, "
-                            f"{rep.seeds_of(results.select(setting=setting))}) and, in brackets, "
+                            f"{seeds}) and, in brackets, "
                             "the paper's Table 2. MNIST: personalised test accuracy %, higher is better; regression: "
                             "personalised mean squared test error, lower is better (the paper does not define its error, "
                             "so compare the order, not the scale)."
                             + (" †: the project has no tuned MNIST values for this baseline; these are the runs of the "
                                "paper setting." if setting == "project" else "") + "\n\n"
                             + rep.md_table(["data set", *METHODS.values()], rows))
+            if setting == "kappa":
+                sections.append(_kappa_grid_section(results, datasets))
         rows = []
         for d in datasets:
             lower = d == "regression"
@@ -173,10 +256,10 @@ class FedPlusTable2(Experiment):
             paper = order(dict(zip(METHODS, PAPER[d])))
             ours = {s: order({m: means[(s, d, m)] for m in METHODS}) for s in SETTINGS}
             complete = not any(o.startswith("—") for o in ours.values())
-            rows.append([DATASETS[d][0], paper, ours["paper"], ours["project"],
+            rows.append([DATASETS[d][0], paper, ours["paper"], ours["project"], ours["kappa"],
                          "—" if not complete else "same" if ours["paper"] == ours["project"] else "**differ**"])
         sections.append("## Rankings (best first)\n\n" + rep.md_table(
-            ["data set", "the paper's Table 2", "ours, paper setting", "ours, project setting",
+            ["data set", "the paper's Table 2", "ours, paper setting", "ours, project setting", "ours, κ setting",
              "paper vs project setting"], rows))
         fig, axes = rep.figure(1, len(datasets), size=(3.3 * len(datasets), 3.6))
         for col, d in enumerate(datasets):
@@ -187,14 +270,14 @@ class FedPlusTable2(Experiment):
                 spread = [list(_values(results, setting, d, m).values()) for m in METHODS]
                 lo = [y - min(v) if v and all(map(math.isfinite, v)) else 0 for y, v in zip(ys, spread)]
                 hi = [max(v) - y if v and all(map(math.isfinite, v)) else 0 for y, v in zip(ys, spread)]
-                ax.bar([x + 0.27 * (k - 1) for x in xs], ys, width=0.27, yerr=[lo, hi], capsize=2,
+                ax.bar([x + 0.2 * (k - 1.5) for x in xs], ys, width=0.2, yerr=[lo, hi], capsize=2,
                        label=f"ours, {setting} setting")
-            ax.bar([x + 0.27 for x in xs], PAPER[d], width=0.27, label="paper")
+            ax.bar([x + 0.3 for x in xs], PAPER[d], width=0.2, label="paper")
             ax.set_xticks(list(xs), list(METHODS.values()), rotation=60, fontsize=7)
             ax.set_title(DATASETS[d][0], fontsize=9)
             ax.set_ylabel("error" if d == "regression" else "accuracy %")
         handles, labels = axes[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8)
         name = rep.save_figure(fig, out / "table2.png", rect=(0, 0.07, 1, 1))
         sections.append("## Figure\n\nBars: the mean over the seeds; whiskers: the seeds' range (min–max).\n\n"
                         f"![Table 2]({name})")
@@ -202,8 +285,42 @@ class FedPlusTable2(Experiment):
         return sections
 
 
+def _kappa_grid_section(results, datasets) -> str:
+    """The κ setting's grid: every value's mean over the seeds, and the value chosen for each seed."""
+    rows = []
+    for d in datasets:
+        for m in METHODS:
+            knob = GRID[m][0]
+            by_value = grid_results(results, d, m)
+            chosen = tuned(results, d, m)[1]
+            style = ".3g" if d == "regression" else ".1f"
+            cells = []
+            for v, per_seed in by_value.items():
+                name = f"κ = {kappa_of(d, v):.3g}" if knob == "sigma" else f"{knob} = {v:.3g}"
+                shared = " ‡" if v == shared_value(d, m) else ""
+                cells.append(f"{name}{shared}: {rep.fmt_ms(list(per_seed.values()), style)}")
+            picks = ", ".join(f"s{s}: {f'κ = {kappa_of(d, v):.3g}' if knob == 'sigma' else f'{v:.3g}'}"
+                              for s, v in sorted(chosen.items())) or "—"
+            rows.append([DATASETS[d][0], METHODS[m], "; ".join(cells), picks])
+    return ("### The κ setting's grid and the values chosen\n\nEach method's knob at three values (the Fed+ variants: "
+            "κ = 1/(1 + ησ), set through σ at the paper's η; Scaffold: its server step; pFedMe: λ; Per-FedAvg: α; "
+            "APFL: the mixing α), mean ± std over the seeds it has run on; then the value chosen for each seed: the "
+            "best by its mean over the other seeds (cross-fitting, the same rule for every method: no seed's own "
+            "result picks its value). ‡: the runs of the paper setting (baselines) or of the project setting (Fed+ "
+            "on MNIST, σ = 1), seeds " + ", ".join(map(str, KAPPA_SEEDS)) + ".\n\n"
+            + rep.md_table(["data set", "method", "the grid: mean ± std over the seeds", "chosen (seed: value)"], rows))
+
+
 def cell(results, setting, dataset, method):
-    """(runs, shared): the runs of one table cell; shared when they are the paper setting's."""
+    """(runs, shared): the runs of one table cell; shared when they are another setting's (the
+    project setting's baselines on MNIST: the paper setting's). The κ setting's cell is every run of
+    the method's grid, shared grid values included."""
+    if setting == "kappa":
+        runs = results.select(setting="kappa", dataset=dataset, method=method)
+        shared = shared_value(dataset, method)
+        if shared is not None and method in GRID:
+            runs = runs + cell(results, "project" if method in FEDPLUS_METHODS else "paper", dataset, method)[0]
+        return runs, False
     runs = results.select(setting=setting, dataset=dataset, method=method)
     if runs or setting == "paper":
         return runs, False
@@ -211,22 +328,60 @@ def cell(results, setting, dataset, method):
 
 
 def _mean(results, setting, dataset, method):
-    """Mean over the seeds; a diverged run (metric written as null) counts as the worst value
-    (error +inf, accuracy 0), a method not run as nan."""
-    key = "personal_mse" if dataset == "regression" else "personal_acc"
-    runs = cell(results, setting, dataset, method)[0]
-    vals = [r.final(key) if r.final(key) is not None else (float("inf") if dataset == "regression" else 0.0)
-            for r in runs if key in r.last]
-    return statistics.fmean(vals) if vals else float("nan")
+    """Mean over the seeds of :func:`_values` (MNIST: as a fraction), nan for a method not run."""
+    vals = list(_values(results, setting, dataset, method).values())
+    return statistics.fmean(vals) / (1 if dataset == "regression" else 100) if vals else float("nan")
+
+
+def _metric(dataset: str, runs) -> dict[int, float]:
+    """{seed: final personal metric} of runs (accuracy in %); a diverged run (written as null) is the
+    worst value (error +inf, accuracy 0)."""
+    key, regression = ("personal_mse", True) if dataset == "regression" else ("personal_acc", False)
+    worst = float("inf") if regression else 0.0
+    return rep.by_seed([r for r in runs if key in r.last],
+                       lambda r: worst if r.final(key) is None else r.final(key) * (1 if regression else 100))
 
 
 def _values(results, setting, dataset, method) -> dict[int, float]:
-    """{seed: final personal metric} of one cell (accuracy in %); a diverged run (written as null)
-    is the worst value (error +inf, accuracy 0)."""
-    key, regression = ("personal_mse", True) if dataset == "regression" else ("personal_acc", False)
-    worst = float("inf") if regression else 0.0
-    return rep.by_seed([r for r in cell(results, setting, dataset, method)[0] if key in r.last],
-                       lambda r: worst if r.final(key) is None else r.final(key) * (1 if regression else 100))
+    """{seed: final personal metric} of one cell (accuracy in %); the κ setting's: the tuned value
+    of :func:`tuned`."""
+    if setting == "kappa":
+        return tuned(results, dataset, method)[0]
+    return _metric(dataset, cell(results, setting, dataset, method)[0])
+
+
+def grid_results(results, dataset, method) -> dict[float, dict[int, float]]:
+    """{grid value: {seed: final personal metric}} of one method's κ-setting grid (a shared value:
+    the other setting's runs, on the κ setting's seeds)."""
+    out = {}
+    for value in grid_values(dataset, method):
+        if value == shared_value(dataset, method):
+            other = "project" if method in FEDPLUS_METHODS else "paper"
+            runs = [r for r in cell(results, other, dataset, method)[0] if r.seed in KAPPA_SEEDS]
+        else:
+            runs = results.select(setting="kappa", dataset=dataset, method=method, value=value)
+        out[value] = _metric(dataset, runs)
+    return out
+
+
+def tuned(results, dataset, method) -> tuple[dict[int, float], dict[int, float]]:
+    """The κ setting's rule, the same for every method: ({seed: the metric at the value chosen for it},
+    {seed: that value}); for seed s the value is the grid's best by its mean over the other seeds
+    (highest accuracy, lowest error; the first of the grid on a tie). Only seeds that every grid value
+    has count, and a seed needs at least one other."""
+    if method not in GRID:
+        return {}, {}
+    by_value = grid_results(results, dataset, method)
+    seeds = sorted(set.intersection(*(set(v) for v in by_value.values()))) if by_value else []
+    sign = -1 if dataset == "regression" else 1
+    values, chosen = {}, {}
+    for s in seeds:
+        others = [o for o in seeds if o != s]
+        if not others:
+            continue
+        best = max(by_value, key=lambda v: sign * statistics.fmean(by_value[v][o] for o in others))
+        values[s], chosen[s] = by_value[best][s], best
+    return values, chosen
 
 
 def _vs(results, setting, dataset, a, b, scale: float = 1.0) -> rep.Comparison:
@@ -308,8 +463,9 @@ def _comed_poor_on_mnist(setting):
 
 
 CLAIMS = [
-    Claim("FedGeoMed+ outperforms the other methods on every data set (paper setting)", "§5.1, Table 2 (bold)",
-          _best("paper"), paired=True),
+    Claim("FedGeoMed+ outperforms the other methods on every data set (paper setting, the hyperparameters as printed: "
+          "on MNIST κ = 1/(1 + ησ) = 0.77, outside the recommended [0.9, 0.999], where Fed+ keeps every party near "
+          "the server's model)", "§5.1, Table 2 (bold)", _best("paper"), paired=True),
     Claim("FedGeoMed+ outperforms the other methods on every data set (project setting)", "§5.1, Table 2 (bold)",
           _best("project"), paired=True),
     Claim("FedCoMed+ performs poorly on the MNIST data sets (lowest of the three Fed+ variants), paper setting",
@@ -318,6 +474,12 @@ CLAIMS = [
           _comed_second_on_regression("paper"), paired=True),
     Claim("FedCoMed+ is a close second on the synthetic regression (project setting)", "§5.1 text, Table 2",
           _comed_second_on_regression("project"), paired=True),
+    Claim("FedGeoMed+ outperforms the other methods on every data set (κ setting: κ in [0.9, 0.999], every method "
+          "tuned by the same rule)", "§5.1, Table 2 (bold); §4.4.1 (κ)", _best("kappa"), paired=True),
+    Claim("FedCoMed+ performs poorly on the MNIST data sets (lowest of the three Fed+ variants), κ setting",
+          "§5.1 text, Table 2", _comed_poor_on_mnist("kappa"), paired=True),
+    Claim("FedCoMed+ is a close second on the synthetic regression (κ setting)", "§5.1 text, Table 2",
+          _comed_second_on_regression("kappa"), paired=True),
 ]
 
 EXPERIMENTS = [FedPlusTable2()]

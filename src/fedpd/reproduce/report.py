@@ -337,6 +337,28 @@ def all_of(parts: Sequence, sep: str = "; ", text=None) -> tuple[bool | None, st
     return holds, body
 
 
+def any_of(parts: Sequence[Comparison], level: float) -> bool | None:
+    """A disjunction "some part holds", each part judged at ``level`` (the caller's Bonferroni level
+    over every comparison of its claim): True when one part holds, False when every part fails,
+    otherwise (and with no part) None."""
+    verdicts = [p.verdict(level) for p in parts]
+    if True in verdicts:
+        return True
+    return False if verdicts and all(v is False for v in verdicts) else None
+
+
+def equivalence(diff: Paired, edge: float, level: float = LEVEL) -> bool | None:
+    """"A and B are alike": the paired differences' t-interval at ``level`` lies inside (−edge, edge)
+    (True), wholly outside it (False), or across one of its ends (None; also below 2 pairs) — an
+    equivalence test, the verdict of "comparable" or "similar" claims."""
+    lo, hi = diff.interval(level)
+    if math.isnan(lo):
+        return None
+    if -edge < lo and hi < edge:
+        return True
+    return False if lo >= edge or hi <= -edge else None
+
+
 def fmt_num(v, style: str = "g") -> str:
     """A number as the tables print it: style "pct" (0.912 → 91.2), "e" (1.2e-05), "g", "int"."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -543,15 +565,48 @@ def claims_section(claims, results: Results) -> str:
     return text
 
 
-def git_commit(start: Path) -> str:
+#: how a record's commit says that fedpd's code had uncommitted changes when it ran
+UNCOMMITTED = "(with uncommitted changes)"
+
+
+def git_commit(package: Path) -> str:
+    """The commit of the git checkout that holds fedpd's ``package`` folder ("" outside one), followed
+    by :data:`UNCOMMITTED` when fedpd's code differs from that commit: a file of the package or the
+    checkout's pyproject.toml modified or staged, or a file in the package that git does not track
+    and does not ignore. Only the code counts — a report folder's records and README written by an
+    earlier invocation are not the code that runs — so the mark says exactly that the commit does
+    not name what ran."""
     import subprocess
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+
     try:
-        sha = subprocess.run(["git", "-C", str(start), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(start), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        sha = git("rev-parse", "--short", "HEAD")
+        top = git("rev-parse", "--show-toplevel")
+        if not sha or not top:
+            return ""
+        code = [str(package)] + [str(Path(top) / "pyproject.toml")] * (Path(top) / "pyproject.toml").is_file()
+        dirty = git("status", "--porcelain", "--untracked-files=all", "--", *code)
     except (OSError, subprocess.SubprocessError):
         return ""
-    return f"{sha}{' (with uncommitted changes)' if dirty else ''}" if sha else ""
+    return f"{sha} {UNCOMMITTED}" if dirty else sha
 
+
+def uncommitted(provenance: dict) -> bool:
+    """Whether a record was made with uncommitted changes to fedpd's code (:func:`git_commit`)."""
+    return UNCOMMITTED in str(provenance.get("commit", ""))
+
+
+def uncommitted_note(records: Sequence, name: str) -> str:
+    """The report's plain statement of how many of its ``records`` name no committed code ("" when
+    every one does)."""
+    dirty = sum(uncommitted(r.provenance) for r in records)
+    if not dirty:
+        return ""
+    return (f"**{dirty} of the {len(records)} records were made with uncommitted changes to fedpd's code** (their "
+            f"commit is marked \"{UNCOMMITTED}\" above): the code that ran them is not in the repository's history, "
+            "so they name no committed code — only the commit those changes were made on. "
+            f"`fedpd reproduce {name} --verify K --out <this folder>` re-runs K records with today's code and says "
+            "whether it still computes what they hold.")

@@ -2,8 +2,9 @@
 
 An :class:`Experiment` names the paper's table or figure it reproduces, offers budgets
 (``smoke``: a few rounds, for the test suite; ``reduced``: fits this project's 2-core CPU in under
-an hour; ``medium``: enough rounds, local work and seeds (>= 3) to confirm or refute the paper's
-claims, about 6 core-hours where that suffices; ``full``: the paper's budget, for a GPU or a Ray
+an hour; ``medium``: the budget verdicts are read from — enough rounds, local work and seeds (>= 3) for
+the paired tests, about 6 core-hours where that suffices; docs/reproductions/README.md says per
+report what its medium budget can and cannot decide; ``full``: the paper's budget, for a GPU or a Ray
 cluster) and turns a budget into :class:`RunSpec` s —
 plain config dicts, one per (setting, seed). After the runs it writes its report sections from
 their metrics (:mod:`fedpd.reproduce.report`). Nothing here runs anything.
