@@ -241,7 +241,7 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     """Run a validated config in ``out`` (start it, or continue it from its checkpoint);
     ``transport``: the nodes of a remote engine, already reachable."""
     sim = Simulation(cfg, workdir=out, transport=transport)  # every check first
-    fresh = None
+    fresh = status = None
     try:
         cfg = sim.cfg  # run.store = "auto" resolved
         if out is not None:
@@ -266,7 +266,6 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
                     atomic_write_text(out / CONFIG, cfg.to_toml())
                 atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
                 _warn_if_changed(out, _read_plugins(out))
-        status = None
         if out is not None and not in_process(cfg, transport):  # clients on nodes: how the run went, and its notices
             status = StatusFile(out, round=sim.round, rounds=cfg.run.rounds, resume=advice.resume_command(out),
                                 resumed=resume)
@@ -274,8 +273,10 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
         return _loop(sim, cfg, out, history, progress, label, on_checkpoint, status)
     except FedpdError as err:
         # bad input found only once the run went (a plug-in's result, a local problem without a
-        # solution): a new run stopped before its first checkpoint leaves nothing behind
-        if fresh is not None and not isinstance(err, NonFiniteMetrics) and not (out / CHECKPOINT).exists():
+        # solution): a new run stopped before its first checkpoint leaves nothing behind — but a run
+        # on nodes, whose status.json says to its operator what ended it
+        if (fresh is not None and status is None and not isinstance(err, NonFiniteMetrics)
+                and not (out / CHECKPOINT).exists()):
             sim.close()
             fresh.remove()
         raise
