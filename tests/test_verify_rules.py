@@ -140,14 +140,17 @@ REPORTS = Path(__file__).resolve().parents[1] / "docs" / "reproductions"
 #: at round 0 only, before any training — their first trained evaluation is round 10, ten LeNet
 #: rounds of 50 local steps: minutes a record on a 2-core CPU
 VERIFIED = {p.parent.name: 0 if p.parent.name == "afedpd_table2" else 3 for p in REPORTS.glob("*/records")}
+#: the MNIST MLP reports, made on this kind of CPU in float32 (the same-CPU rule, which the
+#: synthetic reports' float64 records test too): half a minute to a minute a record of the suite's
+#: time each; `fedpd reproduce NAME --verify 1` checks one by hand (docs/reproductions/README.md)
+BY_HAND = ("robustness", "fedplus_table2", "fedplus_standard")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(VERIFIED))
+@pytest.mark.parametrize("name", sorted(set(VERIFIED) - set(BY_HAND)))
 def test_every_committed_report_verifies_here_and_says_by_which_rule(name, capsys):
     data = os.environ.get("FEDPD_DATA")
-    needs = {"fedplus_table2": "mnist", "fedplus_standard": "mnist", "robustness": "mnist",
-             "afedpd_table2": "cifar-10"}.get(name)
+    needs = {"afedpd_table2": "cifar-10"}.get(name)
     if needs and not (data and (Path(data) / needs).is_dir()):
         pytest.skip(f"needs {needs} under $FEDPD_DATA")
     code = main(["reproduce", name, "--verify", "1", "--verify-rounds", str(VERIFIED[name]),
