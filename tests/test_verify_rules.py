@@ -134,6 +134,20 @@ def test_float32_and_gpu_runs_keep_their_first_rounds_for_the_record(tmp_path):
     assert rows[1] == execute.rerun(FLOAT32, 1, every=1)[1] | {"wall_s": rows[1]["wall_s"]}
 
 
+def test_a_run_evaluated_every_round_keeps_its_own_first_rounds_without_a_second_pass(tmp_path, monkeypatch):
+    two_rounds = {**FLOAT32, "run": {**FLOAT32["run"], "rounds": 2, "eval_every": 1}}
+    own = execute.rerun(two_rounds, 2, every=1)
+    (tmp_path / execute.METRICS).write_text("".join(json.dumps(own[r]) + "\n" for r in sorted(own)))
+
+    def second_pass(*args, **kwargs):
+        raise AssertionError("re-ran what the run had evaluated")
+
+    monkeypatch.setattr(execute, "rerun", second_pass)
+    execute.record_early_rounds(two_rounds, tmp_path)  # rounds 0..2: at most the run's rounds
+    rows = [json.loads(line) for line in (tmp_path / execute.EARLY).read_text().splitlines()]
+    assert rows == [own[0], own[1], own[2]]
+
+
 REPORTS = Path(__file__).resolve().parents[1] / "docs" / "reproductions"
 #: the committed reports with records, and the round each is verified to: the first evaluation at or
 #: after 3 (--verify's default); A-FedPD's CIFAR-10 records (made on a GPU, keeping no early rounds)

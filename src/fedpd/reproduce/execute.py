@@ -168,13 +168,17 @@ def keeps_early_rounds(config: dict) -> bool:
 
 
 def record_early_rounds(config: dict, path: Path) -> None:
-    """``early.jsonl``: the metrics after each of the run's first :data:`EARLY_ROUNDS` rounds (a
-    second, identical pass of those rounds, evaluated every round: the simulator is deterministic
-    given the config) — a few per cent of a run of a hundred rounds."""
+    """``early.jsonl``: the metrics after each of the run's first :data:`EARLY_ROUNDS` rounds (at
+    most its rounds): the run's own where it evaluated each of them, else a second, identical pass
+    of those rounds evaluated every round (the simulator is deterministic given the config) — a few
+    per cent of a run of a hundred rounds."""
     from fedpd.io import atomic_write_text
 
-    rows = rerun(config, EARLY_ROUNDS, every=1)
-    atomic_write_text(path / EARLY, "".join(json.dumps(rows[r]) + "\n" for r in sorted(rows)))
+    wanted = range(min(EARLY_ROUNDS, load_config(config).run.rounds) + 1)
+    rows = {int(m["round"]): m for m in read_jsonl(path / METRICS)} if (path / METRICS).is_file() else {}
+    if not all(r in rows for r in wanted):
+        rows = rerun(config, wanted[-1], every=1)
+    atomic_write_text(path / EARLY, "".join(json.dumps(rows[r]) + "\n" for r in wanted))
 
 
 @contextmanager
