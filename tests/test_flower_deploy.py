@@ -51,23 +51,9 @@ def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tm
     listed for a minute); the server learns that the new node hosts the same clients, sends the
     lost work again, and the node continues from the client states in its store directory. The
     node restarts on its old Runtime API port, where its warm ClientApp waited for it."""
-    import subprocess
-
     appdir, run_dir, expected = app(tmp_path, rounds=5)
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
-        dep.superlink()
-        dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
-        dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
-        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
-        argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
-        run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
-        dep.procs["flwr-run"] = run
-        deadline = time.time() + 300
-        while time.time() < deadline and run.poll() is None:  # wait for round 2's record
-            if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 3:
-                break
-            time.sleep(0.5)
+        run = start_on_two_warm_nodes(dep, tmp_path, appdir, run_dir, records=3)  # until round 2's record
         assert run.poll() is None, "the run ended before the SuperNode could be killed"
         dep.kill("supernode1")  # SIGKILL, mid-run (its warm ClientApp, in a session of its own, lives on)
         dep.supernode(1, "3-5", tmp_path / "store1", name="supernode1-restarted", warm=True,
@@ -122,23 +108,10 @@ def test_a_node_that_leaves_for_good_is_not_waited_for_and_its_clients_come_back
     clients and store, it is back for a resume with more rounds (from the rewritten app): its
     round-1 commit, still pending, is made first, and its clients train again (no new dropouts)."""
     import json
-    import subprocess
 
     appdir, run_dir, _ = app(tmp_path, rounds=2, algorithm="feddyn")
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
-        dep.superlink()
-        dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
-        dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
-        dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
-        argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
-        run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
-        dep.procs["flwr-run"] = run
-        deadline = time.time() + 300
-        while time.time() < deadline and run.poll() is None:  # round 1's record
-            if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= 2:
-                break
-            time.sleep(0.5)
+        run = start_on_two_warm_nodes(dep, tmp_path, appdir, run_dir, records=2)  # until round 1's record
         dep.kill("supernode1", signal.SIGTERM)  # it leaves (its warm ClientApp stays, for its return)
         left = time.time()
         out, _ = run.communicate(timeout=600)
@@ -159,3 +132,24 @@ def test_a_node_that_leaves_for_good_is_not_waited_for_and_its_clients_come_back
         assert any((tmp_path / "store1").glob("runs/*/c*/v1.pt"))  # its round-1 states, committed on its return
         assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
         assert main(["status", str(run_dir)]) == 0
+
+
+def start_on_two_warm_nodes(dep: Deployment, tmp_path: Path, appdir: Path, run_dir: Path, records: int):
+    """A SuperLink and two warm SuperNodes (clients 0-2 and 3-5, stores store0 and store1), the app's
+    ``flwr run`` started, and a wait (at most 300 s) until the run has ``records`` records or ends."""
+    import subprocess
+
+    dep.superlink()
+    dep.supernode(0, "0-2", tmp_path / "store0", warm=True)
+    dep.supernode(1, "3-5", tmp_path / "store1", warm=True)
+    dep.wait_warm("supernode0"), dep.wait_warm("supernode1")
+    argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
+    run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True)
+    dep.procs["flwr-run"] = run
+    deadline = time.time() + 300
+    while time.time() < deadline and run.poll() is None:
+        if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= records:
+            break
+        time.sleep(0.5)
+    return run
