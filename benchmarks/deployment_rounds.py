@@ -29,7 +29,11 @@ checkpoint), for the plain app between the strategy's calls of its ``evaluate_fn
 run --set run.engine=flower``, Ray), ``cold`` and ``warm`` deployments; their metrics (``wall_s``
 aside) are checked equal.
 
-Reported: the median of rounds 2.. (round 1 pays the nodes' first build), best of the repeats;
+Reported: the mean and the median of rounds 2.. (round 1 pays the nodes' first build) and the end
+to end time, each the best of the repeats; fedpd against the plain app by each. A round waits for
+a SuperNode's 3-s poll or the next one, so round times are bimodal (about 3.4 s or 6.4 s for the
+plain app) and the median lands on either mode from one run to the next: the mean, which is what a
+run of many rounds takes, is the figure to compare;
 modes alternate, so that load drifts hit them alike. Every process is started in a session of its
 own and stopped by its process group id.
 
@@ -214,6 +218,8 @@ def main() -> None:
                   f"({', '.join(f'{t:.2f}' for t in res['rounds_s'])})", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     best = {m: min(res["steady_s"] for res in results if res["mode"] == m) for m in modes}
+    best_mean = {m: min(res["mean_s"] for res in results if res["mode"] == m) for m in modes}
+    best_end = {m: min(res["end_to_end_s"] for res in results if res["mode"] == m) for m in modes}
     if args.workload == "docs":
         same = all(res["metrics"] == results[0]["metrics"] for res in results)
         print(f"metrics (wall_s aside) equal across modes and repeats: {same}")
@@ -223,10 +229,14 @@ def main() -> None:
     else:
         for ours, theirs in (("fedpd", "flower"), ("fedpd", "flower-pull"), ("fedpd-feddyn", "flower-pull"),
                              ("fedpd-cold", "flower-cold"), ("fedpd-feddyn-cold", "flower-pull-cold")):
-            if ours in best and theirs in best:
-                print(f"steady round, {ours} / {theirs}: {best[ours] / best[theirs]:.3f} (target <= 1.10)")
+            if ours in best and theirs in best:  # a round waits for a SuperNode's 3-s poll or the next one:
+                # bimodal round times, whose median lands on either mode; the mean is what a run takes
+                print(f"{ours} / {theirs}: {best_mean[ours] / best_mean[theirs]:.3f} by the mean round, "
+                      f"{best[ours] / best[theirs]:.3f} by the median, {best_end[ours] / best_end[theirs]:.3f} "
+                      "end to end (target <= 1.10)")
     if args.json:
-        Path(args.json).write_text(json.dumps({"results": results, "best_steady_s": best}, indent=1))
+        Path(args.json).write_text(json.dumps({"results": results, "best_steady_s": best, "best_mean_s": best_mean,
+                                               "best_end_to_end_s": best_end}, indent=1))
 
 
 if __name__ == "__main__":
