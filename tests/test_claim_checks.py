@@ -259,6 +259,27 @@ def test_standard_report_names_what_is_not_testable():
     assert "FEMNIST" in text and "Sent140" in text and "GloVe" in text and "16 LEAF FEMNIST writers" in text
 
 
+
+@pytest.mark.parametrize("parties, expected", [(100, 1.0), (500, 0.867), (1000, 0.634)])
+def test_the_scaling_table_says_how_many_mnist_parties_ever_train(parties, expected):
+    """The expected share of parties sampled at least once, against the uniform sampler replayed (the
+    MNIST scaling: 10 parties a round, 100 rounds; a party never sampled keeps its initial model)."""
+    from fedpd.sampling import UniformK
+
+    cfg = fedplus_standard.config("mnist", parties, "fedavg", fedplus_standard.FedPlusStandard.budgets["medium"])
+    share = fedplus_standard.trained_share(cfg)
+    assert share == pytest.approx(expected, abs=5e-4)
+    sampler, generator = UniformK(parties, cfg["sampler"]["clients_per_round"]), torch.Generator().manual_seed(0)
+    replays = []
+    for _ in range(20):
+        seen = set()
+        for r in range(cfg["run"]["rounds"]):
+            seen.update(sampler.sample(r, generator).tolist())
+        replays.append(len(seen) / parties)
+    assert abs(sum(replays) / len(replays) - share) < 0.01
+    synthetic = fedplus_standard.config("synthetic", 3, "fedavg", fedplus_standard.FedPlusStandard.budgets["medium"])
+    assert fedplus_standard.trained_share(synthetic) == 1.0  # N = 3: every party every round
+
 # --- Fed+ regression: the κ sweep -----------------------------------------------------------------
 
 def sweep(points: dict, n: int = 3, noise=JITTER) -> rep.Results:
