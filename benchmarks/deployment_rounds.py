@@ -217,9 +217,10 @@ def main() -> None:
                   f"steady {res['steady_s']:6.2f} s/round (mean {res['mean_s']:.2f})  load {res['load']:.1f}  "
                   f"({', '.join(f'{t:.2f}' for t in res['rounds_s'])})", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    best = {m: min(res["steady_s"] for res in results if res["mode"] == m) for m in modes}
-    best_mean = {m: min(res["mean_s"] for res in results if res["mode"] == m) for m in modes}
-    best_end = {m: min(res["end_to_end_s"] for res in results if res["mode"] == m) for m in modes}
+    def best_of(key: str) -> dict[str, float]:  # each mode's best repeat
+        return {m: min(res[key] for res in results if res["mode"] == m) for m in modes}
+
+    best, best_mean, best_end = best_of("steady_s"), best_of("mean_s"), best_of("end_to_end_s")
     if args.workload == "docs":
         same = all(res["metrics"] == results[0]["metrics"] for res in results)
         print(f"metrics (wall_s aside) equal across modes and repeats: {same}")
