@@ -67,6 +67,19 @@ def test_optimal_alie_against_the_median_by_hand():
     torch.testing.assert_close(attack.forged(honest, 7, 3), honest.mean(0) - 10.0 * honest.std(0, unbiased=False))
 
 
+def test_the_searched_vectors_are_the_fixed_attacks_vectors_bit_for_bit():
+    """The search builds the honest statistics once a round (``forgery``); every strength it tries
+    must be the fixed attack's vector at that strength, to the bit."""
+    from fedpd.attacks import ALIE
+
+    honest = torch.randn(7, 50, generator=torch.Generator().manual_seed(1))
+    alie, ipm = make_attack("optimal_alie").forgery(honest), make_attack("optimal_ipm").forgery(honest)
+    assert torch.equal(alie(0.0), honest.mean(0)) and torch.equal(ipm(0.0), -0.0 * honest.mean(0))
+    for t in (0.3, 10.0, 1e4):
+        assert torch.equal(alie(t), ALIE.shifted(honest, t))
+        assert torch.equal(ipm(t), make_attack("ipm", epsilon=t).forged(honest, 9, 2))
+
+
 def test_optimal_attacks_simulate_the_chain_too():
     honest = torch.randn(8, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     plain = _against(make_attack("optimal_ipm"), aggregator="trimmed_mean", aggregator_options={"trim_ratio": 0.25})

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import replace
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Callable, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -383,10 +383,16 @@ class ALIE(OmniscientAttack):
         return self.shifted(honest, self.z_of(n, f))
 
     @staticmethod
-    def shifted(honest: Tensor, z: float) -> Tensor:
-        """μ − z·σ of the honest updates (σ the population standard deviation, per coordinate)."""
+    def moments(honest: Tensor) -> tuple[Tensor, Tensor]:
+        """μ and σ of the honest updates, per coordinate (σ the population standard deviation)."""
         std = honest.std(0, unbiased=False) if honest.shape[0] > 1 else torch.zeros_like(honest[0])
-        return honest.mean(0) - z * std
+        return honest.mean(0), std
+
+    @staticmethod
+    def shifted(honest: Tensor, z: float) -> Tensor:
+        """μ − z·σ of the honest updates."""
+        mean, std = ALIE.moments(honest)
+        return mean - z * std
 
 
 class IPM(OmniscientAttack):
@@ -494,17 +500,19 @@ class OptimalAttack(OmniscientAttack):
         self.simulate = defence()
         return self
 
-    def vector(self, honest: Tensor, t: float) -> Tensor:
+    def forgery(self, honest: Tensor) -> Callable[[float], Tensor]:
+        """t -> the forged vector of strength t, the honest statistics it needs computed once (the
+        search tries ``evals`` strengths on the same honest rows)."""
         raise NotImplementedError
 
     def strength(self, honest: Tensor, f: int, rng: ClientStreams | None) -> float:
         if self.simulate is None:
             raise ConfigError(f"attack.name: {self.name} has not been told the defence (Attack.against)")
-        mean = honest.mean(0)
+        mean, vector = honest.mean(0), self.forgery(honest)
         seed = int(rng.bits(1)[0, 0] >> np.uint64(1)) if rng is not None else 0
 
         def pushed(t: float) -> float:
-            forged = self.vector(honest, t)
+            forged = vector(t)
             rows = torch.cat([honest, forged.expand(f, -1)])
             out = self.simulate(rows, torch.Generator().manual_seed(seed))
             return float(ordered_norm(out - mean))
@@ -514,7 +522,7 @@ class OptimalAttack(OmniscientAttack):
 
     def forged(self, honest, n, f, rng=None):
         flat = honest.reshape(honest.shape[0], -1)
-        return self.vector(flat, self.strength(flat, f, rng)).reshape(honest.shape[1:])
+        return self.forgery(flat)(self.strength(flat, f, rng)).reshape(honest.shape[1:])
 
 
 class OptimalALIE(OptimalAttack):
@@ -528,8 +536,9 @@ class OptimalALIE(OptimalAttack):
     name = "optimal_alie"
     description = "uploads: ALIE with z searched each round against the defence in use (Allouah et al. 2023)"
 
-    def vector(self, honest, t):
-        return ALIE.shifted(honest, t)
+    def forgery(self, honest):
+        mean, std = ALIE.moments(honest)
+        return lambda t: mean - t * std
 
 
 class OptimalIPM(OptimalAttack):
@@ -540,8 +549,9 @@ class OptimalIPM(OptimalAttack):
     name = "optimal_ipm"
     description = "uploads: IPM with epsilon searched each round against the defence in use (Allouah et al. 2023)"
 
-    def vector(self, honest, t):
-        return -t * honest.mean(0)
+    def forgery(self, honest):
+        mean = honest.mean(0)
+        return lambda t: -t * mean
 
 
 class BackdoorOptions(RoundAttackOptions):
