@@ -510,6 +510,40 @@ def test_an_archive_is_decoded_once_then_read_from_the_cache(tmp_path, writers, 
     assert kept.read_bytes()[:2] == b"PK"
 
 
+def test_loads_of_one_archive_at_once_decode_it_once(tmp_path, writers, monkeypatch):
+    """Two loads at once (as two processes of ``fedpd reproduce --jobs 2``: each opens the lock
+    file itself, so threads contend as processes do): the second waits for the first's decode and
+    reads its entry."""
+    pytest.importorskip("PIL")
+    import threading
+    import time
+
+    from fedpd.data.loaders import images
+
+    monkeypatch.setenv("FEDPD_CACHE", str(tmp_path / "cache"))
+    path = writers.make_image_folder(tmp_path, as_tar=True)
+    decode, calls = images._decode_all, []
+
+    def slow_decode(*args):
+        calls.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other load to arrive while this one decodes
+        return decode(*args)
+
+    monkeypatch.setattr(images, "_decode_all", slow_decode)
+    loaded = [None, None]
+
+    def load(i):
+        loaded[i] = load_image_folder(path)
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(loaded[0]), _tensors(loaded[1])))
+
+
 def test_a_changed_archive_is_decoded_again(tmp_path, writers, monkeypatch):
     """The entry is keyed by the archive's content, not its name or time: the same file name, written
     again at once with other images, is not read from the old entry."""

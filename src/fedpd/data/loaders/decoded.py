@@ -6,12 +6,15 @@ a new entry (delete the folder to reclaim the old ones' space); a damaged entry 
 and replaced.
 
 The folder is ``$FEDPD_CACHE`` if set, else ``$XDG_CACHE_HOME/fedpd/decoded`` (``~/.cache/fedpd/
-decoded``); ``FEDPD_CACHE=off`` turns the cache off. Entries are written atomically, so processes
-that decode the same archive at once each write a whole file, and the last rename wins. A cache
-that cannot be written (read-only, full) costs the next load its decode, never the load."""
+decoded``); ``FEDPD_CACHE=off`` turns the cache off. Entries are written atomically. An archive is
+decoded by one process at a time (a lock file beside its entry): processes that load it at once —
+``fedpd reproduce --jobs N``, a sweep's workers, SuperNodes on one machine — wait for the first
+decode and read its entry instead of each paying for their own. A cache that cannot be written
+(read-only, full) costs the next load its decode, never the load."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -21,6 +24,11 @@ from typing import Callable
 import numpy as np
 
 from fedpd.io import atomic_write
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: concurrent loads each decode
+    fcntl = None
 
 #: bump when the arrays an entry holds change meaning (the entries of other versions are ignored)
 VERSION = 1
@@ -54,22 +62,49 @@ def entry(source: Path, how: str) -> Path | None:
     return folder / f"{source.name}.{digest.hexdigest()}.npz"
 
 
+def _read(path: Path | None) -> Arrays | None:
+    """The entry's arrays, or None when it is missing or damaged (a disk error, a foreign file)."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return z["x_train"], z["y_train"], z["x_test"], z["y_test"], json.loads(str(z["classes"]))
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def _decoding(path: Path | None):
+    """Held while this process decodes ``path``'s archive: an exclusive lock on ``<entry>.lock``
+    (released by the system if the process dies); nothing where the folder cannot be written."""
+    if path is None or fcntl is None:
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "a")
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def decoded(source: Path, how: str, decode: Callable[[], Arrays]) -> Arrays:
     """``decode()``'s arrays for the archive ``source``, from the cache when it holds them."""
     path = entry(source, how)
-    if path is not None and path.is_file():
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return z["x_train"], z["y_train"], z["x_test"], z["y_test"], json.loads(str(z["classes"]))
-        except Exception:  # damaged (a disk error, a foreign file): decode again, below
-            pass
-    arrays = decode()
-    if path is not None:
-        x_train, y_train, x_test, y_test, classes = arrays
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, lambda f: np.savez(f, x_train=x_train, y_train=y_train, x_test=x_test,
-                                                  y_test=y_test, classes=np.array(json.dumps(classes))))
-        except OSError:
-            pass
+    if (arrays := _read(path)) is not None:
+        return arrays
+    with _decoding(path):
+        if (arrays := _read(path)) is not None:  # another process decoded it while this one waited
+            return arrays
+        arrays = decode()
+        if path is not None:
+            x_train, y_train, x_test, y_test, classes = arrays
+            try:
+                atomic_write(path, lambda f: np.savez(f, x_train=x_train, y_train=y_train, x_test=x_test,
+                                                      y_test=y_test, classes=np.array(json.dumps(classes))))
+            except OSError:
+                pass
     return arrays
