@@ -428,6 +428,22 @@ def test_some_defence_within_five_points_of_clean_fedavg():
     verdict, text = claim.check(hetero(acc | {("trimmed+nnm", "ipm100"): 80.0}))
     assert verdict is False and "8.0 points below clean FedAvg" in text
     assert claim.check(rep.Results([]))[0] is None
+    # a defence counts once every attack of the part is recorded for it: without its IPM run,
+    # NNM → trimmed mean's "worst case" would be its clean accuracy
+    partial = {k: v for k, v in acc.items() if k != ("trimmed+nnm", "ipm100")}
+    verdict, text = claim.check(hetero(partial))
+    assert verdict is False and "best worst case coordinate median, 70.0 %" in text
+    assert claim.check(hetero({k: v for k, v in partial.items() if k[0] != "median"}))[0] is None
+
+
+def test_the_worst_case_waits_for_every_attack():
+    acc = {("fedavg", "none"): 88.0, ("fedavg", "ipm100"): 10.0, ("fedavg", "mimic"): 80.0,
+           ("median", "none"): 86.0, ("median", "mimic"): 75.0}
+    results = hetero(acc)
+    assert robustness._worst(results, "fedavg", "dir0.3") == ("ipm100", pytest.approx(10.0, abs=0.1))
+    assert robustness._worst(results, "median", "dir0.3") is None  # IPM ε = 100 not recorded for it
+    assert robustness._recorded_attacks(results, "median", "dir0.3") == (2, 3)
+    assert robustness._worst_by_seed(results, "median", "dir0.3") == {}
 
 
 def dp_curve(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:

@@ -552,23 +552,31 @@ def _h_plain(results, split) -> list[str]:
     return [a for a in H_ATTACKS if a not in BACKDOORS and results.select(part="hetero", split=split, attack=a)]
 
 
+def _recorded_attacks(results, method, split) -> tuple[int, int]:
+    """(how many of the part's attacks ``method`` has a record of, how many there are)."""
+    attacks = _h_plain(results, split)
+    return sum(bool(_h_points(results, method, a, split)) for a in attacks), len(attacks)
+
+
 def _worst(results, method, split) -> tuple[str, float] | None:
-    """(the attack with the lowest mean test accuracy over the seeds, that accuracy in points)."""
+    """(the attack with the lowest mean test accuracy over the seeds, that accuracy in points); None
+    until every attack of the part has a record for ``method`` — a worst case over the attacks
+    recorded so far (at first only "no attack") would overstate the defence."""
     means = {}
     for a in _h_plain(results, split):
         v = _h_points(results, method, a, split)
-        if v:
-            means[a] = statistics.fmean(v.values())
+        if not v:
+            return None
+        means[a] = statistics.fmean(v.values())
     return min(means.items(), key=lambda kv: kv[1]) if means else None
 
 
 def _worst_by_seed(results, method, split) -> dict[int, float]:
-    """{seed: the lowest test accuracy over the attacks that seed ran} — the defence's worst case."""
-    out: dict[int, float] = {}
-    for a in _h_plain(results, split):
-        for seed, v in _h_points(results, method, a, split).items():
-            out[seed] = min(out.get(seed, math.inf), v)
-    return out
+    """{seed: the lowest test accuracy over the attacks} — the defence's worst case, for the seeds
+    that ran every attack of the part."""
+    points = [_h_points(results, method, a, split) for a in _h_plain(results, split)]
+    seeds = set.intersection(*(set(p) for p in points)) if points else set()
+    return {seed: min(p[seed] for p in points) for seed in sorted(seeds)}
 
 
 def _per_round(results, method, split) -> float | None:
@@ -598,12 +606,16 @@ def _hetero_sections(results) -> list[str]:
         for m in methods:
             w = _worst(runs, m, split)
             cost = _per_round(runs, m, split)
-            worst_rows.append([H_METHODS[m][0], H_ATTACKS[w[0]][0] if w else "—", f"{w[1]:.1f}" if w else "—",
+            done, total = _recorded_attacks(runs, m, split)
+            named = H_ATTACKS[w[0]][0] if w else f"— ({done} of {total} attacks recorded)"
+            worst_rows.append([H_METHODS[m][0], named, f"{w[1]:.1f}" if w else "—",
                                "—" if cost is None else f"{cost:.2f}",
                                "—" if cost is None or not base else f"{cost / base:.2f}×"])
         out.append(f"Each defence's worst attack on {H_SPLIT_LABELS[split]} (the lowest mean test accuracy over the "
-                   "attacks above but the backdoor) and its cost: seconds per round without attack (one thread, the "
-                   "runs' own wall_s), and that against FedAvg's.\n\n"
+                   "attacks above but the backdoor; named once every one of them is recorded) and its cost: seconds "
+                   "per round without attack (one thread, the runs' own wall_s), and that against FedAvg's — "
+                   "wall-clock time: a run that shared the machine with other work reads slow, so the column "
+                   "compares defences only when their runs were made side by side on a quiet machine.\n\n"
                    + rep.md_table(["defence", "worst attack", "accuracy there (%)", "s / round", "vs FedAvg"],
                                   worst_rows))
     return out
