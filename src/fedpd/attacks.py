@@ -383,16 +383,17 @@ class ALIE(OmniscientAttack):
         return self.shifted(honest, self.z_of(n, f))
 
     @staticmethod
-    def moments(honest: Tensor) -> tuple[Tensor, Tensor]:
-        """μ and σ of the honest updates, per coordinate (σ the population standard deviation)."""
+    def line(honest: Tensor) -> Callable[[float], Tensor]:
+        """z -> μ − z·σ of the honest updates (σ the population standard deviation, per
+        coordinate), μ and σ computed once."""
         std = honest.std(0, unbiased=False) if honest.shape[0] > 1 else torch.zeros_like(honest[0])
-        return honest.mean(0), std
+        mean = honest.mean(0)
+        return lambda z: mean - z * std
 
     @staticmethod
     def shifted(honest: Tensor, z: float) -> Tensor:
         """μ − z·σ of the honest updates."""
-        mean, std = ALIE.moments(honest)
-        return mean - z * std
+        return ALIE.line(honest)(z)
 
 
 class IPM(OmniscientAttack):
@@ -537,8 +538,7 @@ class OptimalALIE(OptimalAttack):
     description = "uploads: ALIE with z searched each round against the defence in use (Allouah et al. 2023)"
 
     def forgery(self, honest):
-        mean, std = ALIE.moments(honest)
-        return lambda t: mean - t * std
+        return ALIE.line(honest)
 
 
 class OptimalIPM(OptimalAttack):
