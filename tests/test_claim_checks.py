@@ -425,9 +425,13 @@ def test_some_defence_within_five_points_of_clean_fedavg():
            ("trimmed+nnm", "ipm100"): 84.0, ("median", "none"): 86.0, ("median", "ipm100"): 70.0}
     verdict, text = claim.check(hetero(acc))
     assert verdict is True and "best worst case NNM → trimmed mean (β = 0.25), 84.0 %" in text
+    assert "2 defences compared, each at 97.5 %" in text
     verdict, text = claim.check(hetero(acc | {("trimmed+nnm", "ipm100"): 80.0}))
     assert verdict is False and "8.0 points below clean FedAvg" in text
     assert claim.check(rep.Results([]))[0] is None
+    # one seed, or seeds whose gaps straddle 5 points, decide nothing
+    assert claim.check(hetero(acc, n=1))[0] is None
+    assert claim.check(hetero(acc | {("trimmed+nnm", "ipm100"): 83.0}, noise=NOISY))[0] is None  # 5 ± 3 points
     # a defence counts once every attack of the part is recorded for it: without its IPM run,
     # NNM → trimmed mean's "worst case" would be its clean accuracy
     partial = {k: v for k, v in acc.items() if k != ("trimmed+nnm", "ipm100")}

@@ -637,25 +637,34 @@ def _worst_gain(pairs, margin: float = 5.0):
 
 
 def _some_defence_within(points: float = 5.0):
-    """Some defence's worst case over the attacks is within ``points`` of clean FedAvg (seeds' means),
-    on every heterogeneous split run: the issue's goal."""
+    """Some defence's worst case over the attacks is within ``points`` of clean FedAvg, on every
+    heterogeneous split run: the issue's goal. For each defence with a seed that ran every attack,
+    "clean FedAvg − its worst case < ``points``", paired over those seeds (the worst case of a seed:
+    :func:`_worst_by_seed`). "Some defence" is a union: it holds when one comparison holds and fails
+    when every one fails, each judged at the Bonferroni level over the defences compared (so with one
+    seed, or seeds that disagree, nothing is decided)."""
     def check(results):
-        found, texts = [], []
+        verdicts, texts = [], []
         for s in H_SPLITS:
             clean = _h_points(results, "fedavg", "none", s)
-            if not clean:
+            worst = {m: _worst_by_seed(results, m, s) for m in H_METHODS if m != "fedavg"}
+            compared = {m: rep.compare("clean FedAvg", clean, "worst case", w, higher=False, style=".1f", margin=points)
+                        for m, w in worst.items() if w}
+            if not clean or not compared:
                 continue
-            best = max(((m, _worst(results, m, s)) for m in H_METHODS if m != "fedavg"),
-                       key=lambda mw: -math.inf if mw[1] is None else mw[1][1], default=(None, None))
-            if best[1] is None:
-                continue
-            gap = statistics.fmean(clean.values()) - best[1][1]
-            found.append(gap < points)
-            texts.append(f"{H_SPLIT_LABELS[s]}: best worst case {H_METHODS[best[0]][0]}, {best[1][1]:.1f} % under "
-                         f"{H_ATTACKS[best[1][0]][0]}, {gap:.1f} points below clean FedAvg")
-        if not found:
+            level = rep.family_level(len(compared))
+            found = [c.verdict(level) for c in compared.values()]
+            verdicts.append(True if True in found else False if all(v is False for v in found) else None)
+            best = min(compared, key=lambda m: compared[m].diff.mean)
+            attack, accuracy = _worst(results, best, s)
+            texts.append(f"{H_SPLIT_LABELS[s]}: best worst case {H_METHODS[best][0]}, {accuracy:.1f} % under "
+                         f"{H_ATTACKS[attack][0]}, {compared[best].diff.mean:.1f} points below clean FedAvg "
+                         f"({compared[best].text(level)}; {len(compared)} defences compared, each at "
+                         f"{rep.fmt_level(level)} %)")
+        if not verdicts:
             return None, "not run (or not recorded yet) at this budget"
-        return all(found), "; ".join(texts)
+        holds = False if False in verdicts else (True if all(v is True for v in verdicts) else None)
+        return holds, "; ".join(texts)
     return check
 
 
