@@ -450,6 +450,17 @@ def test_the_worst_case_waits_for_every_attack():
     assert robustness._worst_by_seed(results, "median", "dir0.3") == {}
 
 
+def test_the_cost_column_is_a_median_over_the_runs_without_a_searched_attack():
+    def timed(attack, seed, wall):
+        return run({"part": "hetero", "split": "dir0.3", "attack": attack, "method": "krum"}, seed,
+                   [{"round": 100, "comm_rounds": 100, "test_acc": 0.9, "wall_s": wall}])
+    # one run made beside other work (400 s) and a searched attack (20 defences a round) set nothing
+    runs = [timed("none", 0, 400.0), timed("alie", 0, 110.0), timed("mimic", 0, 120.0), timed("ipm100", 0, 100.0),
+            timed("optimal_alie", 0, 900.0), timed("optimal_ipm", 0, 800.0)]
+    assert robustness._per_round(rep.Results(runs), "krum", "dir0.3") == pytest.approx(1.15)
+    assert robustness._per_round(rep.Results(runs[4:]), "krum", "dir0.3") is None
+
+
 def dp_curve(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
     """acc {(method, z): mean test accuracy %} of the DP part (z = 0: no DP)."""
     cells = {("dp", m, z): seeds(v, noise, n, i) for i, ((m, z), v) in enumerate(acc.items())}
