@@ -47,12 +47,11 @@ MEASURED: dict[str, tuple[float, str]] = {
 #: the heterogeneous part of robustness (issue 44): fedpd.reproduce.core.estimate("robustness", "medium", rounds=1,
 #: runs="hetero/dir0.3/none/*/s0,hetero/dir0.3/*/fedavg/s0,hetero/dir0.3/optimal_alie/*/s0"), 51 settings, then each
 #: of the 260 cells costed as below and multiplied by the 3 seeds
-HETERO_COST = ("The heterogeneous part adds an estimated 43 core-hours (about 22 h on 2 cores with --jobs 2; 780 runs "
-               "of 100 rounds), from timing one round (CPU time, 2026-11-27, load average 8–9: the same MLP rounds "
-               "took 0.9–1.7 s against the 0.45–0.65 s above, so a quiet machine may need about half) of every "
-               "defence without attack, every attack with FedAvg and every defence under ALIE with z searched: a cell "
-               "costs its defence's round plus its attack's extra over FedAvg's, the searched attacks their measured "
-               "round (2.2–10.5 s: 20 simulated defences a round, 46 % of the total).")
+HETERO_COST = ("The heterogeneous part adds about 36 core-hours (about 18 h on 2 cores with --jobs 2; 780 runs of "
+               "100 rounds), measured on its first 48 runs (seed 0 of the trimmed mean and Krum with and without NNM, "
+               "2026-11-28, --jobs 2 on a quiet 2-core machine): a run under a fixed attack takes a median 110 s, one "
+               "under a searched attack 280–610 s (median 485 s: 20 simulated defences a round, the most after NNM); "
+               "the 120 searched runs are 45 % of the total.")
 
 
 def cost_note(name: str) -> str:
