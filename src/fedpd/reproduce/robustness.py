@@ -655,7 +655,7 @@ def _some_defence_within(points: float = 5.0):
             clean = _h_points(results, "fedavg", "none", s)
             worst = {m: _worst_by_seed(results, m, s) for m in H_METHODS if m != "fedavg"}
             compared = {m: rep.compare("clean FedAvg", clean, "worst case", w, higher=False, style=".1f", margin=points)
-                        for m, w in worst.items() if w}
+                        for m, w in worst.items() if set(w) & set(clean)}  # a seed both ran
             if not clean or not compared:
                 continue
             level = rep.family_level(len(compared))
