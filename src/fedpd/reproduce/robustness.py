@@ -81,6 +81,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from fedpd.attacks import ATTACKS as ATTACK_CLASSES, OptimalAttack
 from fedpd.reproduce import report as rep
 from fedpd.reproduce.costs import HETERO_COST, MEDIUM_COST, ROBUSTNESS_HOW
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
@@ -580,7 +581,8 @@ def _worst_by_seed(results, method, split) -> dict[int, float]:
 
 
 #: the attacks that simulate the defence in use each round (their runs' time is mostly the search's)
-SEARCHED = ("optimal_alie", "optimal_ipm")
+SEARCHED = tuple(k for k, (_, cfg) in H_ATTACKS.items()
+                 if any(a.name == cfg["name"] and issubclass(a, OptimalAttack) for a in ATTACK_CLASSES))
 
 
 def _per_round(results, method, split) -> float | None:
@@ -659,8 +661,7 @@ def _some_defence_within(points: float = 5.0):
             if not clean or not compared:
                 continue
             level = rep.family_level(len(compared))
-            found = [c.verdict(level) for c in compared.values()]
-            verdicts.append(True if True in found else False if all(v is False for v in found) else None)
+            verdicts.append(rep.any_of(list(compared.values()), level))
             best = min(compared, key=lambda m: compared[m].diff.mean)
             attack, accuracy = _worst(results, best, s)
             texts.append(f"{H_SPLIT_LABELS[s]}: best worst case {H_METHODS[best][0]}, {accuracy:.1f} % under "
@@ -669,8 +670,7 @@ def _some_defence_within(points: float = 5.0):
                          f"{rep.fmt_level(level)} %)")
         if not verdicts:
             return None, "not run (or not recorded yet) at this budget"
-        holds = False if False in verdicts else (True if all(v is True for v in verdicts) else None)
-        return holds, "; ".join(texts)
+        return rep.all_of(list(zip(verdicts, texts)))  # every split; each verdict already at its own level
     return check
 
 
