@@ -421,6 +421,7 @@ def test_bucketing_raises_the_worst_case_of_the_median_and_rfa():
 
 def test_some_defence_within_five_points_of_clean_fedavg():
     claim = next(c for c in robustness.CLAIMS if c.text.endswith("within 5 points of clean FedAvg"))
+    assert claim.paired  # a paired test over seeds: the report must not mark it "a threshold on the means"
     acc = {("fedavg", "none"): 88.0, ("fedavg", "ipm100"): 10.0, ("trimmed+nnm", "none"): 87.0,
            ("trimmed+nnm", "ipm100"): 84.0, ("median", "none"): 86.0, ("median", "ipm100"): 70.0}
     verdict, text = claim.check(hetero(acc))
