@@ -81,7 +81,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from fedpd.attacks import ATTACKS as ATTACK_CLASSES, OptimalAttack
+from fedpd.attacks import OptimalAttack
+from fedpd.registry import ATTACKS as ATTACK_ENTRIES
 from fedpd.reproduce import report as rep
 from fedpd.reproduce.costs import HETERO_COST, MEDIUM_COST, ROBUSTNESS_HOW
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
@@ -582,7 +583,7 @@ def _worst_by_seed(results, method, split) -> dict[int, float]:
 
 #: the attacks that simulate the defence in use each round (their runs' time is mostly the search's)
 SEARCHED = tuple(k for k, (_, cfg) in H_ATTACKS.items()
-                 if any(a.name == cfg["name"] and issubclass(a, OptimalAttack) for a in ATTACK_CLASSES))
+                 if issubclass(ATTACK_ENTRIES[cfg["name"]].build, OptimalAttack))
 
 
 def _per_round(results, method, split) -> float | None:
