@@ -152,3 +152,22 @@ def test_a_subclass_overriding_aggregate_gets_the_stacked_round_and_its_step_is_
     server = run_round(HalfStep(), {"x0": x0}, ids, 1, clients=Clients(), comm=CommCounter(),
                        attack=Attack().bind(3), seed=0, num_clients=3)
     assert torch.allclose(server["x0"], x0 + 0.5)  # (x0 + mean_i (x0 + i)) / 2 = x0 + 1/2
+
+
+@pytest.mark.parametrize("finite, steps", [(1, False), (18, False), (19, True)])
+def test_a_round_with_fewer_usable_rows_than_the_rule_needs_is_void_not_a_crash(finite, steps):
+    # NNM -> Bulyan with f = 4 needs K >= 4f + 3 = 19 rows. A round in which only ``finite`` of 20
+    # uploads are finite (a broken run under IPM) leaves the server as it was and rejects all 20,
+    # as a round with none usable does; it used to raise NNM's ConfigError and end the run.
+    rows = torch.full((20, 2), float("nan"), dtype=torch.float64)
+    rows[:finite] = torch.arange(2 * finite, dtype=torch.float64).reshape(finite, 2) / 10
+    clients = Groups([(torch.arange(20), {"x": rows})])
+    algorithm = FedAvg(aggregator="bulyan", aggregator_options={"n_byzantine": 4, "pre": "nnm"})
+    assert algorithm.min_uploads() == 19
+    comm = CommCounter()
+    x0 = torch.full((2,), 7.0, dtype=torch.float64)
+    server = run_round(algorithm, algorithm.init_server(x0), torch.arange(20), 0, clients=clients, comm=comm,
+                       attack=Attack().bind(20), seed=0, num_clients=20)
+    assert torch.equal(server["x0"], x0) is not steps
+    assert comm.rejected_uploads == (20 - finite if steps else 20)
+    assert clients.committed.numel() == (finite if steps else 0)

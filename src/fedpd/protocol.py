@@ -12,7 +12,9 @@ aggregation and every counted float are identical whichever engine runs the clie
 5. if the round does not communicate, every client that trained commits its state: done;
 6. uploads are counted up as sent, then put in ascending client order (so the aggregate does
    not depend on the order replies arrived or clients ran), attacked (update attacks), screened
-   (NaN/Inf, wrong shape: rejected, counted);
+   (NaN/Inf, wrong shape: rejected, counted); when fewer rows pass than the rule needs
+   (``min_uploads``: Krum 2f + 3, a pre-aggregation's K > 2f) every upload of the round is
+   rejected and the server stays as it was — the same as a round in which none passes;
 7. ``aggregate`` over the accepted uploads; its reply is counted down to the accepted senders;
    a rule whose server step is a plain mean (``means_only``), in a round with no update attack,
    on an engine that trains its clients in id order (``in_id_order``) takes 6–7 streamed
@@ -110,6 +112,8 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
     upload, _ = attack.corrupt(upload, message, senders, round, seed, algorithm.model_uploads,
                                algorithm.update_uploads)
     keep = keep & finite_rows(upload, senders.numel())
+    if int(keep.sum()) < algorithm.min_uploads():  # too few usable rows for the rule (Krum: 2f + 3):
+        keep = torch.zeros_like(keep)  # the round is void, as when none is usable, not a crash
     comm.rejected_uploads += int((~keep).sum())
     accepted = senders[keep]
     if not accepted.numel():
