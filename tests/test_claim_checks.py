@@ -445,6 +445,33 @@ def test_some_defence_within_five_points_of_clean_fedavg():
     assert verdict is None and "not recorded yet" in text and "nan" not in text
 
 
+def test_the_held_out_seeds_decide_the_goal_for_the_chosen_defence_alone():
+    claim = next(c for c in robustness.CLAIMS if "on held-out seeds" in c.text)
+    assert claim.paired and robustness.H_HOLDOUT in robustness.H_METHODS
+    chosen = robustness.H_HOLDOUT
+
+    def held(acc, n=5, noise=JITTER):
+        cells = {("holdout", "dir0.3", a, m): seeds(v, noise, n, i) for i, ((m, a), v) in enumerate(acc.items())}
+        return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
+
+    acc = {("fedavg", "none"): 95.0, (chosen, "none"): 94.0, (chosen, "optimal_ipm"): 91.5, (chosen, "mimic"): 93.0}
+    verdict, text = claim.check(held(acc))
+    assert verdict is True and "worst: 91.5 % under IPM, ε searched" in text and "n = 5" in text
+    assert "Bonferroni" not in text  # one comparison, fixed before these seeds ran
+    assert claim.check(held(acc | {(chosen, "optimal_ipm"): 88.0}))[0] is False  # 7 points below
+    assert claim.check(held(acc | {(chosen, "optimal_ipm"): 90.0}, noise=NOISY))[0] is None  # 5 ± 3 points
+    assert claim.check(held(acc, n=1))[0] is None
+    # the grid's seeds count for nothing here, nor the held-out runs for the grid's claim
+    grid = hetero({("fedavg", "none"): 95.0, (chosen, "none"): 94.0, (chosen, "optimal_ipm"): 70.0})
+    both = rep.Results(grid.runs + held(acc).runs)
+    assert claim.check(both)[0] is True and claim.check(grid)[0] is None
+    goal = next(c for c in robustness.CLAIMS if c.text.endswith("within 5 points of clean FedAvg"))
+    assert goal.check(both)[0] is False and goal.check(held(acc))[0] is None
+    # a seed without every attack recorded is no worst case yet
+    partial = rep.Results([r for r in held(acc).runs if (r.labels["attack"], r.spec.seed) != ("mimic", 4)])
+    assert "n = 4" in claim.check(partial)[1]
+
+
 def test_the_worst_case_waits_for_every_attack():
     acc = {("fedavg", "none"): 88.0, ("fedavg", "ipm100"): 10.0, ("fedavg", "mimic"): 80.0,
            ("median", "none"): 86.0, ("median", "mimic"): 75.0}
@@ -715,7 +742,7 @@ def test_every_claim_has_its_test_above():
     """The claims tested in this file, per report: a new claim needs its test here first."""
     assert {name: len(claims) for name, claims in ALL_CLAIMS.items()} == {
         "fedpd_fig2": 6, "fedpd_p_heterogeneity": 3, "feddyn_fedpd": 4, "fedplus_table2": 8, "fedplus_standard": 14,
-        "fedplus_kappa": 2, "afedpd_table2": 4, "robustness": 13}
+        "fedplus_kappa": 2, "afedpd_table2": 4, "robustness": 14}
 
 
 def test_every_claim_runs_on_empty_results_as_inconclusive():

@@ -349,6 +349,15 @@ def test_robustness_runs_every_defence_against_every_attack():
     bulyan = [s for s in runs if s.labels.get("method") == "bulyan"]
     assert bulyan and all(s.config["sampler"] == {"name": "all"} and s.config["problem"]["clients"]
                           >= 4 * s.config["algorithm"]["aggregator_options"]["n_byzantine"] + 3 for s in bulyan)
+    # the held-out seeds: the chosen defence under every attack read by test accuracy and clean FedAvg, on
+    # five seeds the grid never ran
+    held = [s for s in runs if s.labels["part"] == "holdout"]
+    assert {t.seed for t in held} == {3, 4, 5, 6, 7} and not {t.seed for t in held} & {t.seed for t in hetero}
+    assert {(s.labels["method"], s.labels["attack"]) for s in held} == (
+        {(R.H_HOLDOUT, a) for a in R.H_ATTACKS if a not in R.BACKDOORS} | {("fedavg", "none")})
+    same = {t.key.replace("hetero/", "holdout/", 1): t.config for t in R.Robustness()._hetero_grid(
+        R.Robustness.budgets["medium"], "hetero", "dir0.3", (3,), ("fedavg", R.H_HOLDOUT))}
+    assert [s.config == same[s.key] for s in held if s.seed == 3] == [True] * 13  # the grid's cells, other seeds
     dp = {(s.labels["method"], s.labels["z"]) for s in runs if s.labels["part"] == "dp"}
     assert dp == {(m, z) for m in ("fedavg", "feddyn") for z in R.DP_Z}
 

@@ -459,8 +459,8 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         "",
         f"Budget **{budget.name}**: {budget.note}",
         "",
-        f"- {len(specs)} runs: {len({s.group for s in specs})} settings × seeds {', '.join(map(str, budget.seeds))} "
-        f"(each seed s sets `run.seed = s`{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
+        f"- {len(specs)} runs: {len({s.group for s in specs})} settings × seeds {', '.join(map(str, budget.seeds))}"
+        f" ({_other_seeds(specs, budget.seeds)}each seed s sets `run.seed = s`{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
         f"{', '.join(map(str, rounds)) or '—'}; mean ± std is over the seeds (sample std, n − 1).",
         (f"- **{len(missing)} of the {len(specs)} runs are not recorded yet** (the tables and claims use the "
          f"{len(done)} that are; `fedpd reproduce {exp.name} --budget {budget.name} --out <this folder>` runs the "
@@ -493,6 +493,19 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
     path = out / "README.md"
     atomic_write_text(path, "\n".join(head) + "\n" + body + "\n" + "\n".join(tail) + "\n")
     return path
+
+
+def _other_seeds(specs, seeds) -> str:
+    """"13 of them on seeds 3, 4 only; " for the settings not run on every seed of the budget (a
+    held-out check, a setting a paper runs once); "" when there are none."""
+    by_group: dict[str, set[int]] = {}
+    for s in specs:
+        by_group.setdefault(s.group, set()).add(s.seed)
+    other = [g for g, got in by_group.items() if got != set(seeds)]
+    if not other:
+        return ""
+    on = sorted(set().union(*(by_group[g] for g in other)))
+    return f"{len(other)} of them on seed{'s' * (len(on) > 1)} {', '.join(map(str, on))} only; "
 
 
 def _problem_seeded(specs) -> bool:
