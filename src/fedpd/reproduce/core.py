@@ -459,8 +459,9 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         "",
         f"Budget **{budget.name}**: {budget.note}",
         "",
-        f"- {len(specs)} runs: {len({s.group for s in specs})} settings × seeds {', '.join(map(str, budget.seeds))}"
-        f" ({_other_seeds(specs, budget.seeds)}each seed s sets `run.seed = s`{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
+        f"- {len(specs)} runs: {len({s.group for s in specs})} settings × seeds {', '.join(map(str, budget.seeds))} "
+        f"({_other_seeds(specs, budget.seeds)}each seed s sets `run.seed = s`"
+        f"{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
         f"{', '.join(map(str, rounds)) or '—'}; mean ± std is over the seeds (sample std, n − 1).",
         (f"- **{len(missing)} of the {len(specs)} runs are not recorded yet** (the tables and claims use the "
          f"{len(done)} that are; `fedpd reproduce {exp.name} --budget {budget.name} --out <this folder>` runs the "

@@ -63,6 +63,16 @@ searched each round against the defence in use (Allouah et al. 2023's "optimal" 
 backdoor keeps its single attacker. The reading gives each defence's worst attack and its
 accuracy there, and each defence's seconds per round against FedAvg's.
 
+**Held-out seeds** (``holdout``). The goal — some defence whose worst case over the attacks stays
+within 5 points of clean FedAvg — is a choice among 19 defences on the grid's three seeds, and a
+union test at the Bonferroni level 1 − 0.05/19 cannot be decided at n = 3 (Student's t is 19.5
+there). So the defence with the best worst case on seeds 0–2 (ARC → NNM → trimmed mean, fixed as
+``H_HOLDOUT`` before the new seeds ran) is run again with clean FedAvg on five seeds the grid never
+ran (3–7 at the medium budget), under every attack read by test accuracy, and the goal is decided
+there by one paired comparison at 95 % (the last claim). A round whose usable uploads are fewer
+than the rule needs (NNM → Bulyan once IPM has made every upload but one non-finite) rejects them
+all and leaves the model as it is (:mod:`fedpd.protocol`): such runs are recorded as broken.
+
 **DP.** Client-level DP (``[privacy]``: DP-FedAvg with a fixed clip S and noise z·S on the sum) on
 MNIST with logistic regression, 1 000 clients of 60 images (i.i.d.), 50 drawn uniformly per round,
 100 rounds: FedAvg and FedDyn (the primal-dual method docs/privacy.md admits; FedPD keeps its own
