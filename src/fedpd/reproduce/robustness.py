@@ -639,7 +639,7 @@ def _hetero_sections(results) -> list[str]:
                                f"## Held-out seeds, {H_SPLIT_LABELS[split]}: {H_METHODS[H_HOLDOUT][0]} and clean "
                                "FedAvg (%)\n\nThe defence with the best worst case on the seeds above (0–2), chosen "
                                "before these seeds ran and run again on seeds the grid never ran, so that the goal "
-                               "is checked on data it was not picked on (the last claim below)")
+                               "is checked on data it was not picked on (the last claim below).")
     return out
 
 
@@ -652,8 +652,9 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
     rows = [[H_METHODS[m][0], *(rep.fmt_ms(runs.values("backdoor_acc" if a in BACKDOORS else "test_acc",
                                                       split=split, attack=a, method=m), "pct") for a in attacks)]
             for m in methods]
+    door = " (the backdoor: one)" if any(a in BACKDOORS for a in attacks) else ""
     out = [f"{heading}\n\n{rep.seeds_of(runs.select(split=split))}; {H_N} clients, all taking part, "
-           f"{H_BYZANTINE} of them Byzantine (the backdoor: one).\n\n" + rep.md_table(header, rows)]
+           f"{H_BYZANTINE} of them Byzantine{door}.\n\n" + rep.md_table(header, rows)]
     base = _per_round(runs, "fedavg", split, part)
     worst_rows = []
     for m in methods:
