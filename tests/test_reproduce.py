@@ -356,7 +356,8 @@ def test_robustness_runs_every_defence_against_every_attack():
     assert {(s.labels["method"], s.labels["attack"]) for s in held} == (
         {(R.H_HOLDOUT, a) for a in R.H_ATTACKS if a not in R.BACKDOORS} | {("fedavg", "none")})
     same = {t.key.replace("hetero/", "holdout/", 1): t.config for t in R.Robustness()._hetero_grid(
-        R.Robustness.budgets["medium"], "hetero", "dir0.3", (3,), ("fedavg", R.H_HOLDOUT))}
+        R.Robustness.budgets["medium"], "hetero", "dir0.3", (3,), [(a, m) for a in R.H_ATTACKS
+                                                                   for m in ("fedavg", R.H_HOLDOUT)])}
     assert [s.config == same[s.key] for s in held if s.seed == 3] == [True] * 13  # the grid's cells, other seeds
     dp = {(s.labels["method"], s.labels["z"]) for s in runs if s.labels["part"] == "dp"}
     assert dp == {(m, z) for m in ("fedavg", "feddyn") for z in R.DP_Z}
