@@ -285,8 +285,8 @@ class Robustness(Experiment):
             specs += self._hetero_grid(budget, "hetero", split, budget.seeds,
                                        [(a, m) for a in attacks for m in budget["hetero_methods"]])
             if holdout:  # the worst case reads test accuracy only (no backdoor); FedAvg only clean
-                held = [(a, m) for a in attacks if a not in BACKDOORS for m in ("fedavg", holdout)
-                        if m == holdout or a == "none"]
+                held = [(a, m) for a in attacks if a not in BACKDOORS
+                        for m in (("fedavg", holdout) if a == "none" else (holdout,))]
                 specs += self._hetero_grid(budget, "holdout", split, seeds, held)
         return specs
 
