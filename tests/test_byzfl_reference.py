@@ -22,8 +22,10 @@ import torch
 from fedpd.aggregators import (centered_clipping, coordinate_median, geometric_median, krum, make_aggregator,
                                norm_bounding, trimmed_mean)
 from fedpd.algorithms import FedAvg
-from fedpd.attacks import ALIE, make_attack
+from fedpd.attacks import ALIE, make_attack, transform_parties
 from fedpd.preaggregators import arc, bucketing, nnm
+from fedpd.problems.base import ClientSplit
+from fedpd.streams import ClientStreams
 
 
 def _byzfl():
@@ -144,6 +146,84 @@ def test_ipm_alie_and_mimic(seed):
     close(ALIE.shifted(honest, z), theirs(B.ALittleIsEnough(tau=-z * math.sqrt((h - 1) / h)), honest))
     close(make_attack("mimic", index=3).forged(honest, 10, 2), theirs(B.Mimic(epsilon=3), honest))
 
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_byzfls_sign_flipping_is_ipm_at_epsilon_one_and_its_inf_is_fedpds(seed):
+    """ByzFL's SignFlipping sends −mean(honest): fedpd's IPM with ε = 1. fedpd's sign_flip negates each
+    attacker's own update instead (its docstring says so)."""
+    honest = rows(seed, n=8)
+    close(make_attack("ipm", epsilon=1.0).forged(honest, 10, 2), theirs(B.SignFlipping(), honest))
+    about_zero = torch.zeros((), dtype=torch.float64)
+    close(make_attack("sign_flip").corrupted(honest, about_zero, None), -honest)
+    assert not torch.allclose(-honest, theirs(B.SignFlipping(), honest).expand_as(honest))
+    close(make_attack("inf").corrupted(honest[:1], about_zero, None)[0], theirs(B.Inf(), honest))
+
+
+def test_gaussian_noise_has_the_law_of_byzfls_gaussian():
+    """fedpd adds N(0, std²) to the attacker's upload, ByzFL sends a fresh N(mu, sigma²) vector: the noise
+    fedpd adds and ByzFL's vector with mu = 0, sigma = std are one law (two-sample Kolmogorov–Smirnov on
+    200 000 draws each; the same test tells a variance of std² from it)."""
+    from scipy import stats
+
+    d, std = 200_000, 2.5
+    upload = rows(3, n=1, d=d)
+    streams = ClientStreams.of(0, "attack", 0, torch.tensor([0]))
+    ours = (make_attack("gaussian", std=std).corrupted(upload, torch.zeros((), dtype=torch.float64), streams)
+            - upload)[0].numpy()
+    state = np.random.get_state()
+    np.random.seed(0)  # ByzFL draws from numpy's global generator on arrays
+    try:
+        their = np.asarray(B.Gaussian(0.0, std)(upload.numpy().copy()))
+    finally:
+        np.random.set_state(state)
+    assert stats.ks_2samp(ours, their).pvalue > 0.01
+    assert stats.ks_2samp(ours, their * std).pvalue < 1e-6
+
+
+def _byzfl_client(loader, momentum: float = 0.0):
+    """ByzFL's own client (its fed_framework) with its MNIST logistic regression."""
+    framework = importlib.import_module("byzfl.fed_framework")
+    return framework.Client({"model_name": "logreg_mnist", "device": "cpu", "loss_name": "CrossEntropyLoss",
+                             "LabelFlipping": True, "nb_labels": 10, "momentum": momentum,
+                             "training_dataloader": loader, "store_per_client_metrics": False})
+
+
+def test_label_flip_flips_as_byzfls_clients_do():
+    """ByzFL's client computes a gradient on its flipped targets (what its LabelFlipping sends the mean of);
+    the same model's gradient on fedpd's label-flipped data is that gradient."""
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(32, 1, 28, 28, generator=g), torch.randint(0, 10, (32,), generator=g)
+    client = _byzfl_client(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32))
+    client.compute_gradients()
+    their = client.get_flat_flipped_gradients().clone()
+    flipped = transform_parties(ClientSplit(x, y, torch.tensor([0, 32])), torch.tensor([0]), "label_flip", 10).y
+    assert not torch.equal(flipped, y)
+    model = client.model.eval()
+    model.zero_grad()
+    torch.nn.CrossEntropyLoss()(model(x), flipped).backward()
+    close(torch.cat([p.grad.reshape(-1) for p in model.parameters()]), their)
+
+
+def test_client_momentum_as_byzfls_clients_keep_it():
+    """ByzFL's client keeps m ← β m + (1 − β) g of its gradients; fedpd's client momentum keeps the same of
+    its updates Δ = x − x0 and uploads x0 + m (fedpd.algorithms.robust). The same updates, three rounds."""
+    beta = 0.9
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(1, 784), torch.zeros(1).long()))
+    client = _byzfl_client(loader, momentum=beta)
+    params = list(client.model.parameters())
+    g = torch.Generator().manual_seed(5)
+    d = sum(p.numel() for p in params)
+    x0, state = torch.randn(d, generator=g), {"m": torch.zeros(d)}
+    algorithm = FedAvg(aggregator="trimmed_mean", aggregator_options={"trim_ratio": 0.2}, client_momentum=beta)
+    for _ in range(3):
+        delta = torch.randn(d, generator=g)
+        for p, part in zip(params, delta.split([p.numel() for p in params])):
+            p.grad = part.reshape(p.shape).clone()
+        their = client.get_flat_gradients_with_momentum().clone()
+        upload, state = algorithm.with_momentum({"x": x0 + delta}, {"x0": x0}, state, {})
+        close(state["m"], their)
+        close(upload["x"], x0 + their)
 
 DEFENCES = [  # (fedpd's aggregator and options, ByzFL's rule and pre-aggregators), f = 3 of n = 11
     (("trimmed_mean", {"trim_ratio": 3 / 11}), lambda: (B.TrMean(3), [])),

@@ -222,11 +222,20 @@ class DataAttack(Attack):
 
 
 class NegateInputs(DataAttack):
+    """The chosen parties' inputs negated, train split (and test with ``splits = "both"``). ByzFL has
+    no counterpart."""
+
     name = "negate_inputs"
     description = "outliers by data: the chosen parties' inputs negated"
 
 
 class LabelFlip(DataAttack):
+    """The chosen parties train on flipped labels: class c of C becomes C − 1 − c (±1 labels and
+    regression targets: y becomes −y), train split (and test with ``splits = "both"``). The flip is
+    ByzFL's: its clients flip their targets as C − 1 − c and its ``LabelFlipping`` then sends the
+    mean of the flipped gradients; here each flipping party trains on its flipped data and uploads
+    its own update, as any client does."""
+
     name = "label_flip"
     description = "outliers by data: labels flipped (c -> C-1-c, y -> -y)"
 
@@ -265,6 +274,11 @@ class UpdateAttack(Attack):
 
 
 class SignFlip(UpdateAttack):
+    """Each Byzantine participant's own update negated about the broadcast r and scaled:
+    u ← r − factor·(u − r). ByzFL's ``SignFlipping`` is another attack under that name: every
+    Byzantine participant sends the negated mean of the honest updates, −mean(honest), which is
+    :class:`IPM` with ε = 1 (``ipm``, ``epsilon = 1``)."""
+
     name = "sign_flip"
     description = "uploads: update sign flipped (times factor)"
     Options = SignFlipOptions
@@ -274,6 +288,9 @@ class SignFlip(UpdateAttack):
 
 
 class Scale(UpdateAttack):
+    """Each Byzantine participant's own update scaled about the broadcast r: u ← r + factor·(u − r).
+    ByzFL has no counterpart."""
+
     name = "scale"
     description = "uploads: update scaled by factor"
     Options = ScaleOptions
@@ -283,6 +300,11 @@ class Scale(UpdateAttack):
 
 
 class Gaussian(UpdateAttack):
+    """Each Byzantine participant's own upload plus noise N(0, std²) per coordinate, drawn from the
+    participant's attack stream. ByzFL's ``Gaussian(mu, sigma)`` sends a fresh N(mu, sigma²) vector
+    in place of the upload, whatever it was: the noise added here has the law of ByzFL's vector
+    with mu = 0 and sigma = std."""
+
     name = "gaussian"
     description = "uploads: Gaussian noise of std added"
     Options = GaussianOptions
@@ -292,6 +314,8 @@ class Gaussian(UpdateAttack):
 
 
 class NaNUpload(UpdateAttack):
+    """An all-NaN upload: the server rejects it and counts it (ByzFL has no counterpart)."""
+
     name = "nan"
     description = "uploads: all NaN (rejected and counted)"
 
@@ -300,6 +324,8 @@ class NaNUpload(UpdateAttack):
 
 
 class InfUpload(UpdateAttack):
+    """An all-+Inf upload, ByzFL's ``Inf``: the server rejects it and counts it."""
+
     name = "inf"
     description = "uploads: all +Inf (rejected and counted)"
 
