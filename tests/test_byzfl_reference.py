@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedpd.aggregators import (centered_clipping, coordinate_median, geometric_median, krum, make_aggregator,
+from fedpd.aggregators import (centered_clipping, coordinate_median, geometric_median, krum, make_aggregator, mean,
                                norm_bounding, trimmed_mean)
 from fedpd.algorithms import FedAvg
 from fedpd.attacks import ALIE, make_attack, transform_parties
@@ -67,8 +67,9 @@ def theirs(rule, w: torch.Tensor) -> torch.Tensor:
 
 # --- aggregators ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", SEEDS)
-def test_trimmed_mean_and_median(seed):
+def test_mean_trimmed_mean_and_median(seed):
     w = rows(seed)
+    close(mean(w)[0], theirs(B.Average(), w))
     for f in (1, 3):
         close(trimmed_mean(w, f / w.shape[0])[0], theirs(B.TrMean(f), w))
     # ByzFL's Median is torch.median on tensors (the lower middle value for even n) and numpy's

@@ -153,7 +153,8 @@ class FedPlusAggregateOptions(Options):
 # --- closed forms --------------------------------------------------------------------------
 @declares("mean", NoOptions, "weighted mean of the client rows (FedAvg)")
 def mean(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
-    """Weighted mean Σ_k β_k w_k with β = weights / Σ weights (plain mean without weights)."""
+    """Weighted mean Σ_k β_k w_k with β = weights / Σ weights (plain mean without weights);
+    without weights, ByzFL's ``Average``."""
     w = _check_w(w)
     return _weighted_mean(w, _weights(weights, w)), {"iterations": 0, "converged": True}
 
@@ -167,7 +168,8 @@ def coordinate_median(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor,
     per coordinate the values are sorted, the lower median is the first value whose cumulative
     weight reaches half the total, the upper one the first that passes it, and the result is
     their mean — equal to the above for equal weights and always a minimiser of
-    Σ_k β_k |w_k − z| per coordinate.
+    Σ_k β_k |w_k − z| per coordinate. ByzFL's ``Median`` is this on numpy arrays, and the lower
+    middle value for even K on torch tensors (torch.median).
     """
     w = _check_w(w)
     beta = _weights(weights, w, torch.float64)  # a float32 normalisation would break exact half-weight ties
@@ -191,6 +193,7 @@ def trimmed_mean(w: Tensor, trim_ratio: float, weights: Tensor | None = None) ->
     """Coordinate-wise trimmed mean (Yin et al. 2018): per coordinate drop the b = ⌊βK⌋ largest
     and b smallest values and average the remaining K − 2b. ConfigError unless 0 <= β <= 1/2 and
     2b < K (β = 1/2 with odd K is the median). ``weights`` is ignored (info["weights_ignored"]).
+    ByzFL's ``TrMean(f)`` is this rule with b = f (β = f/K).
     """
     w = _check_w(w)
     beta = _check_trim_ratio(trim_ratio)
@@ -218,7 +221,9 @@ def krum(w: Tensor, n_byzantine: int, m: int = 1, weights: Tensor | None = None)
     With f = ``n_byzantine``, the score of row k is the sum of squared distances to its
     K − f − 2 nearest other rows; Krum returns the row with the lowest score, multi-Krum
     (``m`` > 1) the mean of the m lowest-scoring rows (ties: lower index first).
-    ConfigError unless K > 2f + 2 and 1 <= m <= K − f. ``weights`` is ignored.
+    ConfigError unless K > 2f + 2 and 1 <= m <= K − f. ``weights`` is ignored. ByzFL's ``Krum(f)``
+    and ``MultiKrum(f)`` score over the K − f − 1 nearest: they are this rule with f − 1 (and
+    m = K − f for multi-Krum).
     info: ``selected`` (row indices, best first) and ``scores`` (all K).
     """
     w = _check_w(w)
@@ -260,7 +265,7 @@ def bulyan(w: Tensor, n_byzantine: int, weights: Tensor | None = None) -> tuple[
        (ties: the smaller value first).
 
     ConfigError unless n >= 4f + 3 (the paper's condition). ``weights`` is ignored.
-    info: ``selected`` (the θ row indices, in the order chosen).
+    info: ``selected`` (the θ row indices, in the order chosen). ByzFL has no Bulyan.
     """
     w = _check_w(w)
     f = _int_at_least(n_byzantine, 0, "n_byzantine")
@@ -319,7 +324,9 @@ def centered_clipping(w: Tensor, tau: float, iterations: int = 1, weights: Tenso
     aggregate; fedpd's algorithms pass the server model the round started from (FedAvg's last
     aggregate), so no state is kept here. Without ``reference`` v_0 = 0 (rows taken as updates).
     A row within τ of v enters unclipped, a farther one moves v by at most τ/n.
-    info: ``iterations`` (L), ``clipped`` (rows clipped in the last iteration).
+    info: ``iterations`` (L), ``clipped`` (rows clipped in the last iteration). ByzFL's
+    ``CenteredClipping`` starts from 0, then from its own last output (a state it keeps): this
+    rule without ``reference`` on its first call.
     """
     w = _check_w(w)
     tau = _positive_real(tau, "tau")
@@ -347,7 +354,8 @@ def norm_bounding(w: Tensor, max_norm: float, weights: Tensor | None = None,
 
     β_i = 1/n (or the normalised ``weights``: the paper weighs by sample counts). x_ref =
     ``reference``, the server model the round started from (0 without one: rows are updates).
-    info: ``clipped`` (rows whose update was longer than M).
+    info: ``clipped`` (rows whose update was longer than M). Without ``reference``, ByzFL's
+    ``Clipping(c = M)`` then its ``Average``.
     """
     w = _check_w(w)
     bound = _positive_real(max_norm, "max_norm")
@@ -384,7 +392,9 @@ def geometric_median(
 
     until ‖Δz‖ <= tol (1 + ‖z‖) or ``max_iter`` updates. ``eps`` > 0 keeps the step defined
     when z lands on a row. info: ``iterations`` (updates made), ``converged``, ``objective``
-    (Σ β_k ‖w_k − z‖ at the result, β normalised).
+    (Σ β_k ‖w_k − z‖ at the result, β normalised). ByzFL's ``GeometricMedian`` makes a fixed T
+    smoothed Weiszfeld steps from 0 rather than from the mean until converged: at convergence both
+    give the geometric median.
     """
     w = _check_w(w)
     beta = _weights(weights, w)

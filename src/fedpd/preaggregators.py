@@ -70,7 +70,7 @@ def nnm(w: Tensor, n_byzantine: int) -> Tensor:
     and the rule then aggregates y_1 … y_K. Distances as Krum's (``torch.cdist`` without the
     matrix-product shortcut); ties broken by the lower row index (a stable sort), so the mix does
     not depend on the thread count. ConfigError unless K > 2f (the paper's n > 2f). Cost: K²
-    distances of d entries and K means of K − f rows.
+    distances of d entries and K means of K − f rows. ByzFL's ``NNM(f)`` is this step.
     """
     w = _check(w)
     K, f = w.shape[0], n_byzantine
@@ -92,7 +92,8 @@ def bucketing(w: Tensor, bucket_size: int, generator: torch.Generator | None) ->
     so every engine and a resumed run draw the same π. The paper's analysis needs δ·s ≤ 1/2 for
     a Byzantine share δ = f/K (each Byzantine row can spoil a whole bucket); the rule after it
     must tolerate f bad rows among ⌈K/s⌉ (:func:`rows_needed` refuses an s for which its own
-    condition fails).
+    condition fails). ByzFL's ``Bucketing(s)`` draws π from torch's global generator: seeded
+    alike, the two make the same buckets.
     """
     w = _check(w)
     if generator is None:
@@ -113,7 +114,9 @@ def arc(w: Tensor, n_byzantine: int, reference: Tensor | None = None) -> Tensor:
     the others pass unchanged; the rows returned are reference + Δ_i. Ties in norm: the row of
     lower index counts as larger (a stable sort). k is computed in integers, 2f(K − f) // K.
     ConfigError unless K > 2f (the paper's f < n/2; then k <= K − 1). Without ``reference`` the
-    rows themselves are clipped (they are taken as updates).
+    rows themselves are clipped (they are taken as updates): ByzFL's ``ARC(f)``, which computes k
+    as int(2f/K·(K − f)) in floating point (the same k unless rounding puts 2f(K − f)/K just below
+    an integer it equals).
     """
     w = _check(w)
     K, f = w.shape[0], n_byzantine
