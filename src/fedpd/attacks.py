@@ -392,7 +392,10 @@ class ALIE(OmniscientAttack):
     participant sends μ − z·σ, the coordinate-wise mean and standard deviation of the honest
     updates of the round shifted by z deviations; z defaults to the paper's
     z_max = Φ⁻¹((n − s)/n), s = ⌊n/2 + 1⌋ − f, for n participants of which f are Byzantine
-    (the largest shift that a majority of honest coordinates still lies beyond)."""
+    (the largest shift that a majority of honest coordinates still lies beyond). σ is the
+    population deviation (divided by h, the honest count); ByzFL's ``ALittleIsEnough(tau)`` sends
+    μ + τ·s with the sample deviation s (divided by h − 1) and τ = 1.5 by default: it equals this
+    attack with z = −τ·√((h − 1)/h)."""
 
     name = "alie"
     description = "uploads: 'a little is enough' — honest mean minus z standard deviations (Baruch et al. 2019)"
@@ -426,7 +429,8 @@ class IPM(OmniscientAttack):
     """Inner-product manipulation (Xie, Koyejo, Gupta, "Fall of empires: breaking Byzantine-tolerant
     SGD by inner product manipulation", UAI 2020): each Byzantine participant sends −ε times the
     mean honest update, so that the aggregate's inner product with the true direction turns
-    negative (ε small: under the radar of median-type rules; ε large: against the mean)."""
+    negative (ε small: under the radar of median-type rules; ε large: against the mean). ByzFL's
+    ``InnerProductManipulation(tau)`` is this attack with ε = τ (its ``SignFlipping``: ε = 1)."""
 
     name = "ipm"
     description = "uploads: inner-product manipulation, -epsilon x (mean honest update) (Xie et al. 2020)"
