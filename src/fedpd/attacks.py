@@ -395,7 +395,7 @@ class ALIE(OmniscientAttack):
     (the largest shift that a majority of honest coordinates still lies beyond). σ is the
     population deviation (divided by h, the honest count); ByzFL's ``ALittleIsEnough(tau)`` sends
     μ + τ·s with the sample deviation s (divided by h − 1) and τ = 1.5 by default: it equals this
-    attack with z = −τ·√((h − 1)/h)."""
+    attack with z = −τ·√(h/(h − 1)) (τ = −z·√((h − 1)/h))."""
 
     name = "alie"
     description = "uploads: 'a little is enough' — honest mean minus z standard deviations (Baruch et al. 2019)"
