@@ -9,7 +9,7 @@ synthetic samples, and the server averages. Modes:
 
     flower        a plain Flower app (benchmarks/flower_plain_app.py: flwr's FedAvg strategy and a
                   torch ClientApp), as its user writes it (the strategy's grid pulls replies every 3 s)
-    flower-pull   the same, its grid pulling every 10 ms (as fedpd's server does)
+    flower-pull   the same, its grid pulling every 10 ms (fedpd's deployed server: every 50 ms)
     fedpd         fedpd's FedAvg, the app ``fedpd flower app`` writes, evaluated and checkpointed
                   every round (docs/deployment.md)
     fedpd-feddyn  the same with FedDyn (client state: one exchange a round too, the commit riding
