@@ -113,7 +113,11 @@ def test_arc_refuses_without_an_honest_majority():
     ("mean", {"pre": "nnm", "n_byzantine": 1}, "pre-aggregation goes before a robust rule, not 'mean'"),
     ("coordinate_median", {"pre": "nnm"}, "aggregator_options.n_byzantine: pre-aggregation 'nnm' needs f"),
     ("coordinate_median", {"bucket_size": 3}, "aggregator_options.bucket_size: only used by pre-aggregation"),
-    ("coordinate_median", {"pre": "nmm"}, "aggregator_options.pre"),
+    ("coordinate_median", {"pre": "nmm"}, r"^aggregator_options.pre: expected a step or a list of steps, each one "
+                                          r"of nnm, bucketing, arc \(got 'nmm'\)$"),
+    ("coordinate_median", {"pre": ["nnm", "arc", "bucket"], "n_byzantine": 1},
+     r"^aggregator_options.pre: expected .* \(got \['nnm', 'arc', 'bucket'\]\)$"),
+    ("coordinate_median", {"pre": 3}, r"^aggregator_options.pre: expected .* \(got 3\)$"),
     ("coordinate_median", {"pre": ["nnm", "nnm"], "n_byzantine": 1}, "repeats a step"),
     ("coordinate_median", {"pre": "bucketing", "bucket_size": 0}, "aggregator_options.bucket_size"),
 ])

@@ -23,14 +23,14 @@ per-client weight means nothing after it: ``weights = "samples"`` is refused wit
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal
+from typing import Callable, Literal, get_args
 
 import torch
-from pydantic import Field
+from pydantic import Field, field_validator
 from torch import Tensor
 
 from fedpd.errors import ConfigError
-from fedpd.options import Options, validate
+from fedpd.options import Options, shown, validate
 from fedpd.ordered import ordered_norm
 
 __all__ = ["nnm", "bucketing", "arc", "STEPS", "PreOptions", "split_options", "Chain", "rows_needed"]
@@ -43,6 +43,16 @@ class PreOptions(Options):
                                    "nnm, bucketing, arc (a name or a list)")
     bucket_size: int = Field(2, ge=1, description="s: rows averaged per bucket (bucketing)")
     n_byzantine: int | None = Field(None, ge=0, description="f: Byzantine rows tolerated (nnm and arc need it)")
+
+    @field_validator("pre", mode="before")
+    @classmethod
+    def _known_steps(cls, pre):
+        # one message for a name and a list alike (pydantic's would name a branch of the union)
+        steps = [pre] if isinstance(pre, str) else pre
+        if not isinstance(steps, (list, tuple)) or not all(isinstance(s, str) and s in get_args(Step) for s in steps):
+            raise ValueError(f"expected a step or a list of steps, each one of {', '.join(get_args(Step))} "
+                             f"(got {shown(pre)})")
+        return pre
 
 
 #: the keys of ``aggregator_options`` that belong to the chain, not to the rule
@@ -139,8 +149,8 @@ def arc(w: Tensor, n_byzantine: int, reference: Tensor | None = None) -> Tensor:
 STEPS: dict[str, Callable] = {"nnm": nnm, "bucketing": bucketing, "arc": arc}
 
 
-def _steps(pre) -> list[str]:
-    return [pre] if isinstance(pre, str) else list(pre)
+def _steps(pre) -> list:
+    return list(pre) if isinstance(pre, (list, tuple)) else [pre]  # a name (or what PreOptions refuses)
 
 
 def split_options(rule: str, rule_fields, options: dict) -> tuple[PreOptions | None, dict]:
