@@ -4,6 +4,8 @@ stream; a client's momentum by hand, kept in the store across rounds it misses."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -144,6 +146,28 @@ def test_fedpd_list_shows_the_chain_beside_the_rules_options(capsys):
     assert main(["list", "trimmed_mean"]) == 0
     out = capsys.readouterr().out
     assert "pre = []" in out and "bucket_size = 2" in out and "n_byzantine = unset" in out
+
+
+def test_fedpd_list_names_each_step_with_its_paper_equations_and_where_it_goes(capsys, monkeypatch):
+    from fedpd.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")
+    papers = {"nnm": "Allouah et al., AISTATS 2023, Alg. 1", "bucketing": "Karimireddy, He, Jaggi, ICLR 2022",
+              "arc": "ICLR 2025"}
+    for step, paper in papers.items():
+        assert main(["list", step]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"pre-aggregation {step}: ") and paper in " ".join(out.split())
+        assert f'algorithm.aggregator_options.pre = "{step}"' in out and "n_byzantine = unset" in out
+        assert max(map(len, out.splitlines())) <= 80, step
+    assert "y_i = (1/(K − f)) Σ_{j∈N_i} x_j" in (main(["list", "nnm"]), capsys.readouterr().out)[1]
+    assert main(["list"]) == 0
+    everything = capsys.readouterr().out
+    assert main(["list", "pre-aggregation"]) == 0
+    block = capsys.readouterr().out
+    assert block.startswith("pre-aggregation:") and block in everything and "fedavg" not in block
+    for step in papers:
+        assert re.search(rf"^  {step}  ", block, re.M), step
 
 
 # --- client momentum ------------------------------------------------------------------------------

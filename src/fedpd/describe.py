@@ -34,6 +34,10 @@ PLURAL = {"problem": "problems", "algorithm": "algorithms", "solver": "solvers",
           "attack": "attacks", "model": "models", "aggregator": "aggregators", "dataset": "datasets", "run": "run",
           "privacy": "privacy"}
 
+#: `fedpd list`'s word for the pre-aggregation steps a robust rule may take (not a config section:
+#: they are named in algorithm.aggregator_options.pre)
+PRE = "pre-aggregation"
+
 
 @dataclass
 class OptionRow:
@@ -247,6 +251,15 @@ def print_list(section: str | None = None, file=None) -> None:
     if count:
         print(f"fedpd: note: {count} installed plug-in{'s' if count > 1 else ''} cannot be used (marked ! in the "
               f"listing)", file=sys.stderr)
+    if section in (None, PRE):
+        from fedpd.preaggregators import DESCRIPTIONS
+
+        print(f"{PRE}:", file=out)
+        print(_wrap('steps before any robust rule: algorithm.aggregator_options.pre = "nnm" (or a list, run in '
+                    'order; fedpd list NAME)', width, 2), file=out)
+        pad = min(max(map(len, DESCRIPTIONS)) + 4, width // 3)
+        for name, text in DESCRIPTIONS.items():
+            print(_wrap(text, width, pad, f"  {name:<{pad - 4}}  "), file=out)
     if section in (None, "run"):
         print("run:", file=out)
         print(_wrap("every run's [run] options (rounds, seed, threads, tensorboard, ...): fedpd show run",
@@ -297,6 +310,21 @@ def show(section: str, name: str | None, file=None) -> None:
                     "docs/privacy.md)", width, 2, ""), file=out)
         _print_options(option_rows("privacy", None, PrivacyOptions), width, out)
         return
+    if section == PRE:
+        from fedpd.preaggregators import DESCRIPTIONS, STEPS, PreOptions
+
+        print(_wrap(f"{PRE} {name}: {DESCRIPTIONS[name]}", width, 2, ""), file=out)
+        for paragraph in (inspect.getdoc(STEPS[name]) or "").split("\n\n"):  # the whole docstring: its equations
+            paragraph = re.sub(r":\w+:`~?([^`]+)`", r"\1", paragraph).replace("``", "")
+            if paragraph.startswith(" "):  # an equation, as laid out
+                print("\n".join("  " + line for line in paragraph.splitlines()), file=out)
+            else:
+                print(_wrap(" ".join(paragraph.split()), width, 2), file=out)
+        print(_wrap(f'algorithm.aggregator_options.pre = "{name}" (or a list of steps, run in order) before any '
+                    f'robust rule (fedpd list aggregators: all but mean), with these [algorithm.aggregator_options]:',
+                    width, 2, ""), file=out)
+        _print_options(option_rows("aggregator", None, PreOptions), width, out)
+        return
     entry = lookup(section, name)
     description = entry_description(section, entry)
     print(_wrap(f"{section} {name}: {description}", width, 2, ""), file=out)
@@ -335,6 +363,12 @@ def show(section: str, name: str | None, file=None) -> None:
 
 def resolve(word: str) -> list[tuple[str, str | None]]:
     """What ``fedpd list WORD`` names: a section (name None) or the entries called WORD."""
+    from fedpd.preaggregators import STEPS
+
+    if word in STEPS:
+        return [(PRE, word)]
+    if word in (PRE, PRE + "s"):
+        return [(PRE, None)]
     section = _section_key(word)
     found = find(word)
     if section is not None and not (found and word == section):  # `fedpd list dataset`: the problem

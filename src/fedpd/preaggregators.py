@@ -33,7 +33,7 @@ from fedpd.errors import ConfigError
 from fedpd.options import Options, shown, validate
 from fedpd.ordered import ordered_norm
 
-__all__ = ["nnm", "bucketing", "arc", "STEPS", "PreOptions", "split_options", "Chain", "rows_needed"]
+__all__ = ["nnm", "bucketing", "arc", "STEPS", "DESCRIPTIONS", "PreOptions", "split_options", "Chain", "rows_needed"]
 
 Step = Literal["nnm", "bucketing", "arc"]
 
@@ -75,7 +75,8 @@ def _needs_majority(step: str, K: int, f: int) -> None:
 def nnm(w: Tensor, n_byzantine: int) -> Tensor:
     """Nearest-neighbour mixing (Allouah et al., AISTATS 2023, Alg. 1): for each row i,
 
-        N_i = the K − f rows nearest to x_i in ℓ2 (x_i itself included),   y_i = (1/(K − f)) Σ_{j∈N_i} x_j,
+        N_i = the K − f rows nearest to x_i in ℓ2 (x_i itself included),
+        y_i = (1/(K − f)) Σ_{j∈N_i} x_j,
 
     and the rule then aggregates y_1 … y_K. Distances as Krum's (``torch.cdist`` without the
     matrix-product shortcut); ties broken by the lower row index (a stable sort), so the mix does
@@ -147,6 +148,13 @@ def arc(w: Tensor, n_byzantine: int, reference: Tensor | None = None) -> Tensor:
 
 
 STEPS: dict[str, Callable] = {"nnm": nnm, "bucketing": bucketing, "arc": arc}
+#: each step's one line (what ``fedpd list`` shows)
+DESCRIPTIONS = {
+    "nnm": "nearest-neighbour mixing: each row replaced by the mean of its K - f nearest (Allouah et al. 2023)",
+    "bucketing": "rows averaged in random buckets of s before the rule (Karimireddy et al. 2022)",
+    "arc": "adaptive robust clipping: the 2f(K - f)/K longest updates clipped to the next one's norm "
+           "(Allouah et al. 2025)",
+}
 
 
 def _steps(pre) -> list:
