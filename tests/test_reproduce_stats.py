@@ -249,6 +249,11 @@ def test_list_shows_the_medium_budget(capsys):
     assert main(["reproduce", "--list", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {r["experiment"] for r in rows if r["budget"] == "medium"} == set(core.experiments())
+    # the column counts every part the note costs: robustness's 5.5, its heterogeneous part's 36 and held-out 4
+    medium = {r["experiment"]: r for r in rows if r["budget"] == "medium"}
+    assert medium["robustness"]["core_hours"] == "45.5"
+    assert "adds about 36 core-hours" in medium["robustness"]["note"] and "about 4 core-hours" in medium["robustness"]["note"]
+    assert medium["fedpd_fig2"]["core_hours"] == "1.8"
 
 
 def test_estimate_times_each_setting_and_extrapolates(capsys):

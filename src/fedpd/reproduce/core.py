@@ -50,7 +50,7 @@ def listing_table() -> tuple[list, list[dict]]:
     """``fedpd reproduce --list`` as a table: one row per experiment and budget."""
     from fedpd.results.tables import Column
 
-    from fedpd.reproduce.costs import MEASURED
+    from fedpd.reproduce.costs import medium_hours
 
     columns = [Column(key, key, key in ("runs", "seeds", "core_hours"))
                for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "core_hours", "note")]
@@ -59,7 +59,7 @@ def listing_table() -> tuple[list, list[dict]]:
         for b in BUDGETS:
             if b in exp.budgets:
                 budget = exp.budgets[b]
-                hours = MEASURED[exp.name][0] if b == "medium" and exp.name in MEASURED else None
+                hours = medium_hours(exp.name) if b == "medium" else None
                 rows.append({"experiment": exp.name, "title": exp.title, "source": exp.source,
                              "datasets": " ".join(exp.datasets_for(budget)), "budget": b,
                              "runs": len(exp.runs(budget)), "seeds": len(budget.seeds),

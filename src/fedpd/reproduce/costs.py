@@ -55,6 +55,15 @@ HETERO_COST = ("The heterogeneous part adds about 36 core-hours (about 18 h on 2
                "ARC → NNM → trimmed mean runs of seeds 0–2: a median 110 s under a fixed attack, 670 s under a "
                "searched one).")
 
+#: core-hours a medium budget adds beyond MEASURED's figure, in parts its note costs separately: the
+#: heterogeneous part (36) and its held-out seeds (4), HETERO_COST
+EXTRA_HOURS = {"robustness": 40.0}
+
+
+def medium_hours(name: str) -> float | None:
+    """The medium budget's estimated core-hours in all (``fedpd reproduce --list``), None if not measured."""
+    return MEASURED[name][0] + EXTRA_HOURS.get(name, 0.0) if name in MEASURED else None
+
 
 def cost_note(name: str) -> str:
     if name not in MEASURED:
