@@ -148,7 +148,6 @@ def test_ipm_alie_and_mimic(seed):
     close(make_attack("mimic", index=3).forged(honest, 10, 2), theirs(B.Mimic(epsilon=3), honest))
 
 
-
 @pytest.mark.parametrize("seed", SEEDS)
 def test_byzfls_sign_flipping_is_ipm_at_epsilon_one_and_its_inf_is_fedpds(seed):
     """ByzFL's SignFlipping sends −mean(honest): fedpd's IPM with ε = 1. fedpd's sign_flip negates each
@@ -225,6 +224,7 @@ def test_client_momentum_as_byzfls_clients_keep_it():
         upload, state = algorithm.with_momentum({"x": x0 + delta}, {"x0": x0}, state, {})
         close(state["m"], their)
         close(upload["x"], x0 + their)
+
 
 DEFENCES = [  # (fedpd's aggregator and options, ByzFL's rule and pre-aggregators), f = 3 of n = 11
     (("trimmed_mean", {"trim_ratio": 3 / 11}), lambda: (B.TrMean(3), [])),

@@ -197,8 +197,12 @@ def _doc_paragraph(obj) -> str:
     if "module docstring" in first:  # e.g. Fed+: the module says what the paper is
         module = inspect.getmodule(target)
         first = " ".join((inspect.getdoc(module) or "").split("\n\n")[0].split()) if module else first
-    first = re.sub(r":\w+:`~?([^`]+)`", r"\1", first)  # :data:`X` -> X
-    return first.replace("``", "")
+    return _plain(first)
+
+
+def _plain(text: str) -> str:
+    """Docstring markup dropped for the terminal: :data:`X` -> X, ``x`` -> x."""
+    return re.sub(r":\w+:`~?([^`]+)`", r"\1", text).replace("``", "")
 
 
 def _width() -> int:
@@ -315,7 +319,7 @@ def show(section: str, name: str | None, file=None) -> None:
 
         print(_wrap(f"{PRE} {name}: {DESCRIPTIONS[name]}", width, 2, ""), file=out)
         for paragraph in (inspect.getdoc(STEPS[name]) or "").split("\n\n"):  # the whole docstring: its equations
-            paragraph = re.sub(r":\w+:`~?([^`]+)`", r"\1", paragraph).replace("``", "")
+            paragraph = _plain(paragraph)
             if paragraph.startswith(" "):  # an equation, as laid out
                 print("\n".join("  " + line for line in paragraph.splitlines()), file=out)
             else:

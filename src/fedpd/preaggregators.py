@@ -48,8 +48,7 @@ class PreOptions(Options):
     @classmethod
     def _known_steps(cls, pre):
         # one message for a name and a list alike (pydantic's would name a branch of the union)
-        steps = [pre] if isinstance(pre, str) else pre
-        if not isinstance(steps, (list, tuple)) or not all(isinstance(s, str) and s in get_args(Step) for s in steps):
+        if not all(isinstance(s, str) and s in get_args(Step) for s in _steps(pre)):
             raise ValueError(f"expected a step or a list of steps, each one of {', '.join(get_args(Step))} "
                              f"(got {shown(pre)})")
         return pre
