@@ -482,6 +482,31 @@ def test_the_worst_case_waits_for_every_attack():
     assert robustness._worst_by_seed(results, "median", "dir0.3") == {}
 
 
+def test_the_worst_case_table_gives_the_gap_to_clean_fedavg_on_the_same_seeds_and_the_backdoor_beside_it():
+    def cell(method, attack, values, key="test_acc", part="hetero"):
+        return [run({"part": part, "split": "dir0.3", "attack": attack, "method": method}, seed,
+                    final(key, v / 100)) for seed, v in values.items()]
+    # clean FedAvg on seeds 0-2; the median's worst attack ran on seeds 0 and 1 only: its gap pairs those
+    runs = (cell("fedavg", "none", {0: 95.0, 1: 96.0, 2: 99.0}) + cell("fedavg", "ipm100", {0: 10.0, 1: 12.0, 2: 14.0})
+            + cell("median", "none", {0: 94.0, 1: 95.0}) + cell("median", "ipm100", {0: 80.0, 1: 84.0})
+            + cell("fedavg", "backdoor", {0: 100.0, 1: 98.0, 2: 99.0}, "backdoor_acc")
+            + cell("median", "backdoor", {0: 2.0, 1: 4.0}, "backdoor_acc"))
+    text = "\n".join(robustness._defence_tables(rep.Results(runs), "dir0.3", "hetero", "## H"))
+    header = next(line for line in text.splitlines() if line.startswith("| defence | worst attack"))
+    assert "below clean FedAvg (points)" in header and "backdoor acc. (%) ↓" in header
+    assert "| coordinate median | IPM ε = 100 | 82.0 | 13.5 | 3.0 ± 1.4 |" in text  # (95 + 96) / 2 − 82
+    assert "| FedAvg (mean) | IPM ε = 100 | 12.0 | 84.7 | 99.0 ± 1.0 |" in text
+    # a part without the backdoor has no backdoor column; a defence with an attack missing has no gap
+    held = [r for r in runs if r.labels["attack"] != "backdoor" and (r.labels["method"], r.spec.seed) != ("median", 1)]
+    held += cell("median", "mimic", {0: 90.0})
+    text = "\n".join(robustness._defence_tables(rep.Results(held), "dir0.3", "hetero", "## H"))
+    assert "backdoor acc." not in next(line for line in text.splitlines() if line.startswith("| defence | worst"))
+    assert "| coordinate median | IPM ε = 100 | 80.0 | 15.0 |" in text
+    partial = rep.Results([r for r in held if r.labels["method"] != "median" or r.labels["attack"] != "ipm100"])
+    text = "\n".join(robustness._defence_tables(partial, "dir0.3", "hetero", "## H"))
+    assert "| coordinate median | — (2 of 3 attacks recorded) | — | — |" in text
+
+
 def test_the_cost_column_is_a_median_over_the_runs_without_a_searched_attack():
     def timed(attack, seed, wall):
         return run({"part": "hetero", "split": "dir0.3", "attack": attack, "method": "krum"}, seed,

@@ -60,8 +60,9 @@ bucketing are not run: ⌈20/2⌉ = 10 buckets of which up to 5 are spoilt fail 
 (K > 2f + 2, K ≥ 4f + 3), which fedpd refuses. Attacks: every attack fedpd ships that reaches the
 rule (as above) at 25 %, plus mimic (Karimireddy et al. 2022) and ALIE and IPM with their strength
 searched each round against the defence in use (Allouah et al. 2023's "optimal" attacks); the
-backdoor keeps its single attacker. The reading gives each defence's worst attack and its
-accuracy there, and each defence's seconds per round against FedAvg's.
+backdoor keeps its single attacker. The report gives each defence's worst attack, its accuracy
+there and how far that lies below clean FedAvg on the same seeds, the backdoor's accuracy beside
+them (the other axis), and each defence's seconds per round against FedAvg's.
 
 **Held-out seeds** (``holdout``). The goal — some defence whose worst case over the attacks stays
 within 5 points of clean FedAvg — is a choice among 19 defences on the grid's three seeds, and a
@@ -656,6 +657,8 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
     out = [f"{heading}\n\n{rep.seeds_of(runs.select(split=split))}; {H_N} clients, all taking part, "
            f"{H_BYZANTINE} of them Byzantine{door}.\n\n" + rep.md_table(header, rows)]
     base = _per_round(runs, "fedavg", split, part)
+    clean = _h_points(runs, "fedavg", "none", split, part)
+    door = next((a for a in attacks if a in BACKDOORS), None)
     worst_rows = []
     for m in methods:
         if {r.labels["attack"] for r in runs.select(split=split, method=m)} == {"none"}:  # clean only: no worst case
@@ -664,16 +667,23 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
         cost = _per_round(runs, m, split, part)
         done, total = _recorded_attacks(runs, m, split, part)
         named = H_ATTACKS[w[0]][0] if w else f"— ({done} of {total} attacks recorded)"
-        worst_rows.append([H_METHODS[m][0], named, f"{w[1]:.1f}" if w else "—",
+        paired = [clean[seed] - v for seed, v in _h_points(runs, m, w[0], split, part).items() if seed in clean] if w else []
+        gap = f"{statistics.fmean(paired):.1f}" if paired else "—"
+        backdoor = [rep.fmt_ms(runs.values("backdoor_acc", split=split, attack=door, method=m), "pct")] if door else []
+        worst_rows.append([H_METHODS[m][0], named, f"{w[1]:.1f}" if w else "—", gap, *backdoor,
                            "—" if cost is None else f"{cost:.2f}",
                            "—" if cost is None or not base else f"{cost / base:.2f}×"])
+    door_text = (" Beside them, the backdoor's accuracy (%, lower is better), the other axis: a defence may keep "
+                 "the main task under every attack above and still carry the backdoor." if door else "")
     out.append(f"Each defence's worst attack on {H_SPLIT_LABELS[split]} (the lowest mean test accuracy over the "
-               "attacks above but the backdoor; named once every one of them is recorded) and its cost: seconds "
+               "attacks above but the backdoor; named once every one of them is recorded), how far "
+               "that lies below clean FedAvg's accuracy on the same seeds, and its cost: seconds "
                "per round, the median over its runs but those of the searched attacks (one thread, the runs' own "
                "wall_s), and that against FedAvg's — "
                "wall-clock time: a run that shared the machine with other work reads slow, so the column "
-               "compares defences only when their runs were made side by side on a quiet machine.\n\n"
-               + rep.md_table(["defence", "worst attack", "accuracy there (%)", "s / round", "vs FedAvg"],
+               f"compares defences only when their runs were made side by side on a quiet machine.{door_text}\n\n"
+               + rep.md_table(["defence", "worst attack", "accuracy there (%)", "below clean FedAvg (points)",
+                               *(["backdoor acc. (%) ↓"] if door else []), "s / round", "vs FedAvg"],
                               worst_rows))
     return out
 
