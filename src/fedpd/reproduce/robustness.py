@@ -658,7 +658,7 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
            f"{H_BYZANTINE} of them Byzantine{door}.\n\n" + rep.md_table(header, rows)]
     base = _per_round(runs, "fedavg", split, part)
     clean = _h_points(runs, "fedavg", "none", split, part)
-    door = next((a for a in attacks if a in BACKDOORS), None)
+    backdoor_attack = next((a for a in attacks if a in BACKDOORS), None)
     worst_rows = []
     for m in methods:
         if {r.labels["attack"] for r in runs.select(split=split, method=m)} == {"none"}:  # clean only: no worst case
@@ -667,14 +667,16 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
         cost = _per_round(runs, m, split, part)
         done, total = _recorded_attacks(runs, m, split, part)
         named = H_ATTACKS[w[0]][0] if w else f"— ({done} of {total} attacks recorded)"
-        paired = [clean[seed] - v for seed, v in _h_points(runs, m, w[0], split, part).items() if seed in clean] if w else []
-        gap = f"{statistics.fmean(paired):.1f}" if paired else "—"
-        backdoor = [rep.fmt_ms(runs.values("backdoor_acc", split=split, attack=door, method=m), "pct")] if door else []
+        there = _h_points(runs, m, w[0], split, part) if w else {}
+        gaps = [clean[seed] - v for seed, v in there.items() if seed in clean]  # paired: the same seeds
+        gap = f"{statistics.fmean(gaps):.1f}" if gaps else "—"
+        backdoor = [rep.fmt_ms(runs.values("backdoor_acc", split=split, attack=backdoor_attack, method=m), "pct")
+                    ] if backdoor_attack else []
         worst_rows.append([H_METHODS[m][0], named, f"{w[1]:.1f}" if w else "—", gap, *backdoor,
                            "—" if cost is None else f"{cost:.2f}",
                            "—" if cost is None or not base else f"{cost / base:.2f}×"])
     door_text = (" Beside them, the backdoor's accuracy (%, lower is better), the other axis: a defence may keep "
-                 "the main task under every attack above and still carry the backdoor." if door else "")
+                 "the main task under every attack above and still carry the backdoor." if backdoor_attack else "")
     out.append(f"Each defence's worst attack on {H_SPLIT_LABELS[split]} (the lowest mean test accuracy over the "
                "attacks above but the backdoor; named once every one of them is recorded), how far "
                "that lies below clean FedAvg's accuracy on the same seeds, and its cost: seconds "
@@ -683,7 +685,7 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
                "wall-clock time: a run that shared the machine with other work reads slow, so the column "
                f"compares defences only when their runs were made side by side on a quiet machine.{door_text}\n\n"
                + rep.md_table(["defence", "worst attack", "accuracy there (%)", "below clean FedAvg (points)",
-                               *(["backdoor acc. (%) ↓"] if door else []), "s / round", "vs FedAvg"],
+                               *(["backdoor acc. (%) ↓"] if backdoor_attack else []), "s / round", "vs FedAvg"],
                               worst_rows))
     return out
 
