@@ -289,3 +289,17 @@ def test_the_medium_budget_section_runs_as_written(tmp_path):
     assert "fedpd_p_heterogeneity --budget medium: 100 runs, about" in done.stdout
     assert "wrote 12 configs (36 runs with the seeds)" in done.stdout
     assert (tmp_path / "afedpd_medium" / "configs" / "cifar10-lenet" / "dir0.1" / "afedpd.toml").is_file()
+
+
+def test_results_csv_holds_each_seeds_backdoor_accuracy(tmp_path):
+    """A report's backdoor column has its per-seed values in results.csv too (as test accuracy does):
+    a reader, and a reading that quotes one seed, finds them there."""
+    from fedpd.reproduce.spec import RunSpec
+
+    def run(seed, backdoor):
+        return rep.Run(RunSpec(f"door/s{seed}", "door", seed, {}, {"attack": "backdoor"}),
+                       [{"round": 10, "comm_rounds": 10, "test_acc": 0.9, "backdoor_acc": backdoor}], None)
+
+    rep.write_results_csv(rep.Results([run(0, 0.021), run(1, 0.994)]), tmp_path / "results.csv")
+    rows = list(csv.DictReader((tmp_path / "results.csv").open()))
+    assert [(r["seed"], r["test_acc"], r["backdoor_acc"]) for r in rows] == [("0", "0.9", "0.021"), ("1", "0.9", "0.994")]

@@ -474,7 +474,8 @@ def write_configs(specs: Sequence[RunSpec], folder: Path) -> int:
 
 
 RESULT_KEYS = ("round", "comm_rounds", "uplink_floats", "train_loss", "grad_norm_sq", "test_loss", "test_acc",
-               "personal_acc", "personal_acc_worst10", "personal_mse", "personal_mse_worst10", "sample_grads", "wall_s")
+               "personal_acc", "personal_acc_worst10", "personal_mse", "personal_mse_worst10", "backdoor_acc",
+               "sample_grads", "wall_s")
 
 
 def write_results_csv(results: Results, path: Path, commits: dict[str, str] | None = None) -> None:
