@@ -17,7 +17,7 @@ from fedpd.cli import main
 from fedpd.io import read_jsonl
 from fedpd.reproduce import core, records
 from fedpd.reproduce import report as rep
-from fedpd.reproduce.spec import Claim
+from fedpd.reproduce.spec import Claim, RunSpec
 
 
 # --- paired differences, by hand -------------------------------------------------------------------
@@ -294,8 +294,6 @@ def test_the_medium_budget_section_runs_as_written(tmp_path):
 def test_results_csv_holds_each_seeds_backdoor_accuracy(tmp_path):
     """A report's backdoor column has its per-seed values in results.csv too (as test accuracy does):
     a reader, and a reading that quotes one seed, finds them there."""
-    from fedpd.reproduce.spec import RunSpec
-
     def run(seed, backdoor):
         return rep.Run(RunSpec(f"door/s{seed}", "door", seed, {}, {"attack": "backdoor"}),
                        [{"round": 10, "comm_rounds": 10, "test_acc": 0.9, "backdoor_acc": backdoor}], None)

@@ -653,12 +653,12 @@ def _defence_tables(runs, split, part, heading) -> list[str]:
     rows = [[H_METHODS[m][0], *(rep.fmt_ms(runs.values("backdoor_acc" if a in BACKDOORS else "test_acc",
                                                       split=split, attack=a, method=m), "pct") for a in attacks)]
             for m in methods]
-    door = " (the backdoor: one)" if any(a in BACKDOORS for a in attacks) else ""
+    backdoor_attack = next((a for a in attacks if a in BACKDOORS), None)
+    door = " (the backdoor: one)" if backdoor_attack else ""
     out = [f"{heading}\n\n{rep.seeds_of(runs.select(split=split))}; {H_N} clients, all taking part, "
            f"{H_BYZANTINE} of them Byzantine{door}.\n\n" + rep.md_table(header, rows)]
     base = _per_round(runs, "fedavg", split, part)
     clean = _h_points(runs, "fedavg", "none", split, part)
-    backdoor_attack = next((a for a in attacks if a in BACKDOORS), None)
     worst_rows = []
     for m in methods:
         if {r.labels["attack"] for r in runs.select(split=split, method=m)} == {"none"}:  # clean only: no worst case
