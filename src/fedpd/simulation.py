@@ -25,7 +25,7 @@ from fedpd.hooks import check_model, check_server, check_tensors
 from fedpd.sampling import UniformK
 from fedpd.store import State
 from fedpd.streams import server_generator
-from fedpd.threads import set_threads
+from fedpd.threads import sequential_blas, set_threads
 
 CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "fedpd-checkpoint", 2
 
@@ -51,6 +51,7 @@ class Simulation:
         self.cfg, self.workdir = cfg, workdir
         self.device = resolve_device(cfg.run.device)
         exact_float32(self.device)  # a GPU's record verifies against a CPU re-run
+        sequential_blas()  # the data are built at any thread count with the same sums
         self.problem = build_problem(cfg, self.device)
         self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients

@@ -19,13 +19,18 @@ So ``run.threads = 0`` (automatic) means:
    (CPU affinity and the cgroup CPU quota of a container), less the cores other jobs keep busy
    (the 1-minute load average), at least 1 and at most :data:`MAX_AUTO_THREADS`.
 
-Threads change how fast a run goes, not what it computes: the float64 built-in problems give
-bitwise the same metrics; float32 convolutions differ in summation order only (float32 rounding).
-That is why ``fedpd run --resume`` and ``fedpd demo`` take ``--threads`` too.
+Threads change how fast a run goes, not what it computes (docs/architecture.md, "Determinism"):
+:func:`use_threads` gives torch's own kernels the threads and runs BLAS products (MKL) on one
+thread, because MKL splits a product's inner sum over its threads — a gradient's sum over samples
+then rounds differently at 1 and at 2 threads (measured on an AMX Xeon, float32 and float64 alike;
+the split depends on the CPU model, so another machine sees it where this one may not). That is
+why ``fedpd run --resume`` and ``fedpd demo`` take ``--threads`` too.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import math
 import os
 
@@ -162,12 +167,42 @@ def auto_threads(cfg, problem) -> int:
     return max(1, min(available_cores(), MAX_AUTO_THREADS, math.floor(idle_cores() + 0.5)))
 
 
+@functools.cache
+def _mkl_local_threads():
+    """MKL's ``MKL_Set_Num_Threads_Local`` (its C interface, in torch's CPU library), or None
+    where torch was built without MKL or does not export it."""
+    if not torch.backends.mkl.is_available():
+        return None
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        setter = lib.MKL_Set_Num_Threads_Local
+    except (OSError, AttributeError):  # pragma: no cover - another build of torch
+        return None
+    setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+    return setter
+
+
+def sequential_blas() -> None:
+    """MKL's products on one thread (this thread's setting): their inner sums would otherwise be
+    split over MKL's threads in an order that depends on how many there are."""
+    setter = _mkl_local_threads()
+    if setter is not None:
+        setter(1)
+
+
+def use_threads(threads: int) -> None:
+    """``threads`` intra-op threads for torch's own kernels on this thread, and one for MKL's
+    products (torch.set_num_threads gives MKL as many; :func:`sequential_blas` takes them back)."""
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    sequential_blas()
+
+
 def set_threads(cfg, problem) -> int:
     """Set torch's intra-op threads for the run (``run.threads``; 0: automatic) and return them."""
     threads = cfg.run.threads
     if not threads:
         env = next((os.environ[v] for v in ENV_VARS if os.environ.get(v, "").strip().isdigit()), None)
         threads = int(env) if env and int(env) > 0 else auto_threads(cfg, problem)
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    use_threads(threads)
     return threads

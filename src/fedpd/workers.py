@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from fedpd.errors import ConfigError, FedpdError
-from fedpd.threads import ENV_VARS, available_cores, participants, round_flops
+from fedpd.threads import ENV_VARS, available_cores, participants, round_flops, use_threads
 
 #: ``run.workers = "auto"``: below this many floating-point operations of local work per round
 #: (:func:`fedpd.threads.round_flops`) one process trains the round; above it, one worker per
@@ -372,7 +372,7 @@ def serve(fd: int) -> None:
     try:
         _, config_toml, threads, path = conn.recv()
         sys.path[:] = path  # what the run's process imports from (a plug-in's module, too)
-        torch.set_num_threads(threads)
+        use_threads(threads)
         try:
             pieces = from_toml(config_toml)
             chunk = client_chunk(pieces[0], pieces[1])

@@ -23,13 +23,13 @@ import sys
 import tomllib
 from pathlib import Path
 
-import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedpd import plugins
 from fedpd.build import hosted_clients
 from fedpd.flower.transport import to_content, to_envelope
+from fedpd.threads import use_threads
 from fedpd.remote.filestore import KEEP_RUNS
 from fedpd.remote.messages import Envelope
 from fedpd.remote.node import NodeRuntime, _pieces
@@ -80,7 +80,7 @@ def _handle(msg: Message, context: Context) -> Message:
     request = to_envelope(msg.content)
     try:
         cfg = tomllib.loads(request.config["config"])
-        torch.set_num_threads(int(cfg.get("run", {}).get("threads", 0)) or 1)
+        use_threads(int(cfg.get("run", {}).get("threads", 0)) or 1)
         reply = node_runtime(context, request).handle(request)
     except Exception as err:  # a node that cannot even start: the server reads the reason, and its log says it
         reply = Envelope(request.kind, {"error": f"{type(err).__name__}: {err}"[:500]})
