@@ -347,6 +347,20 @@ def any_of(parts: Sequence[Comparison], level: float) -> bool | None:
     return False if verdicts and all(v is False for v in verdicts) else None
 
 
+def some_of(parts: Sequence[Comparison]) -> bool | None:
+    """An existence claim "some part holds" (at some point of a sweep, on some data set): True when
+    one part holds at the Bonferroni level 1 − 0.05/m of its m parts (confirming one of m needs the
+    correction: the best of m intervals at 95 % clears 0 by chance far more often than 5 % of the
+    time); False when every part fails at 95 % (refuting it needs every part refuted, an
+    intersection–union test: each part at 95 % keeps a wrong "fails" at 5 % or less, with no
+    correction); otherwise (and with no part) None."""
+    if not parts:
+        return None
+    if any(p.verdict(family_level(len(parts))) is True for p in parts):
+        return True
+    return False if all(p.verdict() is False for p in parts) else None
+
+
 def equivalence(diff: Paired, edge: float, level: float = LEVEL) -> bool | None:
     """"A and B are alike": the paired differences' t-interval at ``level`` lies inside (−edge, edge)
     (True), wholly outside it (False), or across one of its ends (None; also below 2 pairs) — an
@@ -531,15 +545,21 @@ def provenance_table(records: Sequence) -> str:
     return md_table(["command", "fedpd commit", "machine", "runs", "finished (UTC)", "core-hours"], rows)
 
 
-VERDICTS = {True: "holds", False: "**fails**", None: "inconclusive at this budget"}
+#: the verdict of a claim these runs cannot test as the experiment is set up (its row says why): the
+#: runs measure another quantity than the paper's sentence, or only part of what it averages over
+NOT_TESTABLE = "not testable"
+VERDICTS = {True: "holds", False: "**fails**", None: "inconclusive at this budget",
+            NOT_TESTABLE: "not testable as set up"}
 
 
-def claims_section(claims, results: Results) -> str:
+def claims_section(claims, results: Results, own: bool = False) -> str:
     """The paper's statements and whether they hold on these runs (checked by code, not by hand).
     A paired claim (``Claim.paired``) is decided on the per-seed differences (:class:`Paired`):
     "holds" / "fails" only when their 95 % t-interval (n − 1 degrees of freedom; Bonferroni over a
     claim's m comparisons, :func:`all_of`) excludes 0; any other claim is a threshold check on the
-    seeds' means, marked as such."""
+    seeds' means, marked as such; a check may answer :data:`NOT_TESTABLE` with the reason.
+    ``own``: the project's own checks (readings the paper does not make), in a table of their own
+    so that the paper's table holds only the paper's claims."""
     rows, unpaired = [], False
     for c in claims:
         try:
@@ -547,10 +567,16 @@ def claims_section(claims, results: Results) -> str:
         except Exception as err:  # a check that cannot be evaluated at this budget says so
             holds, measured = None, f"not evaluated ({type(err).__name__}: {err})"
         verdict = VERDICTS[holds]
-        if not c.paired:
+        if not c.paired and holds != NOT_TESTABLE:
             unpaired = True
             verdict = {True: "holds †", False: "**fails** †", None: "cannot tell †"}[holds]
         rows.append([c.text, c.where, measured, verdict])
+    if own:
+        text = ("## The project's own checks\n\nNot the paper's claims: readings the project adds (the row says "
+                "which of the paper's statements each reads, and on what), decided by the same rules as the "
+                "paper's claims above.\n\n")
+        return text + md_table(["check (the project's)", "reads", "measured here", "verdict"], rows) + (
+            "\n\n†: a threshold check on the seeds' means, not a paired test over seeds." if unpaired else "")
     text = ("## The paper's claims, checked on these runs\n\nEach claim that compares settings is checked on the "
             "paired per-seed differences (a seed fixes the data, the split and the initial model, shared by every "
             "setting): their mean and its 95 % confidence interval, mean ± t · sd / √n with t the 97.5 % quantile of "
@@ -563,6 +589,9 @@ def claims_section(claims, results: Results) -> str:
     if unpaired:
         text += ("\n\n†: a threshold check on the seeds' means (as described in its row), not a paired test over "
                  "seeds.")
+    if any(row[-1] == VERDICTS[NOT_TESTABLE] for row in rows):
+        text += ("\n\nNot testable as set up: these runs measure another quantity than the claim's, or only part of "
+                 "what it averages over (the row says why); no verdict is read from them.")
     return text
 
 
