@@ -31,6 +31,7 @@ import tomli_w
 from fedpd.config import load_config
 from fedpd.io import atomic_write_bytes, atomic_write_text, read_jsonl
 from fedpd.reproduce.spec import RunSpec
+from fedpd.results.stats import t_cdf2, t_quantile  # noqa: F401  (the intervals' quantiles, shared with fedpd compare)
 
 # --- results -------------------------------------------------------------------------------------
 
@@ -140,43 +141,6 @@ def seeds_of(runs: Iterable[Run]) -> str:
 #: the confidence of a verdict: a claim holds / fails only when the 95 % interval of the mean
 #: paired difference excludes 0 (several comparisons: simultaneous intervals, :func:`all_of`)
 LEVEL = 0.95
-
-
-def t_cdf2(t: float, df: int) -> float:
-    """P(|T| ≤ t) of Student's t with an integer ``df`` ≥ 1, exact (the closed form in θ = atan(t/√df):
-    Abramowitz & Stegun 26.7.3–4)."""
-    if df < 1 or int(df) != df:
-        raise ValueError(f"t distribution: df must be a positive integer, got {df}")
-    th = math.atan(abs(t) / math.sqrt(df))
-    c2, s = math.cos(th) ** 2, math.sin(th)
-    if df % 2:  # odd: (2/π)(θ + sinθ cosθ (1 + 2/3 cos²θ + ... + (2·4···(df−3))/(1·3···(df−2)) cos^(df−3)θ))
-        term, total = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        return 2 / math.pi * (th + s * math.cos(th) * total)
-    term, total = 1.0, 1.0  # even: sinθ (1 + 1/2 cos²θ + ... + (1·3···(df−3))/(2·4···(df−2)) cos^(df−2)θ)
-    for k in range(1, df // 2):
-        term *= c2 * (2 * k - 1) / (2 * k)
-        total += term
-    return s * total
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (0.5 ≤ p < 1) of Student's t with an integer ``df``: t_{0.975, 2} = 4.303
-    (bisection on :func:`t_cdf2`, to double precision)."""
-    if not 0.5 <= p < 1:
-        raise ValueError(f"t quantile: p must be in [0.5, 1), got {p}")
-    target, lo, hi = 2 * p - 1, 0.0, math.pi / 2  # bisect θ = atan(t/√df) on [0, π/2)
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_cdf2(math.sqrt(df) * math.tan(mid), df) < target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-16:
-            break
-    return math.sqrt(df) * math.tan((lo + hi) / 2)
 
 
 def fmt_level(level: float) -> str:
