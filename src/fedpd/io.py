@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -116,10 +117,42 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
+#: the most parts of a dotted key or table header (``[a.b.c]``: 3). No config nests more than a few;
+#: the parser's time and memory grow with the square of the parts (a 100 000-part header took 7 s,
+#: a 100 000-part key more memory than a machine has), so a longer one is refused before it is parsed
+KEY_PARTS_MAX = 100
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'')
+
+
+def _deepest_key(text: str) -> tuple[int, int]:
+    """(parts, line number) of the dotted key or table header of ``text`` with the most parts, among
+    lines with more than :data:`KEY_PARTS_MAX` dots (a cheap look, not a parse: values, arrays and
+    quoted parts are left out)."""
+    deepest = (0, 0)
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.count(".") <= KEY_PARTS_MAX:
+            continue
+        line = _QUOTED.sub("q", line.strip())
+        if line.startswith("[") and "]" in line:
+            key = line.lstrip("[").split("]", 1)[0]
+        elif "=" in line:
+            key = line.split("=", 1)[0]
+        else:
+            continue  # a value going on from the line before (an array, a string)
+        if "," not in key and "{" not in key:  # (an array of numbers is no key)
+            deepest = max(deepest, (key.count(".") + 1, number))
+    return deepest
+
+
 def parse_toml(text: str) -> dict:
     """``text`` parsed as TOML; :class:`ConfigError` with the parser's one line otherwise — also
     for nesting too deep for the parser (arrays in arrays hundreds of levels down), which would
-    otherwise escape as a RecursionError."""
+    otherwise escape as a RecursionError, a key of more than :data:`KEY_PARTS_MAX` parts (refused
+    before parsing) and an integer longer than Python reads (4 300 digits)."""
+    parts, line = _deepest_key(text)
+    if parts > KEY_PARTS_MAX:
+        raise ConfigError(f"a key or table header of {parts} dotted parts (line {line}) nests too deeply to read "
+                          f"(allowed: at most {KEY_PARTS_MAX}; no config nests more than a few)")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -130,6 +163,14 @@ def parse_toml(text: str) -> dict:
     except RecursionError:
         raise ConfigError("arrays or tables nested too deeply to read (no config nests more than a few levels)") \
             from None
+    except ValueError as err:  # Python's limit on the digits of an integer it converts from text
+        if "digits" not in str(err):
+            raise
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        found = re.search(r"\d[\d_]{%d,}" % limit, text)
+        where = f" (line {text.count(chr(10), 0, found.start()) + 1})" if found and "\n" in text.strip() else ""
+        raise ConfigError(f"an integer of more than {limit} digits{where}: no option takes one (allowed: integers "
+                          f"of at most 2^63 − 1, 19 digits)") from None
 
 
 def load_toml(path: str | Path) -> dict:

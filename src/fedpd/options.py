@@ -9,6 +9,8 @@ option again.
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -27,6 +29,13 @@ SEED_MAX = 2**63 - 1
 #: typo, or a round that would not finish
 STEPS_MAX = 100_000
 
+#: the most passes over its data a client makes per round (``solver.local_epochs``; papers run 1 to
+#: 20) and the most evaluations of a simulated defence an attack makes per round (the optimal
+#: attacks' ``evals``; their authors run 20): each is a round's work times the count, so a larger one
+#: is a typo, or a round that would not finish
+EPOCHS_MAX = 1_000
+EVALS_MAX = 1_000
+
 #: torch CPU threads (``run.threads``): torch takes a C int; no machine gives one process more cores
 THREADS_MAX = 1024
 
@@ -40,7 +49,8 @@ FLOAT_MAX = 1e100
 
 class Options(BaseModel):
     """Base of every section's options: strict types, unknown keys rejected, no inf or nan,
-    every integer (in lists and tables too) an int64, every real number at most 1e100 in size."""
+    every integer (in lists and tables too) an int64, every real number at most 1e100 in size, and
+    a path option (``path``, ``*_dir``, ``*_path``) whose ``~user`` names a user of this machine."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -51,8 +61,31 @@ class Options(BaseModel):
         if isinstance(big, float):
             raise ValueError(f"{big:g} is out of range (allowed: numbers of at most {FLOAT_MAX:g} in size)")
         if big is not None:
-            raise ValueError(f"{big} is out of range (allowed: integers of at most {INT_MAX}, 2^63 − 1, in size)")
+            raise ValueError(f"{shown(big)} is out of range (allowed: integers of at most {INT_MAX}, 2^63 − 1, in "
+                             f"size)")
         return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _home_known(cls, value, info):
+        name = info.field_name or ""
+        if isinstance(value, str) and value.startswith("~") and (name == "path" or name.endswith(("_dir", "_path"))):
+            try:
+                Path(value).expanduser()
+            except RuntimeError:  # ~someone who has no home here
+                user = value[1:].split("/", 1)[0]
+                raise ValueError(f"{value!r} starts with ~{user}, but this machine has no user {user!r} (allowed: "
+                                 f"~/..., ~<a user of this machine>/..., or a path without ~)") from None
+        return value
+
+    def given(self, *keys: str) -> list[str]:
+        """The keys among ``keys`` that the config sets to a value other than their default, in the
+        order asked: what a cross-field rule refuses where the chosen combination would ignore them.
+        A key restated at its default is not given — a run's own ``config.toml`` states every option
+        (the resolved config), so a default there says nothing of what its user asked for."""
+        fields = type(self).model_fields
+        return [k for k in keys if k in self.model_fields_set
+                and getattr(self, k) != fields[k].get_default(call_default_factory=True)]
 
 
 def _too_large(value, depth: int = 0):
@@ -68,6 +101,13 @@ def _too_large(value, depth: int = 0):
             if found is not None:
                 return found
     return None
+
+
+def set_apart_from_defaults(options: BaseModel) -> set[str]:
+    """The keys given a value other than their default: what a user chose (a resolved config, which
+    restates every default, chooses nothing more)."""
+    fields = type(options).model_fields
+    return {k for k in options.model_fields_set if getattr(options, k) != fields[k].default}
 
 
 class NoOptions(Options):
@@ -116,5 +156,11 @@ def _format(where: str, err: ValidationError, model: type[BaseModel], also: tupl
 
 def shown(value, limit: int = 80) -> str:
     """``repr(value)`` for a one-line message, cut to ``limit`` characters (a value may be long)."""
-    text = repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        # (Python refuses to write an integer of more than 4 300 digits; nobody reads one in a line)
+        return f"an integer of about {round(value.bit_length() * math.log10(2))} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # such an integer inside a list or table
+        return f"a {type(value).__name__} holding an integer too long to show"
     return text if len(text) <= limit else f"{text[:limit - 5]} ...{text[-1] if text[-1] in ')]}' else ''}"
