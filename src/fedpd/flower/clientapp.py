@@ -10,7 +10,8 @@ Every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.Nod
   ``allowed-plugins`` lists (module prefixes, comma-separated; none by default), from its own
   Python path; it keeps each run's client states in a folder of their own under ``store-dir`` and,
   when a run starts, removes older runs' folders beyond the ``keep-runs`` (default 3) most recently
-  used (:mod:`fedpd.remote.filestore`);
+  used (:mod:`fedpd.remote.filestore`); it holds ``store-dir`` exclusively — another node started
+  on the same folder is refused in one line naming this one (:mod:`fedpd.remote.storelock`);
 * in Flower's simulation runtime, virtual node k of n hosts the k-th contiguous block of the
   client ids and keeps their states under the run directory (``<run>/nodes/node<k>``); it imports
   the config's plug-ins from the run's plug-in path (one user, one machine).
@@ -18,6 +19,7 @@ Every message is a fedpd envelope for this node's :class:`~fedpd.remote.node.Nod
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import tomllib
@@ -33,6 +35,7 @@ from fedpd.threads import use_threads
 from fedpd.remote.filestore import KEEP_RUNS
 from fedpd.remote.messages import Envelope
 from fedpd.remote.node import NodeRuntime, _pieces
+from fedpd.remote.storelock import holder
 
 
 def parse_hosted(text: str) -> list[int]:
@@ -48,6 +51,14 @@ def parse_hosted(text: str) -> list[int]:
     return out
 
 
+def serving_pid() -> int:
+    """The process that serves this SuperNode's messages as long as the node lives, which holds its
+    store-dir: this one — a warm ClientApp (``fedpd flower clientapp``) — or, in a ClientApp process
+    Flower starts for one message (``flwr-clientapp``), its parent, Flower's SuperExec, which the
+    SuperNode starts and which ends with it."""
+    return os.getppid() if Path(sys.argv[0]).name == "flwr-clientapp" else os.getpid()
+
+
 def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
     """This node's runtime, from its node config (deployment) or its partition (simulation)."""
     node_config = dict(context.node_config)
@@ -60,7 +71,8 @@ def node_runtime(context: Context, request: Envelope) -> NodeRuntime:
         if not keep.isdigit() or int(keep) < 1:
             raise ValueError(f"node config: keep-runs {keep!r}: expected a whole number of runs, at least 1")
         return NodeRuntime(hosted, Path(str(node_config["store-dir"])), durable=True, allowed=allowed,
-                           keep_runs=int(keep))
+                           keep_runs=int(keep),
+                           holder=holder(hosted, node=str(getattr(context, "node_id", "") or ""), pid=serving_pid()))
     if "partition-id" in node_config:  # a virtual node of Flower's simulation runtime
         plugins.search(request.config.get("plugin-path") or ())  # the run's own plug-ins, as in process
         cfg, problem, _, _ = _pieces(request.config["config"], request.config.get("run-key", ""))

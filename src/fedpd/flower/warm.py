@@ -21,6 +21,8 @@ not arrive is left waiting (after :data:`STUCK_S`) and the next task is served. 
 the SuperLink restarts during a run: the SuperNode makes a task of a message of the stopped run,
 whose content it can no longer fetch, and Flower waits for it for up to two hours — the node
 would serve nothing else. A SIGTERM stops the loop at once; a task that is running finishes first.
+This process holds its node's ``store-dir`` lock while it serves (:mod:`fedpd.remote.storelock`)
+and removes it when it stops.
 """
 
 from __future__ import annotations
@@ -191,3 +193,6 @@ def serve(address: str, root_certificates: str | None = None, poll: float = 0.1,
             current.thread.join()  # a task in progress finishes (its reply goes back)
     finally:
         client.close()
+        from fedpd.remote.storelock import release
+
+        release()  # the node's store-dir is free at once (a later process takes it without a notice)

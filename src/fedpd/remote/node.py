@@ -11,6 +11,12 @@ may be killed and restarted (or, in a Flower deployment, be a fresh process per 
 continue from its files, and a warm process (``fedpd flower clientapp``) builds a run's pieces
 once and drops them when another run's message comes.
 
+A node that ``holds`` its store-dir (a SuperNode: ``holder``) takes the folder's lock with its
+first message and checks it with every one: another live node's lock is a one-line refusal naming
+it (:mod:`fedpd.remote.storelock`). Within a run's folder, a client whose state the journal says
+was written but whose file is gone is refused by name — on a resume (``restore``) and whenever its
+state is read — rather than restarted from its initial state (:mod:`fedpd.remote.filestore`).
+
 A config may name plug-ins (import paths, :mod:`fedpd.plugins`); a node built with ``allowed``
 imports only plug-in modules under those prefixes and answers anything else with an error (the
 server then rejects its clients' uploads, counted). ``allowed=None``: any plug-in (the nodes of
@@ -33,6 +39,7 @@ from fedpd.hooks import check_receive
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
 from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
+from fedpd.remote.storelock import Holder, hold
 
 _BUILT: dict[tuple, tuple] = {}  # (run key, config hash, plug-in policy) -> (cfg, problem, algorithm, solver)
 
@@ -51,19 +58,21 @@ def _pieces(config_toml: str, run_key: str = ""):
 class NodeRuntime:
     """One node: the clients ``hosted`` (ids of the run's partition), their states under ``root``
     (one folder per run; ``keep_runs``: how many runs' folders the cleanup keeps); ``allowed``:
-    the plug-in module prefixes it may import (None: any)."""
+    the plug-in module prefixes it may import (None: any); ``holder``: this node as the lock of
+    ``root`` names it (:func:`fedpd.remote.storelock.holder`; None: ``root`` is not locked — the
+    nodes of a simulation, in folders of the run's own)."""
 
     def __init__(self, hosted: list[int], root: str | Path, durable: bool = True,
-                 allowed: tuple[str, ...] | None = None, keep_runs: int = KEEP_RUNS):
+                 allowed: tuple[str, ...] | None = None, keep_runs: int = KEEP_RUNS, holder: Holder | None = None):
         self.hosted, self.root, self.durable = sorted(int(i) for i in hosted), Path(root), durable
-        self.allowed, self.keep_runs = allowed, keep_runs
+        self.allowed, self.keep_runs, self.holder = allowed, keep_runs, holder
 
     def folder(self, request: Envelope, create: bool = True):
         """The folder of the request's run (see :func:`~fedpd.remote.filestore.open_run`)."""
         if not request.config.get("run-key"):
             raise ValueError("the server sent no run-key (fedpd versions differ between server and node?)")
         return open_run(self.root, str(request.config["run-key"]), create=create,
-                        run_dir=str(request.config.get("run-dir", "")), keep_runs=self.keep_runs)
+                        run_dir=str(request.config.get("run-dir", "")), keep_runs=self.keep_runs, hosted=self.hosted)
 
     def store(self, request: Envelope) -> VersionedStore | None:
         """The request's run's store; None for stateless clients (FedAvg: nothing kept, no folder)."""
@@ -74,6 +83,10 @@ class NodeRuntime:
     def handle(self, request: Envelope) -> Envelope:
         """The reply to one request; a problem on this side is a reply with ``error`` set."""
         try:
+            if self.holder is not None:  # before anything is read or written: the store-dir is this node's
+                took = hold(self.root, self.holder)
+                if took:
+                    self.say(took)
             with plugins.restricted(self.allowed):
                 return getattr(self, f"_{request.kind}")(request)
         except Exception as err:  # the server decides what a failed node means for the round
@@ -86,8 +99,10 @@ class NodeRuntime:
         clients, which request of which round (counted from 1, as the server's progress), why."""
         round = request.config.get("round")
         what = f"{request.kind} of round {int(round) + 1}" if round is not None else request.kind
-        print(f"fedpd node (clients {client_ranges(self.hosted)}): {what} refused: {error}", file=sys.stderr,
-              flush=True)
+        self.say(f"{what} refused: {error}")
+
+    def say(self, line: str) -> None:
+        print(f"fedpd node (clients {client_ranges(self.hosted)}): {line}", file=sys.stderr, flush=True)
 
     def _hello(self, request: Envelope) -> Envelope:
         return Envelope("hello", {"hosted": self.hosted})
@@ -160,7 +175,9 @@ class NodeRuntime:
         folder = self.folder(request, create=rounds == 0)
         if rounds > 0:
             self._kept(request)  # the checkpoint's round includes a commit still to make
-        VersionedStore(folder, {}, self.hosted, self.durable).rollback(rounds)
+        store = VersionedStore(folder, {}, self.hosted, self.durable)
+        store.rollback(rounds)
+        store.check()  # every hosted client the journal says has a state must have it
         return Envelope("restore", {})
 
     def _seed(self, request: Envelope) -> Envelope:
