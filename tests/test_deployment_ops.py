@@ -297,3 +297,90 @@ def test_the_warm_clientapp_serves_the_next_task_past_one_whose_message_never_co
     loop.join(10)
     release.set()
     assert served == ["fresh"] and not loop.is_alive()
+
+
+# --- what fedpd status says -----------------------------------------------------------------------
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="tells a zombie through /proc")
+def test_a_killed_server_process_not_yet_reaped_is_died(tmp_path, capsys):
+    """A SIGKILLed ServerApp stays a zombie until Flower reaps it, and a zombie still takes signal 0."""
+    import signal
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    fedpd.run(CFG, run, transport=Counting(tmp_path / "nodes"))
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(server.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10  # not reaped: a zombie
+        while Path(f"/proc/{server.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.kill(server.pid, 0)  # (what a check by signal alone believes)
+        record = json.loads((run / STATUS).read_text())
+        record.update(state="running", round=3, pid=server.pid)
+        (run / STATUS).write_text(json.dumps(record))
+        assert main(["status", str(run)]) == 1
+        said = capsys.readouterr().out
+        assert f"died at round 5 of 5 (its server process {server.pid} is gone" in said, said
+        assert f"fedpd run --resume {run}" in said
+    finally:
+        server.wait()
+
+
+def test_a_refused_resume_leaves_a_finished_run_finished(tmp_path, monkeypatch, capsys):
+    """``flwr run --run-config resume=true`` of an app whose config differs from a finished run's is
+    refused; the run stays finished (exit 0: a script's ``fedpd status || echo unfinished`` reads
+    it right) and the line names the refused attempt."""
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    from flwr.app import Context, RecordDict
+
+    from fedpd.flower import serverapp
+
+    out = tmp_path / "run"
+    fedpd.run(CFG, out, transport=Counting(tmp_path / "nodes"))
+    finished = json.loads((out / STATUS).read_text())
+    (out / STATUS).write_text(json.dumps({**finished, "pid": _dead_pid()}))  # (the ServerApp that ran it, gone)
+    monkeypatch.setattr(serverapp, "FlowerTransport", lambda grid, deployed: Counting(tmp_path / "nodes"))
+    monkeypatch.setattr(serverapp, "_fail", lambda message: (_ for _ in ()).throw(SystemExit(1)))
+    other = load_config({**CFG, "algorithm": {"name": "feddyn", "eta": 3.0}}).to_toml()
+    context = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                      run_config={"fedpd-config": other, "out": str(out), "resume": True, "overwrite": False})
+    with pytest.raises(SystemExit):
+        serverapp._main(None, context)
+    assert "differs from the run's" in capsys.readouterr().err
+    record = json.loads((out / STATUS).read_text())
+    assert record["state"] == "finished" and "differs from the run's" in record["refused"]["error"], record
+    assert main(["status", str(out)]) == 0
+    said = capsys.readouterr().out.strip()
+    assert said.startswith(f"{out}: finished round 5 of 5; a later flwr run on it was refused: resume=true"), said
+    # a run that had not finished still says refused (exit 1), as before
+    record.update(state="stopped", round=2)
+    record.pop("refused")
+    (out / STATUS).write_text(json.dumps(record))
+    assert record_refusal(out, "another") and main(["status", str(out)]) == 1
+
+
+def test_a_notice_of_the_runs_end_is_labelled_with_its_last_round(tmp_path, capsys):
+    """The run's last commit, sent when the run ends (after round 5), fails on a node: its notice is
+    round 5's, not a "round 6" of a 5-round run."""
+    from fedpd.remote.messages import Envelope
+
+    class LastCommitFails(Counting):
+        def push(self, node, request):
+            if request.kind == "commit":  # the run's end: its last round's commit
+                self._count += 1
+                self._replies[self._count] = Envelope("error", {"error": "disk full"})
+                return self._count
+            return super().push(node, request)
+
+    run = tmp_path / "run"
+    fedpd.run(CFG, run, transport=LastCommitFails(tmp_path / "nodes"))
+    notices = json.loads((run / STATUS).read_text())["notices"]
+    assert notices and all("the commit of round 5 did not reach it" in n["text"] for n in notices), notices
+    assert {n["round"] for n in notices} == {5}, notices
+    capsys.readouterr()
+    assert main(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "  round 5: " in out and "round 6" not in out, out

@@ -13,13 +13,15 @@ rejected, a node gone) are lines in Flower's log. So a run whose clients live on
                     was killed: it "died"),
      "resume": how to continue it, in the words of the tool that ran it,
      "started", "updated": UTC times,
-     "notices": [{"round": r, "text": "..."}, ...]}
+     "notices": [{"round": r, "text": "..."}, ...],
+     "refused": {"error", "at"}: a later ``flwr run`` on a finished run that was refused (the run
+                stays finished)}
 
 written atomically when the run starts, at every notice and checkpoint, and when it ends. A resume
 keeps the notices of the rounds up to its checkpoint (the later rounds run again). A refused
 ``flwr run`` (the ServerApp never started the run) is recorded too, unless the directory's run
-is alive. :func:`read` gives any run directory's state, one without ``status.json`` (a run in
-process, or of an older fedpd) from its metrics.
+is alive (a finished run keeps its state). :func:`read` gives any run directory's state, one
+without ``status.json`` (a run in process, or of an older fedpd) from its metrics.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ class StatusFile:
         atomic_write_text(self.out / STATUS, json.dumps(self.record, indent=1) + "\n")
 
     def note(self, round: int, text: str) -> None:
-        """A notice of round ``round`` (counted from 1, as the server's lines count)."""
-        self.record["notices"].append({"round": int(round), "text": text})
+        """A notice of round ``round`` (counted from 1, as the server's lines count; one after the
+        last round — the run's end, sending its last commits — is the last round's)."""
+        round = min(int(round), int(self.record["rounds"])) if self.record["rounds"] else int(round)
+        self.record["notices"].append({"round": round, "text": text})
         self._write()
 
     def progress(self, round: int) -> None:
@@ -81,13 +85,19 @@ class StatusFile:
 
 def record_refusal(out: Path, error: str, resume: str = "") -> bool:
     """Say in ``out`` that a run there was refused before it started (``error``), keeping what the
-    record said of the directory's run; not when that run is alive. Whether it was written."""
+    record said of the directory's run; not when that run is alive. A finished run stays finished
+    (a refused resume changes nothing of it; a script's ``fedpd status`` must still say so): the
+    refusal is kept beside it (``refused``). Whether it was written."""
     out = Path(out)
     record = _load(out)
     if record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
         return False  # the run started here: it recorded how it ended
     if record.get("state") == "running" and _alive(record):
         return False
+    if record.get("state") == "finished":
+        record.update(refused={"error": error, "at": _now()}, updated=_now())
+        atomic_write_text(out / STATUS, json.dumps(record, indent=1) + "\n")
+        return True
     record.update(state="refused", error=error, updated=_now())
     record.setdefault("notices", [])
     if resume:
@@ -103,17 +113,30 @@ def _alive(record: dict) -> bool | None:
     if record.get("host") != socket.gethostname():
         return None
     try:
-        os.kill(int(record.get("pid", 0)), 0)
-    except (ProcessLookupError, ValueError, TypeError):
+        pid = int(record.get("pid", 0))
+        os.kill(pid, 0)
+    except (ProcessLookupError, ValueError, TypeError, OverflowError):
         return False
     except PermissionError:  # someone else's process of that id
         return True
-    return int(record.get("pid", 0)) > 0
+    return pid > 0 and not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits to be reaped (a killed ServerApp until Flower's
+    SuperLink reaps it): signal 0 still reaches such a process. Linux's /proc says; elsewhere no."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat.rpartition(")")[2].split()  # (the command name, in parentheses, may hold spaces)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def read(out: Path) -> dict:
     """The state of the run in ``out``: its ``status.json`` with ``state`` "died" for a running
-    record whose process is gone; without one, "finished" or "stopped" from its metrics."""
+    record whose process is gone (or a zombie, not yet reaped); without one, "finished" or
+    "stopped" from its metrics."""
     from fedpd.io import load_toml, read_jsonl
 
     out = Path(out)
@@ -147,7 +170,10 @@ def describe(out: Path, record: dict) -> str:
     notes = len(record.get("notices", []))
     more = f"; {notes} notice{'s' * (notes != 1)}" if notes else ""
     if state == "finished":
-        return f"{out}: finished {where}{more}"
+        refused = record.get("refused")
+        later = (f"; a later flwr run on it was refused: {refused.get('error', '')}"
+                 if isinstance(refused, dict) else "")
+        return f"{out}: finished {where}{more}{later}"
     if state == "running":
         host = f" on {record.get('host')}" if record.get("elsewhere") else ""
         return f"{out}: running, {where} (server process {record.get('pid')}{host}){more}"
