@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -186,18 +187,34 @@ def test_the_journal_follows_prune_and_rollback_and_catches_a_pruned_state(tmp_p
 
 # --- on Flower: two cold SuperNodes on one store-dir ------------------------------------------
 
+def superexecs(parents: set[int]) -> dict[int, str]:
+    """The SuperExec helpers of SuperNodes ``parents`` (they put themselves in sessions of their
+    own): pid -> start time."""
+    from fedpd.remote.storelock import _start_time
+
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if b"--parent-pid" in args and int(args[args.index(b"--parent-pid") + 1]) in parents:
+            found[int(entry.name)] = _start_time(int(entry.name))
+    return found
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="follows Flower's helpers through /proc")
 def test_two_cold_supernodes_on_one_store_dir_the_second_is_refused_before_the_first_round(tmp_path):
-    """Flower's default mode, a ClientApp process per message: the lock names the node's
-    SuperExec (which lives as long as the SuperNode), so the second node's messages find a live
-    holder, and the run is refused in one line naming it, before any round. Every process the
-    test starts is stopped by PID (tests/flower_deploy.py); the SuperExec the lock names ends with
-    its SuperNode, or is killed here by PID."""
+    """Flower's default mode, a ClientApp process per message: the lock names the SuperNode (not
+    the ClientApp process of one message), so the second node's messages find a live holder, and
+    the run is refused in one line naming it, before any round. Every process the test starts is
+    stopped by PID (tests/flower_deploy.py), and the SuperExec helpers the SuperNodes started end
+    with them, or are killed here by PID."""
     pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
     import os
     import signal
     import time
-    from pathlib import Path
 
     from flower_deploy import Deployment, app
 
@@ -205,17 +222,16 @@ def test_two_cold_supernodes_on_one_store_dir_the_second_is_refused_before_the_f
 
     appdir, run_dir, _ = app(tmp_path, rounds=1, algorithm="feddyn")
     store = tmp_path / "store0"
-    holders: list[int] = []
+    helpers: dict[int, str] = {}
     try:
         with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
             dep.superlink()
-            dep.supernode(0, "0-2", store)
-            dep.supernode(1, "3-5", store)
+            nodes = {"0-2": dep.supernode(0, "0-2", store).pid, "3-5": dep.supernode(1, "3-5", store).pid}
             done = dep.flwr_run(appdir, timeout=300)
+            helpers.update(superexecs(set(nodes.values())))
+            assert len(helpers) == 2, helpers  # one SuperExec per SuperNode (followed to the end below)
             lock = json.loads((store / LOCK).read_text())
-            holders.append(int(lock["pid"]))
-            cmdline = Path(f"/proc/{lock['pid']}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            assert "flower-superexec" in cmdline, cmdline  # not the ClientApp process of one message
+            assert lock["pid"] == nodes[lock["clients"]], (lock, nodes)  # the SuperNode of the clients it names
         status = json.loads((run_dir / "status.json").read_text())
         assert status["state"] in ("refused", "failed"), status
         other = "3-5" if lock["clients"] == "0-2" else "0-2"
@@ -226,9 +242,9 @@ def test_two_cold_supernodes_on_one_store_dir_the_second_is_refused_before_the_f
         assert not (store / RUNS).exists()  # nothing was trained or written there
     finally:
         deadline = time.time() + 30
-        for pid in holders:  # the SuperExec ends with its SuperNode (it polls for its parent)
-            while alive(pid) and time.time() < deadline:
-                time.sleep(0.5)
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-                pytest.fail(f"the SuperExec {pid} outlived its SuperNode")
+        while any(alive(pid, started) for pid, started in helpers.items()) and time.time() < deadline:
+            time.sleep(0.5)
+        left = [pid for pid, started in helpers.items() if alive(pid, started)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"Flower's SuperExec helpers {left} outlived their SuperNodes"

@@ -52,11 +52,19 @@ def parse_hosted(text: str) -> list[int]:
 
 
 def serving_pid() -> int:
-    """The process that serves this SuperNode's messages as long as the node lives, which holds its
-    store-dir: this one — a warm ClientApp (``fedpd flower clientapp``) — or, in a ClientApp process
-    Flower starts for one message (``flwr-clientapp``), its parent, Flower's SuperExec, which the
-    SuperNode starts and which ends with it."""
-    return os.getppid() if Path(sys.argv[0]).name == "flwr-clientapp" else os.getpid()
+    """The process that lives as long as this node, which holds its store-dir: this one — a warm
+    ClientApp (``fedpd flower clientapp``), which serves its SuperNode across the SuperNode's
+    restarts — or, in a ClientApp process Flower starts for one message (``flwr-clientapp``), the
+    SuperNode itself: the ``--parent-pid`` of Flower's SuperExec that started this process (the
+    SuperExec outlives a stopped SuperNode by up to 20 s), or the SuperExec where it names none."""
+    if Path(sys.argv[0]).name != "flwr-clientapp":
+        return os.getpid()
+    parent = os.getppid()
+    try:
+        args = (Path("/proc") / str(parent) / "cmdline").read_bytes().split(b"\0")
+        return int(args[args.index(b"--parent-pid") + 1])
+    except (OSError, ValueError, IndexError):  # no /proc, or a SuperExec started without it
+        return parent
 
 
 def node_runtime(context: Context, request: Envelope) -> NodeRuntime:

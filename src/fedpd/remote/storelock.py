@@ -8,10 +8,10 @@ with every message: a lock naming another live process is refused in one line na
 one naming a process that is gone (on this machine) is taken over, with a notice; one written on
 another machine is refused (its process cannot be checked from here: remove the file once that
 node is stopped). The process that holds a SuperNode's lock is the one that lives as long as the
-node: the warm ClientApp (``fedpd flower clientapp``), or for a ClientApp process per message,
-Flower's SuperExec that starts them (see :func:`fedpd.flower.clientapp.serving_pid`); the same
-process with the same clients is the same node, even under a new node id (a restarted SuperNode
-served by the same warm process). Reading and rewriting the lock happens under an exclusive
+node: the warm ClientApp (``fedpd flower clientapp``), or for a ClientApp process per message, the
+SuperNode itself (see :func:`fedpd.flower.clientapp.serving_pid`); the same process with the same
+clients is the same node, even under a new node id (a restarted SuperNode served by the same warm
+process). Reading and rewriting the lock happens under an exclusive
 ``flock`` of the store-dir, so two nodes starting at once cannot both take it.
 """
 
