@@ -187,6 +187,38 @@ def test_a_report_says_plainly_which_records_name_no_committed_code(tmp_path, sm
     assert "they name no committed code" in text
 
 
+@pytest.mark.parametrize("commit", ["", None, "unknown", "(with uncommitted changes)"])
+def test_a_record_that_names_no_commit_counts_as_naming_no_committed_code(tmp_path, smoke_report, commit):
+    """An empty or unknown commit (a record written afterwards from a run directory whose invocation
+    left none) is as bold in the report as uncommitted changes: no record slips through."""
+    from fedpd.reproduce import report as rep
+
+    provenance = {} if commit is None else {"commit": commit}
+    assert rep.uncommitted(provenance) and not rep.uncommitted({"commit": "abc1234"})
+    held = [records.Record(f"g/s{i}", "g", i, {}, "smoke", {}, [], {"commit": "abc1234"}) for i in range(2)]
+    note = rep.uncommitted_note(held + [records.Record("g/s2", "g", 2, {}, "smoke", {}, [], provenance)], "x")
+    dirty = commit == "(with uncommitted changes)"
+    assert note.startswith("**1 of the 3 records were made with uncommitted changes" if dirty else
+                           "**1 of the 3 records name no commit** (\"unknown\" above")
+    assert "they name no committed code" in note
+    both = rep.uncommitted_note(held + [records.Record("g/s2", "g", 2, {}, "smoke", {}, [], provenance),
+                                        records.Record("g/s3", "g", 3, {}, "smoke", {}, [],
+                                                       {"commit": "abc1234 (with uncommitted changes)"})], "x")
+    assert both.startswith(f"**{1 + dirty} of the 4 records were made with uncommitted changes")
+    assert ("**1 of the 4 records name no commit**" in both) is not dirty
+    if commit != "":
+        return
+    smoke_report("fedpd_fig2", tmp_path)  # in a rendered report: "unknown" in the table, the note under it
+    keys = sorted(records.load(tmp_path / "records"))
+    path = records.path_of(tmp_path / "records", keys[0])
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    data["provenance"]["commit"] = ""
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
+    assert main(["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "README.md").read_text()
+    assert text.index(f"**1 of the {len(keys)} records name no commit**") > text.index(" | unknown | ")
+
+
 def test_report_only_and_verify_refuse_a_folder_without_records(tmp_path, capsys):
     for argv in (["reproduce", "fedpd_fig2", "--report-only", "--out", str(tmp_path)],
                  ["reproduce", "fedpd_fig2", "--verify", "2", "--out", str(tmp_path)],

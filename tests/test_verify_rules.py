@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from fedpd.algorithms.fedavg import FedAvg
 from fedpd.cli import main
@@ -174,3 +175,95 @@ def test_every_committed_report_verifies_here_and_says_by_which_rule(name, capsy
     assert "1 of 1 records agree" in out
     lines = [line for line in err.splitlines() if ": agrees" in line]
     assert len(lines) == 1 and all("; rule: " in line for line in lines)
+
+
+# --- counters: those of what a run did are exact, those that follow from floats move with them ---
+
+def _row(**metrics) -> dict:
+    return {"round": 4, "train_loss": 0.5, "test_acc": 0.9, "uplink_floats": 6100, "sample_grads": 4000,
+            "dropouts": 0, "agg_iterations": 7, "wall_s": 1.0, **metrics}
+
+
+FLOAT32_SAME_CPU = ("float32", ver.SAME_CPU)
+
+
+@pytest.mark.parametrize("dtype, rule", [FLOAT32_SAME_CPU, ("float64", ver.OTHER_CPU), ("float32", ver.OTHER_CPU),
+                                         ("float32", ver.OTHER_DEVICE)])
+def test_an_iteration_count_one_off_agrees_wherever_floats_may_round(dtype, rule):
+    compared, mismatch, rounded = ver.compare([_row()], {4: _row(agg_iterations=8, wall_s=9.0)}, dtype, rule, 4)
+    assert mismatch == "" and compared == 7
+    assert rounded == ["round 4, agg_iterations: recorded 7, re-run 8"]
+
+
+def test_an_iteration_count_is_exact_where_floats_must_be_identical():
+    _, mismatch, _ = ver.compare([_row()], {4: _row(agg_iterations=8)}, "float64", ver.SAME_CPU, 4)
+    assert mismatch == "round 4, agg_iterations: recorded 7, re-run 8"
+
+
+@pytest.mark.parametrize("rule", [ver.SAME_CPU, ver.OTHER_CPU, ver.OTHER_DEVICE])
+@pytest.mark.parametrize("counter", ["round", "uplink_floats", "sample_grads", "dropouts"])
+def test_a_counter_of_what_the_run_did_is_exact_under_every_rule(rule, counter):
+    row = _row()
+    again = {**row, counter: row[counter] + 1}
+    _, mismatch, _ = ver.compare([row], {4: again}, "float32", rule, 4)
+    assert mismatch == f"round 4, {counter}: recorded {row[counter]}, re-run {row[counter] + 1}"
+
+
+@pytest.mark.parametrize("dtype, rule", [FLOAT32_SAME_CPU, ("float64", ver.OTHER_CPU)])
+def test_a_moved_iteration_count_does_not_hide_a_changed_update_rule(dtype, rule):
+    """The count differs and the training loss is 1 % off: the loss decides (where the float rule is
+    close enough to catch a 1 % change of an update rule; a float32 record's trained rounds on another
+    CPU are compared closely in its early rounds, tested above)."""
+    _, mismatch, _ = ver.compare([_row()], {4: _row(agg_iterations=8, train_loss=0.505)}, dtype, rule, 4)
+    assert mismatch == "round 4, train_loss: recorded 0.5, re-run 0.505"
+
+
+def test_a_moved_iteration_count_needs_a_float_metric_of_its_round_to_vouch_for_it():
+    counters = {"round": 4, "agg_iterations": 7, "sample_grads": 4000}
+    _, mismatch, _ = ver.compare([counters], {4: {**counters, "agg_iterations": 8}}, "float32", ver.OTHER_CPU, 4)
+    assert mismatch.startswith("round 4, agg_iterations: recorded 7, re-run 8 (a counter that follows from floats")
+
+
+def test_every_integer_metric_of_the_committed_records_has_its_kind_named():
+    """An integer metric that :data:`KINDS` does not name is compared exactly; this keeps a new
+    counter from being so by accident: whoever adds one says which kind it is."""
+    import gzip
+
+    unnamed = set()
+    for path in REPORTS.glob("*/records/**/*.json.gz"):
+        columns = json.loads(gzip.decompress(path.read_bytes()))["metrics"]
+        unnamed |= {k for k, values in columns.items() if k not in ver.KINDS
+                    and any(isinstance(v, int) for v in values)}
+    assert not unnamed, f"integer metrics with no kind in fedpd.reproduce.verify.KINDS: {sorted(unnamed)}"
+    assert ver.kind_of("agg_iterations", 7) == ver.FROM_FLOATS and ver.kind_of("uplink_floats", 1) == ver.COUNTER
+    assert ver.kind_of("a_new_count", 3) == ver.COUNTER and ver.kind_of("a_new_loss", 0.3) == ver.FLOAT
+
+
+#: RFA (FedAvg with the geometric median, smoothed Weiszfeld) in float32 on Synthetic(1, 1): its
+#: ``agg_iterations`` is the count of a float stopping test
+RFA = {**FLOAT32, "algorithm": {"name": "fedavg", "aggregator": "geometric_median"},
+       "run": {"dtype": "float32", "rounds": 4, "eval_every": 4, "seed": 0}}
+
+
+def _rfa_record(dtype: str, machine_kind: str) -> records.Record:
+    config = load_config({**RFA, "run": {**RFA["run"], "dtype": dtype}}).resolved()
+    metrics = [execute.rerun(config, 4)[r] for r in (0, 4)]
+    metrics[1] = {**metrics[1], "agg_iterations": metrics[1]["agg_iterations"] + 1}  # as rounding moves it
+    return records.Record("rfa/s0", "rfa", 0, {}, "medium", config, metrics,
+                          {"machine": {"device": "cpu", "cpu_kind": machine_kind, "torch": torch.__version__}})
+
+
+def test_a_record_whose_iteration_count_rounding_moved_verifies_and_a_one_percent_change_still_fails():
+    record = _rfa_record("float32", records.cpu_kind())  # this kind of CPU: float32 to 1e-4
+    result = ver.verify_record(record)
+    assert result.ok and result.rule == ver.SAME_CPU.name
+    assert [r.split(":")[0] for r in result.rounded] == ["round 4, agg_iterations"]
+    lr = ver.verify_record(_with(record, "solver", "lr", 1.01))
+    assert not lr.ok and lr.mismatch.startswith("round 4,") and "agg_iterations" not in lr.mismatch
+    elsewhere = ver.verify_record(dataclasses.replace(record, provenance={"machine": {"cpu_kind": "another kind"}}))
+    assert elsewhere.ok and elsewhere.rule.startswith(ver.OTHER_CPU.name) and elsewhere.rounded
+
+
+def test_a_float64_record_of_this_cpu_kind_holds_its_iteration_count_exactly():
+    result = ver.verify_record(_rfa_record("float64", records.cpu_kind()))
+    assert not result.ok and result.mismatch.startswith("round 4, agg_iterations: recorded ")

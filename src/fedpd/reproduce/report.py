@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -504,7 +505,8 @@ def provenance_table(records: Sequence) -> str:
         done = sorted(p.get("finished", "") for p in ps)
         when = done[0][:16] if done[0][:16] == done[-1][:16] else f"{done[0][:16]} – {done[-1][:16]}"
         rows.append([f"`{command}`" + (" (recorded afterwards from its run directories)" if adopted else ""),
-                     commit or "unknown", machine, len(ps), when,
+                     commit if not uncommitted({"commit": commit}) or UNCOMMITTED in commit else "unknown", machine,
+                     len(ps), when,
                      f"{sum(float(p.get('compute_s') or 0) for p in ps) / 3600:.2f}"])
     return md_table(["command", "fedpd commit", "machine", "runs", "finished (UTC)", "core-hours"], rows)
 
@@ -589,18 +591,29 @@ def git_commit(package: Path) -> str:
 
 
 def uncommitted(provenance: dict) -> bool:
-    """Whether a record was made with uncommitted changes to fedpd's code (:func:`git_commit`)."""
-    return UNCOMMITTED in str(provenance.get("commit", ""))
+    """Whether a record names no committed code: made with uncommitted changes to fedpd's code
+    (:func:`git_commit`'s mark), or naming no commit at all — empty, "unknown", anything but a
+    commit's hash (a record written afterwards from a run directory whose invocation left no
+    commit, or made outside a git checkout)."""
+    return not re.fullmatch(r"[0-9a-f]{7,40}", str(provenance.get("commit") or ""))
 
 
 def uncommitted_note(records: Sequence, name: str) -> str:
-    """The report's plain statement of how many of its ``records`` name no committed code ("" when
-    every one does)."""
-    dirty = sum(uncommitted(r.provenance) for r in records)
-    if not dirty:
+    """The report's plain statement, in bold, of how many of its ``records`` name no committed code
+    ("" when every one does): those made with uncommitted changes and those that name no commit."""
+    dirty = sum(UNCOMMITTED in str(r.provenance.get("commit", "")) for r in records)
+    unknown = sum(uncommitted(r.provenance) for r in records) - dirty
+    if not dirty and not unknown:
         return ""
-    return (f"**{dirty} of the {len(records)} records were made with uncommitted changes to fedpd's code** (their "
-            f"commit is marked \"{UNCOMMITTED}\" above): the code that ran them is not in the repository's history, "
-            "so they name no committed code — only the commit those changes were made on. "
-            f"`fedpd reproduce {name} --verify K --out <this folder>` re-runs K records with today's code and says "
-            "whether it still computes what they hold.")
+    said = []
+    if dirty:
+        said.append(f"**{dirty} of the {len(records)} records were made with uncommitted changes to fedpd's code** "
+                    f"(their commit is marked \"{UNCOMMITTED}\" above)")
+    if unknown:
+        said.append(f"**{unknown} of the {len(records)} records name no commit** (\"unknown\" above: written "
+                    "afterwards from a run directory whose invocation left no commit, or made outside a git checkout)")
+    why = ("the code that ran them is not in the repository's history, so they name no committed code — only the "
+           "commit those changes were made on" if not unknown else
+           "the code that ran them is not in the repository's history or not known, so they name no committed code")
+    return (f"{'; '.join(said)}: {why}. `fedpd reproduce {name} --verify K --out <this folder>` re-runs K records "
+            "with today's code and says whether it still computes what they hold.")
