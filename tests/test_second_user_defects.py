@@ -55,9 +55,9 @@ def test_compare_csv_holds_every_recorded_metric_and_names_aggregator_attack_and
         assert key in columns or f"{key}_final" in columns, key
     assert {"backdoor_acc_final", "backdoor_acc_best", "rejected_uploads", "wall_s", "dp_epsilon"} <= columns
     assert [rows[n]["algorithm"] for n in ("mean", "bounded", "private")] == ["fedavg"] * 3
-    assert (rows["mean"]["aggregator"], rows["bounded"]["aggregator"]) == ("-", "norm_bounding")
+    assert (rows["mean"]["aggregator"], rows["bounded"]["aggregator"]) == ("-", "norm_bounding(max_norm=0.5)")
     assert (rows["mean"]["attack"], rows["private"]["attack"]) == ("backdoor 1 party", "-")
-    assert (rows["mean"]["privacy"], rows["private"]["privacy"]) == ("-", "fixed clip, z=0.5")
+    assert (rows["mean"]["privacy"], rows["private"]["privacy"]) == ("-", "fixed clip, z=0.5, ε by RDP at δ=1e-05")
     assert rows["mean"]["backdoor_acc_final"] != "" and rows["private"]["backdoor_acc_final"] == ""
 
 

@@ -4,24 +4,19 @@ seeds, with a ± std band) and the label distribution of a run's split."""
 from __future__ import annotations
 
 import io
-import json
 import math
-import os
-import re
 import textwrap
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedpd.checks import FedpdNotice
 from fedpd.data.partition import label_matrix
 from fedpd.errors import ConfigError, reason
 from fedpd.io import atomic_write_bytes
-from fedpd.results.runs import (X_AXES, Run, disambiguate, expand_runs, finite, flat_config, group_runs, is_seed,
-                                read_run, split_metrics)
+from fedpd.results.runs import (X_AXES, Run, expand_runs, finite, group_labels, read_run, run_labels, seed_groups,
+                                split_metrics)
 
 if TYPE_CHECKING:  # a plot of metrics reads JSON lines: no torch
     from fedpd.problems.base import ClientSplit
@@ -97,32 +92,8 @@ class Curve:
     lowest: list | None = None
 
 
-def _group_label(runs: list[Run]) -> str:
-    names = [r.name for r in runs]
-    if len(set(names)) == 1:
-        return names[0]
-    prefix = re.sub(r"[-_.]*(seed|s)?[-_.]*$", "", os.path.commonprefix(names))
-    return prefix or names[0]
-
-
 def _curve_points(run: Run, metric: str, x: str) -> list[tuple[float, float, int]]:
     return [(r[x], r[metric], r.get("round", 0)) for r in run.records if finite(r.get(metric)) and x in r]
-
-
-def _seeds(run: Run) -> str:
-    return json.dumps({k: v for k, v in flat_config(run.cfg).items() if is_seed(k)}, sort_keys=True)
-
-
-def _one_per_seed(members: list[Run]) -> list[Run]:
-    """The runs of one group, one per seed: runs of the same config and the same seeds are the same
-    run twice (a copy, or a rerun) — drawn once, with a note naming them, never counted as seeds."""
-    first: dict[str, Run] = {}
-    for run in members:
-        kept = first.setdefault(_seeds(run), run)
-        if kept is not run:
-            warnings.warn(f"{run.path} and {kept.path} have the same config and seed: duplicates, drawn once",
-                          FedpdNotice, stacklevel=2)
-    return list(first.values())
 
 
 def _curves(runs: list[Run], metric: str, x: str, labels: list[str] | None, group: bool) -> list[Curve]:
@@ -130,16 +101,16 @@ def _curves(runs: list[Run], metric: str, x: str, labels: list[str] | None, grou
         if not _curve_points(run, metric, x):
             have = ", ".join(k for k in run.records[-1] if k not in X_AXES)
             raise ConfigError(f"--metric {metric!r}: run {str(run.path)!r} has no such metric (it has: {have})")
-    units = group_runs(runs) if group else [[r] for r in runs]
+    units = seed_groups(runs, "drawn once") if group else [[r] for r in runs]
     if labels is not None:
         given = {id(r): lab for r, lab in zip(runs, labels)}
         names = [given[id(u[0])] for u in units]
+    elif group:
+        names = group_labels(units)
     else:
-        names = disambiguate([_group_label(u) for u in units], [u[0].cfg for u in units],
-                             [u[0].path for u in units], skip_seeds=group)
+        names = run_labels(runs, skip_seeds=False)
     curves = []
     for members, name in zip(units, names):
-        members = _one_per_seed(members)
         if len(members) == 1:
             xs, ys, _ = zip(*_curve_points(members[0], metric, x))
             curves.append(Curve(name, members, list(xs), list(ys)))

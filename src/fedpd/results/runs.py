@@ -1,14 +1,19 @@
 """Reading run directories back: a run's config and metric records, the best value of a metric,
-and labels that tell runs apart (by the config values that differ, else by their paths)."""
+labels that tell runs apart (by the config values that differ, else by their paths), and the groups
+of runs that differ only in seeds (``fedpd plot``'s bands and ``fedpd compare``'s rows over seeds)
+with a label that names each group by its config."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedpd.checks import FedpdNotice
 from fedpd.errors import ConfigError
 from fedpd.io import load_toml, read_jsonl
 
@@ -120,7 +125,7 @@ def differing_keys(cfgs: list[dict], skip_seeds: bool = True) -> list[str]:
     return out
 
 
-def _short_keys(keys: list[str]) -> dict[str, str]:
+def short_keys(keys: list[str]) -> dict[str, str]:
     """``algorithm.p`` -> ``p`` where the last part is unambiguous among ``keys``."""
     last = [k.rsplit(".", 1)[-1] for k in keys]
     return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
@@ -146,7 +151,7 @@ def disambiguate(names: list[str], cfgs: list[dict], paths: list[Path], skip_see
         if len(idx) < 2:
             continue
         keys = differing_keys([cfgs[i] for i in idx], skip_seeds=skip_seeds)
-        short = _short_keys(keys)
+        short = short_keys(keys)
         extra = [", ".join(f"{short[k]}={_value(flat_config(cfgs[i]).get(k))}" for k in keys[:3]) for i in idx]
         if keys and len(set(extra)) == len(extra):
             for i, e in zip(idx, extra):
@@ -170,6 +175,71 @@ def group_runs(runs: list[Run]) -> list[list[Run]]:
         key = json.dumps(flat, sort_keys=True, default=str) if run.cfg else f"__{id(run)}"
         groups.setdefault(key, []).append(run)
     return list(groups.values())
+
+
+def _seeds(run: Run) -> str:
+    return json.dumps({k: v for k, v in flat_config(run.cfg).items() if is_seed(k)}, sort_keys=True)
+
+
+def one_per_seed(members: list[Run], kept_as: str = "counted once") -> list[Run]:
+    """The runs of one group, one per seed: runs of the same config and the same seeds are the same
+    run twice (a copy, or a rerun) — kept once, with a note naming them (and ``kept_as``), never
+    counted as seeds."""
+    first: dict[str, Run] = {}
+    for run in members:
+        kept = first.setdefault(_seeds(run), run)
+        if kept is not run:
+            warnings.warn(f"{run.path} and {kept.path} have the same config and seed: duplicates, {kept_as}",
+                          FedpdNotice, stacklevel=2)
+    return list(first.values())
+
+
+def seed_groups(runs: list[Run], kept_as: str = "counted once") -> list[list[Run]]:
+    """:func:`group_runs`, each group one run per seed (:func:`one_per_seed`)."""
+    return [one_per_seed(members, kept_as) for members in group_runs(runs)]
+
+
+def _folder_label(runs: list[Run]) -> str:
+    """The members' folder name, or what their names share (``fedavg-s0``, ``fedavg-s1``: ``fedavg``)."""
+    names = [r.name for r in runs]
+    if len(set(names)) == 1:
+        return names[0]
+    prefix = re.sub(r"[-_.]*(seed|s)?[-_.]*$", "", os.path.commonprefix(names))
+    return prefix or names[0]
+
+
+#: how many config values a group's label names at most, beyond its algorithm
+LABEL_KEYS = 4
+
+
+def _config_labels(units: list[list[Run]]) -> list[str] | None:
+    """A label per group naming what tells the groups' configs apart: the algorithm first (bare),
+    then ``key=value`` of the other keys that differ — keys every group sets before the others, as
+    few as tell the groups apart; None when no choice of keys does."""
+    cfgs = [u[0].cfg for u in units]
+    flats = [flat_config(c) for c in cfgs]
+    keys = differing_keys(cfgs)
+    keys.sort(key=lambda k: (k != "algorithm.name", not all(k in f for f in flats)))
+    for n in range(1, min(len(keys), LABEL_KEYS + 1) + 1):
+        chosen = keys[:n]
+        short = short_keys([k for k in chosen if k != "algorithm.name"])
+        labels = [", ".join(_value(f[k]) if k == "algorithm.name" else f"{short[k]}={_value(f[k])}"
+                            for k in chosen if k in f) for f in flats]
+        if all(labels) and len(set(labels)) == len(labels):
+            return labels
+    return None
+
+
+def group_labels(units: list[list[Run]]) -> list[str]:
+    """A label per group of runs (each a list of :class:`Run`). Where some group holds several runs
+    (seeds), each is named by its config, by what differs between the groups (:func:`_config_labels`);
+    otherwise, or where the configs do not tell them apart, by folder names (:func:`disambiguate`)."""
+    if len(units) > 1 and any(len(u) > 1 for u in units):
+        labels = _config_labels(units)
+        if labels is not None:
+            return labels
+    return disambiguate([_folder_label(u) for u in units], [u[0].cfg for u in units], [u[0].path for u in units],
+                        skip_seeds=True)
 
 
 def split_metrics(metrics) -> list[str]:

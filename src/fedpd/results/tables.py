@@ -6,12 +6,16 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import statistics
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from fedpd.errors import ConfigError
-from fedpd.results.runs import X_AXES, best, expand_runs, finite, read_run, run_labels
+from fedpd.results.runs import X_AXES, Run, best, expand_runs, finite, group_labels, read_run, run_labels, seed_groups
+from fedpd.results.stats import summarise
 
 #: short column headers for terminal tables
 SHORT = {"train_loss": "train loss", "grad_norm_sq": "‖∇f‖²", "test_loss": "test loss", "test_acc": "test acc",
@@ -40,17 +44,61 @@ class Column:
     header: str         # terminal header (may hold a line break)
     numeric: bool = True
     priority: int = 0   # lower: kept first when the terminal is narrow
+    spread: bool = False  # a row holds a group's mean here, and its sd and CI under SPREAD keys (:func:`spread_keys`)
 
 
-def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple[list[Column], list[dict]]:
+#: the parts of a spread column beside its mean, in every machine-readable format
+SPREAD = ("sd", "ci_low", "ci_high")
+
+
+def spread_keys(key: str) -> list[str]:
+    """The keys a spread column ``key`` fills in a row: the mean, the sample sd and the 95 % CI."""
+    return [key, *(f"{key}_{part}" for part in SPREAD)]
+
+
+@dataclass
+class Measure:
+    """One column of ``fedpd compare`` and how a run fills it: ``value(run)`` (None: the run has
+    none). ``spread``: over a group of seeds the row gets the mean, the sd and the 95 % CI of the
+    members' values; otherwise their common value (a number: their mean where they differ). A new
+    column is one more Measure (:func:`compare_table`'s ``measures``)."""
+
+    column: Column
+    value: Callable[[Run], object]
+    spread: bool = False
+
+
+def _last(key: str) -> Callable[[Run], object]:
+    return lambda run: run.records[-1].get(key)
+
+
+def _final(key: str) -> Callable[[Run], object]:
+    def value(run: Run):
+        v = run.records[-1].get(key)
+        return v if finite(v) else None
+    return value
+
+
+def _best(key: str) -> Callable[[Run], object]:
+    return lambda run: best(run.records, key)
+
+
+def compare_table(paths, metrics=None, labels: list[str] | None = None, group: bool = True,
+                  measures: list[Measure] = ()) -> tuple[list[Column], list[dict]]:
     """The columns and the rows (raw values) of ``fedpd compare``: per run its label (default:
     what tells the runs apart), path, algorithm, its aggregator, attack and privacy where some run
     sets them, rounds, communication and the final and best value of each metric (``metrics``;
     default: every metric the runs recorded, :data:`COMPARE_METRICS` first), then the final
-    value of each counter (:data:`COUNTERS`). A folder of runs (``runs/``, a sweep's ``--out``)
-    stands for every run inside it."""
+    value of each counter (:data:`COUNTERS`), then ``measures``. A folder of runs (``runs/``, a
+    sweep's ``--out``) stands for every run inside it.
+
+    ``group``: where some runs differ only in seeds (:func:`fedpd.results.runs.seed_groups`), one
+    row per group instead — its label (the config that tells the groups apart, or what ``labels``
+    share but the seed), ``n``, the members' ``paths``, and for each metric the mean, sd and 95 %
+    t-interval over the seeds (:class:`Column` ``spread``); where no two runs do, the rows are the
+    runs'."""
     runs = [read_run(p) for p in (paths if labels else expand_runs(paths))]
-    labels = labels or run_labels(runs, skip_seeds=False)
+    given, labels = labels is not None, labels or run_labels(runs, skip_seeds=False)
     counters = []
     if metrics is None:
         recorded = recorded_metrics(runs)
@@ -63,35 +111,75 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None) -> tuple
             have = sorted({k for r in runs for k in r.records[-1] if k not in X_AXES})
             raise ConfigError(f"--metrics {unknown[0]!r}: no run reports it (allowed: {', '.join(have)})")
     order = {m: i for i, m in enumerate(metrics)}
-    settings = {key: [describe(r.cfg) for r in runs] for key, describe in SETTINGS.items()}
-    settings = {key: values for key, values in settings.items() if any(values)}  # where some run sets it
-    columns = [Column("run", "run", False, 0), Column("algorithm", "algorithm", False, 1),
-               *[Column(key, key, False, 3) for key in settings],  # after the first metric and accuracies
-               Column("rounds", "rounds", True, 20 + len(metrics)), Column("comm_rounds", "comm\nrounds", True, 3),
-               Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics))]
-    private = any("dp_epsilon" in r.records[-1] for r in runs)  # [privacy]: the ε spent, at the run's delta
-    if private:
-        columns.append(Column("dp_epsilon", "ε\nspent", True, 3))
+    shown = [key for key, describe in SETTINGS.items() if any(describe(r.cfg) for r in runs)]  # where some run sets it
+    table = [Measure(Column("algorithm", "algorithm", False, 1), lambda r: r.cfg.get("algorithm", {}).get("name", "?")),
+             *[Measure(Column(key, key, False, 3), lambda r, d=SETTINGS[key]: d(r.cfg) or "-")  # after the first metric
+               for key in shown],
+             Measure(Column("rounds", "rounds", True, 20 + len(metrics)), _last("round")),
+             Measure(Column("comm_rounds", "comm\nrounds", True, 3), _last("comm_rounds")),
+             Measure(Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics)), _last("uplink_floats"))]
+    if any("dp_epsilon" in r.records[-1] for r in runs):  # [privacy]: the ε spent, at the run's delta
+        table.append(Measure(Column("dp_epsilon", "ε\nspent", True, 3), _last("dp_epsilon")))
     for m in metrics:
         short = SHORT.get(m, m)
         kept = order[m] == 0 or m.endswith("_acc")  # the first metric and a classifier's accuracies: kept first
-        columns.append(Column(f"{m}_final", f"{short}\nfinal", True, 2 if kept else 4 + order[m]))
-        columns.append(Column(f"{m}_best", f"{short}\nbest", True, 40 + order[m]))
-    columns += [Column(c, SHORT.get(c, c), True, 60 + i) for i, c in enumerate(counters)]
-    rows = []
-    for k, (run, label) in enumerate(zip(runs, labels)):
-        last = run.records[-1]
-        row = {"run": label, "path": str(run.path), "algorithm": run.cfg.get("algorithm", {}).get("name", "?"),
-               **{key: values[k] or "-" for key, values in settings.items()},
-               "rounds": last.get("round"), "comm_rounds": last.get("comm_rounds"),
-               "uplink_floats": last.get("uplink_floats"), **{c: last.get(c) for c in counters}}
-        if private:
-            row["dp_epsilon"] = last.get("dp_epsilon")
-        for m in metrics:
-            row[f"{m}_final"] = last.get(m) if finite(last.get(m)) else None
-            row[f"{m}_best"] = best(run.records, m)
-        rows.append(row)
-    return columns, rows
+        table.append(Measure(Column(f"{m}_final", f"{short}\nfinal", True, 2 if kept else 4 + order[m]), _final(m),
+                             spread=True))
+        table.append(Measure(Column(f"{m}_best", f"{short}\nbest", True, 40 + order[m]), _best(m), spread=True))
+    table += [Measure(Column(c, SHORT.get(c, c), True, 60 + i), _last(c)) for i, c in enumerate(counters)]
+    table += list(measures)
+    rows = [{"run": label, "path": str(run.path), **{m.column.key: m.value(run) for m in table}}
+            for run, label in zip(runs, labels)]
+    first = Column("run", "run", False, 0)
+    units = _seed_units(runs, labels) if group else None
+    if not units:
+        return [first, *(m.column for m in table)], rows
+    row_of = {id(run): row for run, row in zip(runs, rows)}
+    label_of = {id(run): label for run, label in zip(runs, labels)}
+    names = _unit_labels([[label_of[id(r)] for r in members] for members in units], units) if given else \
+        group_labels(units)
+    grouped = [_group_row(name, members, [row_of[id(r)] for r in members], table) for name, members in zip(names, units)]
+    columns = [first, Column("n", "n", True, 1),
+               *(replace(m.column, spread=True) if m.spread else m.column for m in table)]
+    return columns, grouped
+
+
+def _seed_units(runs: list[Run], labels: list[str]) -> list[list[Run]] | None:
+    """The runs in groups of one config over seeds, or None when no group holds two runs."""
+    units = seed_groups(runs)
+    return units if any(len(u) > 1 for u in units) else None
+
+
+#: a seed at the end of a run's label: fedavg/s3, fedpd-s0, run_seed2
+_SEED_SUFFIX = re.compile(r"[-_./]?(seed|s)[-_=]?\d+$")
+
+
+def _unit_labels(member_labels: list[list[str]], units: list[list[Run]]) -> list[str]:
+    """A label per group from the labels given for its runs: what they share but their seed (a
+    sweep's ``<config>`` of ``<config>/s<seed>``) where that tells the groups apart, else the
+    groups' configs (:func:`fedpd.results.runs.group_labels`)."""
+    shared = []
+    for names in member_labels:
+        bare = {_SEED_SUFFIX.sub("", n) for n in names}
+        shared.append(bare.pop() if len(bare) == 1 and "" not in bare else None)
+    if all(shared) and len(set(shared)) == len(shared):
+        return shared
+    return group_labels(units)
+
+
+def _group_row(name: str, members: list[Run], rows: list[dict], table: list[Measure]) -> dict:
+    """One row for the runs of one config over seeds (``rows``: theirs, in order)."""
+    out = {"run": name, "n": len(members), "paths": [str(r.path) for r in members]}
+    for m in table:
+        key, values = m.column.key, [row[m.column.key] for row in rows]
+        if m.spread:
+            s = summarise(values)
+            out.update(zip(spread_keys(key), (s.mean, s.sd, s.low, s.high)))
+        elif all(v == values[0] for v in values):
+            out[key] = values[0]
+        else:  # a number that differs between seeds (FedPD's communication rounds, wall time): the mean
+            out[key] = statistics.fmean(values) if all(finite(v) for v in values) else None
+    return out
 
 
 def recorded_metrics(runs) -> list[str]:
@@ -103,10 +191,27 @@ def recorded_metrics(runs) -> list[str]:
     return [k for k in seen if k not in OWN_COLUMNS and not k.startswith(MECHANISM_PREFIX)]
 
 
+#: short names of the options a defence is read by (docs/algorithms.md writes them so)
+OPTION_SYMBOLS = {"n_byzantine": "f", "bucket_size": "s"}
+
+
+def _option(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else json.dumps(value) if not isinstance(value, str) else value
+
+
 def _aggregator(cfg: dict) -> str:
-    """The server's aggregator where it is not the plain mean ("" otherwise)."""
-    name = cfg.get("algorithm", {}).get("aggregator")
-    return "" if name in (None, "mean") else str(name)
+    """The server's defence where it is not the plain mean ("" otherwise): the pre-aggregation
+    steps in order, then the rule with the options the config gives it (the chain's ``n_byzantine``
+    and ``bucket_size`` too, as f and s): ``arc→nnm→trimmed_mean(f=4, trim_ratio=0.1)``."""
+    algorithm = cfg.get("algorithm", {})
+    name, options = algorithm.get("aggregator"), dict(algorithm.get("aggregator_options") or {})
+    pre = options.pop("pre", [])
+    pre = [pre] if isinstance(pre, str) else list(pre)
+    if name in (None, "mean") and not pre and not options:
+        return ""
+    given = ", ".join(f"{OPTION_SYMBOLS.get(k, k)}={_option(v)}" for k, v in sorted(options.items()))
+    rule = f"{name or 'mean'}({given})" if given else str(name or "mean")
+    return "→".join([*map(str, pre), rule])
 
 
 def _attack(cfg: dict) -> str:
@@ -124,13 +229,17 @@ def _attack(cfg: dict) -> str:
 
 
 def _privacy(cfg: dict) -> str:
-    """Client-level DP ([privacy]) where it is on: the clipping and the noise multiplier z."""
+    """Client-level DP ([privacy]) where it is on: the clipping, the noise multiplier z and how ε
+    was computed (the accountant, RDP or PLD, at the run's δ)."""
     privacy = cfg.get("privacy", {})
     clip = privacy.get("clip", "none")
     if clip == "none":
         return ""
-    z = privacy.get("noise_multiplier")
-    return f"{clip} clip, z={z:g}" if isinstance(z, (int, float)) else f"{clip} clip"
+    z, delta = privacy.get("noise_multiplier"), privacy.get("delta")
+    parts = [f"{clip} clip"] + ([f"z={z:g}"] if isinstance(z, (int, float)) else [])
+    accountant = str(privacy.get("accountant", "rdp")).upper()
+    parts.append(f"ε by {accountant}" + (f" at δ={delta:g}" if isinstance(delta, (int, float)) else ""))
+    return ", ".join(parts)
 
 
 #: columns that name how a run was set up, shown where some run sets them
@@ -140,6 +249,8 @@ SETTINGS = {"aggregator": _aggregator, "attack": _attack, "privacy": _privacy}
 def _fmt(v) -> str:
     if v is None:
         return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 100_000:
@@ -193,6 +304,8 @@ def render_table(columns: list[Column], rows: list[dict], width: int | None = No
     from rich.table import Table
 
     width = width or terminal_width()
+    spread = any(c.spread for c in columns)
+    columns, rows = _readable(columns, rows)
     cells = [[_fmt(row.get(c.key)) for c in columns] for row in rows]
     keep, run_width = fit_columns(columns, cells, width)
     console = Console(file=file, width=width, highlight=False, soft_wrap=False)
@@ -208,34 +321,80 @@ def render_table(columns: list[Column], rows: list[dict], width: int | None = No
     for r in cells:
         table.add_row(*[_shorten(r[i], run_width) if columns[i].key == "run" else r[i] for i in keep])
     console.print(table)
+    notes = [SPREAD_NOTE] if spread else []
     dropped = [columns[i] for i in range(len(columns)) if i not in keep]
     if dropped:
         names = ", ".join(_named(dropped))
-        note = f"left out at {width} columns: {names} (all of them: --format csv, json or markdown)"
+        notes.append(f"left out at {width} columns: {names} (all of them: --format csv, json or markdown)")
+    for note in notes:
         console.print(textwrap.fill(note, width=width), markup=False)
     return [c.key for c in dropped]
 
 
+#: the key of a spread column's CI as a person reads it
+CI_SUFFIX = "_ci95"
+#: under a table of groups of seeds: what its numbers are
+SPREAD_NOTE = ("one row per config over its n seeds: mean ± sd (the sample standard deviation), CI the 95 % "
+               "t-interval of the mean (n − 1 degrees of freedom); '-' where a seed has no finite value "
+               "(--no-group: one row per run)")
+
+
+def _spread_text(row: dict, key: str) -> tuple[str, str]:
+    """A spread column's cells for reading: "mean ± sd" and "[low, high]" (the mean alone, and "-",
+    below two seeds)."""
+    mean, sd, low, high = (row.get(k) for k in spread_keys(key))
+    if sd is None:
+        return _fmt(mean), "-"
+    return f"{_fmt(mean)} ± {sd:.2g}", f"[{_fmt(low)}, {_fmt(high)}]"  # the sd to two digits: its own error is larger
+
+
+def _readable(columns: list[Column], rows: list[dict]) -> tuple[list[Column], list[dict]]:
+    """The columns and rows as a person reads them: a spread column's mean ± sd in one cell, its CI
+    in a column of its own beside it, kept only when the terminal is wide (priority +100)."""
+    if not any(c.spread for c in columns):
+        return columns, rows
+    out_columns, out_rows = [], [dict(row) for row in rows]
+    for c in columns:
+        out_columns.append(c)
+        if not c.spread:
+            continue
+        ci = f"{c.key}{CI_SUFFIX}"
+        out_columns.append(Column(ci, f"{c.header}\n95% CI", c.numeric, c.priority + 100))
+        for row, shown in zip(rows, out_rows):
+            shown[c.key], shown[ci] = _spread_text(row, c.key)
+    return out_columns, out_rows
+
+
 def _named(columns: list[Column]) -> list[str]:
     """The headers of ``columns`` on one line each, a metric's final and best as one: "test loss
-    (final, best)"."""
+    (final, best)"; the confidence intervals last, as one: "95% CI of test loss (final, best)"."""
+    ci = [c for c in columns if c.key.endswith(CI_SUFFIX)]
     parts: dict[str, list[str]] = {}
     for c in columns:
+        if c in ci:
+            continue
         name, _, part = c.header.rpartition("\n")
         if part in ("final", "best") and name:
             parts.setdefault(name.replace("\n", " "), []).append(part)
         else:
             parts.setdefault(c.header.replace("\n", " "), [])
-    return [f"{name} ({', '.join(p)})" if len(p) > 1 else f"{name} {p[0]}" if p else name for name, p in parts.items()]
+    named = [f"{name} ({', '.join(p)})" if len(p) > 1 else f"{name} {p[0]}" if p else name for name, p in parts.items()]
+    if ci:
+        of = _named([replace(c, key=c.key[:-len(CI_SUFFIX)], header=c.header.rpartition("\n")[0]) for c in ci])
+        named.append("95% CI of " + ", ".join(of))
+    return named
 
 
 def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:
     """``rows`` as CSV, JSON or Markdown: every column, full precision (CSV, JSON), none left out.
-    Where rows name runs, each run's ``path`` follows its label in CSV and JSON."""
+    Where rows name runs, each run's ``path`` (a group's ``paths``) follows its label in CSV and
+    JSON; a spread column is its mean, ``_sd``, ``_ci_low`` and ``_ci_high`` there, and "mean ± sd
+    [low, high]" in Markdown."""
     check_format(fmt, FORMATS[1:])
-    keys = [c.key for c in columns]
-    if "run" in keys and any("path" in row for row in rows):
-        keys.insert(keys.index("run") + 1, "path")
+    keys = [k for c in columns for k in (spread_keys(c.key) if c.spread and fmt != "markdown" else [c.key])]
+    where = next((k for k in ("path", "paths") if any(k in row for row in rows)), None)
+    if "run" in keys and where:
+        keys.insert(keys.index("run") + 1, where)
     if fmt == "json":
         return json.dumps([{k: row.get(k) for k in keys} for row in rows], indent=2) + "\n"
     if fmt == "csv":
@@ -243,18 +402,33 @@ def format_table(columns: list[Column], rows: list[dict], fmt: str) -> str:
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(keys)
         for row in rows:
-            writer.writerow(["" if row.get(k) is None else repr(row[k]) if isinstance(row[k], float) else row[k]
-                             for k in keys])
+            writer.writerow([_csv_cell(row.get(k)) for k in keys])
         return buf.getvalue()
-    keys = [k for k in keys if k != "path"]  # markdown: for reading, the labels say which run
+    keys = [k for k in keys if k not in ("path", "paths")]  # markdown: for reading, the labels say which run
     numeric = {c.key: c.numeric for c in columns}
+    spread = {c.key for c in columns if c.spread}
 
-    def cell(v):
-        return _fmt(v).replace("|", "\\|")
+    def cell(row, k):
+        if k in spread:
+            mean_sd, ci = _spread_text(row, k)
+            text = mean_sd if ci == "-" else f"{mean_sd} {ci}"
+        else:
+            text = _fmt(row.get(k))
+        return text.replace("|", "\\|")
 
     lines = ["| " + " | ".join(keys) + " |", "|" + "|".join("---:" if numeric[k] else "---" for k in keys) + "|"]
-    lines += ["| " + " | ".join(cell(row.get(k)) for k in keys) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(row, k) for k in keys) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _csv_cell(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):  # a group's paths
+        return ";".join(map(str, v))
+    return v
 
 
 def check_format(fmt: str, formats: tuple[str, ...] = FORMATS) -> None:
