@@ -140,6 +140,33 @@ def test_claims_section_names_the_verdicts_and_marks_threshold_checks():
     assert "†: a threshold check on the seeds' means" in text
 
 
+def test_some_of_confirms_one_part_at_the_corrected_level_and_refutes_at_95_percent():
+    # three parts each just below 0 at 95 % (t_{0.975, 2} = 4.303) but not at 98.33 % (t = 7.65): refuted
+    below = [rep.Comparison(f"p{i}", rep.Paired((-4.0, -6.0, -8.0))) for i in range(3)]
+    assert all(c.verdict() is False for c in below) and all(c.verdict(rep.family_level(3)) is None for c in below)
+    assert rep.some_of(below) is False
+    # one part above 0 at 95 % but not at the corrected level does not confirm "somewhere"
+    weak = rep.Comparison("w", rep.Paired((4.0, 6.0, 8.0)))
+    assert weak.verdict() is True and rep.some_of(below[:2] + [weak]) is None
+    strong = rep.Comparison("s", rep.Paired((50.0, 51.0, 52.0)))
+    assert rep.some_of(below[:2] + [strong]) is True
+    assert rep.some_of([]) is None
+
+
+def test_not_testable_rows_and_the_projects_own_checks_have_their_own_wording():
+    claims = [Claim("A grows with N", "§5", lambda r: (rep.NOT_TESTABLE, "another quantity"), paired=True),
+              Claim("B is below 1", "§4", lambda r: (rep.NOT_TESTABLE, "averaged over data sets not here"))]
+    text = rep.claims_section(claims, results=None)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "claim (the paper)" not in line]
+    assert [row.rsplit("|", 2)[1].strip() for row in rows] == ["not testable as set up"] * 2
+    assert "†" not in text and "no verdict is read from them" in text
+    own = rep.claims_section([Claim("C on the server model", "§5 (server)", lambda r: (False, "C − D = −2"),
+                                    paired=True)], results=None, own=True)
+    assert own.startswith("## The project's own checks") and "Not the paper's claims" in own
+    assert "| check (the project's) | reads | measured here | verdict |" in own and "| **fails** |" in own
+    assert "claim (the paper)" not in own
+
+
 # --- a whole report from fake metrics ------------------------------------------------------------
 
 #: CIFAR-10 LeNet test accuracy (%) per method and split, seeds 0, 1, 2
