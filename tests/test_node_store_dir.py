@@ -93,6 +93,13 @@ def test_a_lock_written_on_another_machine_is_refused_with_how_to_move_it(tmp_pa
     assert "\n" not in str(err.value)
 
 
+def test_a_store_dir_that_is_a_file_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    reply = node([0, 1, 2], tmp_path / "file").handle(Envelope("hello"))
+    assert reply.config["error"].startswith(f"ValueError: store-dir {str(tmp_path / 'file')!r}: ")
+    assert "a directory of its own that it can write" in reply.config["error"]
+
+
 def test_two_nodes_on_one_store_dir_are_refused_before_the_first_round(tmp_path):
     """The deployment's fault, on loopback nodes: node 1 given node 0's store-dir. Refused in one
     line naming the holder, before anything is trained."""

@@ -104,12 +104,11 @@ def hold(root: str | Path, me: Holder) -> str:
     path = root / LOCK
     try:
         root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(root, os.O_RDONLY)
     except OSError as err:
         raise ValueError(f"store-dir {str(root)!r}: {err.strerror or err} (a node needs a directory of its own "
                          f"that it can write)") from None
+    fd = _guard(root)
     try:
-        _flock(fd)
         held = _read(path)
         if held is not None and held.same(me):
             if held.node != me.node:  # the same node under a new id: the lock says the current one
@@ -128,21 +127,33 @@ def hold(root: str | Path, me: Holder) -> str:
         _write(path, me)
         return notice
     finally:
-        os.close(fd)  # (releases the flock)
+        if fd >= 0:
+            os.close(fd)  # (releases the flock)
 
 
-def _flock(fd: int) -> None:
+def _guard(root: Path) -> int:
+    """An exclusive ``flock`` of the directory ``root`` (its descriptor; -1 where there is none:
+    Windows, some network file systems — then the lock file alone)."""
     try:
         import fcntl
 
+        fd = os.open(root, os.O_RDONLY)
+    except (ImportError, OSError):
+        return -1
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-    except (ImportError, OSError):  # no flock here (Windows, some network file systems): the lock file alone
+    except OSError:
         pass
+    return fd
 
 
 def _write(path: Path, me: Holder) -> None:
-    atomic_write_text(path, json.dumps({**asdict(me), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-                      + "\n")
+    try:
+        atomic_write_text(path, json.dumps({**asdict(me), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                                 time.gmtime())}) + "\n")
+    except OSError as err:
+        raise ValueError(f"store-dir {str(path.parent)!r}: cannot write {LOCK} ({err.strerror or err}); a node "
+                         f"needs a directory of its own that it can write") from None
     if me.pid == os.getpid():
         _TAKEN.add(path)
 
