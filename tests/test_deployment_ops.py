@@ -384,3 +384,15 @@ def test_a_notice_of_the_runs_end_is_labelled_with_its_last_round(tmp_path, caps
     assert main(["status", str(run)]) == 0
     out = capsys.readouterr().out
     assert "  round 5: " in out and "round 6" not in out, out
+
+
+def test_an_app_the_server_would_refuse_is_refused_when_it_is_written(tmp_path, capsys):
+    """``--set sampler.clients_per_round=100`` of a 30-client problem: refused by ``fedpd flower
+    app`` in one line, no app written (not 27 s into ``flwr run``)."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "feddyn.toml"
+    argv = ["flower", "app", str(example), "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")]
+    assert main([*argv, "--set", "sampler.clients_per_round=100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sampler.clients_per_round: 100 exceeds the problem's 30 clients" in err, err
+    assert not (tmp_path / "app").exists()
+    assert main(argv) == 0 and (tmp_path / "app" / "pyproject.toml").is_file()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import tomli_w
 
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 from fedpd.io import atomic_write_bytes, atomic_write_text
 
 if TYPE_CHECKING:  # `fedpd flower connection` and `certs` start without torch
@@ -39,6 +39,7 @@ APP_FILE = "pyproject.toml"
 def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False) -> Path:
     """The Flower app that runs ``cfg`` with its run directory at ``run_dir`` (on the server)."""
     appdir = Path(appdir)
+    check_config(cfg)
     if (appdir / APP_FILE).exists() and not overwrite:
         raise ConfigError(f"--out {str(appdir)!r}: already holds a Flower app ({APP_FILE}); pass --overwrite to "
                           f"replace it")
@@ -64,6 +65,28 @@ def write_app(cfg: Config, appdir: Path, run_dir: Path, overwrite: bool = False)
     appdir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(appdir / APP_FILE, tomli_w.dumps(pyproject, multiline_strings=True))
     return appdir
+
+
+def check_config(cfg: Config) -> None:
+    """Refuse now what the ServerApp would refuse when the run starts, after ``flwr run`` has
+    packed and started it: the problem is built (on the CPU) with the algorithm, solver and sampler
+    and their cross-checks against it (e.g. ``sampler.clients_per_round`` above the problem's
+    clients). A dataset problem whose data are not on this machine is checked by the server only
+    (one line says so)."""
+    import sys
+
+    from fedpd.build import build, build_problem
+    from fedpd.checks import check_against_problem
+    from fedpd.errors import DataError
+
+    try:
+        problem = build_problem(cfg, "cpu")
+    except DataError as err:
+        print(f"fedpd: the app is not checked against its problem here ({reason(err, 200)}); the server checks it "
+              f"when the run starts", file=sys.stderr, flush=True)
+        return
+    algorithm, _, _ = build(cfg, problem)
+    check_against_problem(cfg, problem, algorithm)
 
 
 def certificate_files(nodes: int) -> list[str]:
@@ -180,21 +203,53 @@ def write_connection(name: str, address: str, root_certificates: Path | None = N
     return path
 
 
-def wait_for_superlink(address: str, seconds: float) -> float:
-    """Wait until the SuperLink at ``address`` (HOST:PORT) accepts connections; the seconds waited.
-    A script that starts ``flower-superlink ... &`` and then runs ``flwr supernode register`` would
-    otherwise race the SuperLink's start (flwr does not retry)."""
+def wait_for_superlink(address: str, seconds: float, root_certificates: Path | None = None) -> float:
+    """Wait until the SuperLink at ``address`` (HOST:PORT) accepts connections — with
+    ``root_certificates``, until it completes a TLS handshake whose certificate that CA signed, for
+    HOST, as ``flwr`` checks it; the seconds waited. A script that starts ``flower-superlink ... &``
+    and then runs ``flwr supernode register`` would otherwise race the SuperLink's start (flwr does
+    not retry), and a wrong CA would only show in ``flwr run``, as a network error."""
     import socket
+    import ssl
     import time
 
     host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    context = None
+    if root_certificates is not None:
+        ca = str(root_certificates)
+        try:
+            context = ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError, ValueError) as err:
+            raise ConfigError(f"--root-certificates {ca!r}: not a PEM CA certificate ({reason(err)})") from None
     start = time.monotonic()
     while True:
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+            with socket.create_connection((host, int(port)), timeout=5) as sock:
+                if context is not None:
+                    context.wrap_socket(sock, server_hostname=host).close()
             return time.monotonic() - start
+        except ssl.SSLCertVerificationError as err:
+            raise ConfigError(_certificate_refused(address, host, ca, err)) from None
+        except ssl.SSLError as err:
+            if not isinstance(err, ssl.SSLEOFError):  # (closed during the handshake: it may be starting)
+                raise ConfigError(f"the SuperLink at {address} does not speak TLS ({reason(err)}): start it with "
+                                  f"--ssl-certfile and --ssl-keyfile, or give --insecure here for a SuperLink "
+                                  f"started with --insecure") from None
         except OSError:
-            if time.monotonic() - start >= seconds:
-                raise ConfigError(f"the SuperLink at {address} did not answer within {seconds:g} s (is it started, "
-                                  f"and --address its --host and --port?)") from None
-            time.sleep(0.2)
+            pass
+        if time.monotonic() - start >= seconds:
+            raise ConfigError(f"the SuperLink at {address} did not answer within {seconds:g} s (is it started, "
+                              f"and --address its --host and --port?)") from None
+        time.sleep(0.2)
+
+
+def _certificate_refused(address: str, host: str, ca: str, err) -> str:
+    """One line: why the SuperLink's certificate was not accepted with the CA certificate ``ca``."""
+    why = getattr(err, "verify_message", "") or reason(err)
+    if getattr(err, "verify_code", None) == 62:  # X509_V_ERR_HOSTNAME_MISMATCH
+        return (f"the SuperLink at {address}: its certificate is not for {host} ({why}); make it with fedpd "
+                f"flower certs ... --host {host} and restart the SuperLink with it")
+    return (f"--root-certificates {ca!r}: the SuperLink at {address} has a certificate this CA did not sign "
+            f"({why}); give the CA certificate the SuperLink's was made with (ca.crt of the same fedpd flower "
+            f"certs)")
