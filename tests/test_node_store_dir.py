@@ -85,6 +85,15 @@ def test_a_stale_lock_of_a_process_that_is_gone_is_taken_over_with_a_notice(tmp_
     assert json.loads((tmp_path / LOCK).read_text())["node"] == "21"
 
 
+def test_a_warm_process_that_stops_releases_only_its_own_locks(tmp_path):
+    from fedpd.remote.storelock import release
+
+    hold(tmp_path / "mine", holder([0, 1, 2]))
+    hold(tmp_path / "theirs", holder([3, 4, 5], pid=dead_pid()))  # written here, naming another process
+    release()
+    assert not (tmp_path / "mine" / LOCK).exists() and (tmp_path / "theirs" / LOCK).exists()
+
+
 def test_a_lock_written_on_another_machine_is_refused_with_how_to_move_it(tmp_path):
     other = holder([0, 1, 2], node="11")
     (tmp_path / LOCK).write_text(json.dumps({**other.__dict__, "host": "elsewhere"}))
