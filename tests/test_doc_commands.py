@@ -58,6 +58,7 @@ BLOCKS = {
         "validates the configs"),
     ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
         "exempt", "a timing on FEMNIST, run by hand"),
+    ("docs/data.md", "fedpd run churn.toml --out runs/churn"): ("run", "tests/data/test_tabular_loader.py"),
     ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/cpu_drift.py --records 3"): (

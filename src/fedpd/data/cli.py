@@ -55,7 +55,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--exponent", type=float, default=1.5, help="power_law Pareto exponent (default 1.5)")
     q.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the partition (default 0)")
     data_dir(q)
-    q.add_argument("--path", metavar="P", help="image-folder only: folder or .tar.gz (absolute or under the data dir)")
+    q.add_argument("--path", metavar="P", help="image-folder: folder or .tar.gz; csv, npz: the file (absolute, relative "
+                   "to the working directory, or under the data dir)")
+    q.add_argument("--label-column", metavar="COL", help="csv only: the column of the labels (default label)")
     q.add_argument("--label-mode", choices=("fine", "coarse"), help="cifar100 only: 100 fine (default) or 20 coarse labels")
     q.add_argument("--no-verify", action="store_true", help="skip the canonical size/hash check of dataset files")
     q.add_argument("--plot", metavar="FILE.png", help="also draw the label matrix as a heatmap (needs matplotlib)")
@@ -84,7 +86,7 @@ def cmd_list(args) -> int:
         elif st.state == "corrupt":
             where = st.detail
         elif st.state == "n/a":
-            where = "give a path: fedpd data split image-folder --path P"
+            where = f"give a path: fedpd data split {name} --path P"
         else:
             where = _rel(Path(st.where), root)
         rows.append((name, st.state, where))
@@ -179,7 +181,8 @@ def _load_for_split(args):
     from fedpd.data.loaders.arrays import load_user_dataset
 
     if args.name in installed_loaders() or ":" in args.name:
-        for option, given in (("--path", args.path), ("--label-mode", args.label_mode)):
+        for option, given in (("--path", args.path), ("--label-mode", args.label_mode),
+                              ("--label-column", args.label_column)):
             if given:
                 raise ConfigError(f"{option}: not an option of a loader's dataset ({args.name} returns its arrays "
                                   f"itself)")
@@ -188,12 +191,17 @@ def _load_for_split(args):
     options = {}
     if "verify" in dataset_options(key):
         options["verify"] = not args.no_verify
-    if key == "image-folder":
+    if "path" in dataset_options(key):
         options["path"] = args.path
-    if args.label_mode:
-        if "label_mode" not in dataset_options(key):
-            raise ConfigError(f"--label-mode: only for cifar100, not {key}")
-        options["label_mode"] = args.label_mode
+    elif args.path:
+        raise ConfigError(f"--path: not an option of {key} (allowed: image-folder, csv, npz)")
+    if "seed" in dataset_options(key):
+        options["seed"] = args.seed  # a table's holdout: the rows a run with problem.seed = S trains on
+    for option, value, only in (("label_mode", args.label_mode, "cifar100"), ("label_column", args.label_column, "csv")):
+        if value:
+            if option not in dataset_options(key):
+                raise ConfigError(f"--{option.replace('_', '-')}: only for {only}, not {key}")
+            options[option] = value
     from fedpd.data.download import load_or_say_how
 
     return key, load_or_say_how(key, args.data_dir, **options)

@@ -11,24 +11,27 @@ dealt IID over the clients so that per-client metrics stay defined — pooled me
 on the deal); ``per_client`` splits every client's training samples into train / test with
 ``test_fraction``.
 
-Images are standardised per channel with the training set's mean and std. ``augment`` applies
-random crop (4-pixel zero padding) + horizontal flip to every SGD minibatch (the A-FedPD / FedSpeed
-CIFAR recipe); full-batch GD and evaluation see the plain images.
+``normalize`` standardises with the training set's statistics: images per channel, other
+floating-point samples (a table's ``[N, F]`` features) per feature; token ids are left as they are.
+``augment`` applies random crop (4-pixel zero padding) + horizontal flip to every SGD minibatch (the
+A-FedPD / FedSpeed CIFAR recipe); full-batch GD and evaluation see the plain images.
 
 Token models (``char_lstm``, ``sentiment_lstm``) get the dataset's vocabulary size unless ``[model]``
 sets one; ``glove_path`` (Sent140) initialises the word embedding from a GloVe text file.
 
+A user's table: ``dataset = "csv"`` or ``"npz"`` with ``path`` (:mod:`fedpd.data.loaders.tabular`).
 A user's data and model: ``dataset = "module:loader"`` names a loader function
-(:mod:`fedpd.data.loaders.arrays`) and ``model.name = "module:factory"`` a model factory
-``(input_shape, num_classes, **options) -> torch.nn.Module``; everything above applies to them as
-to the built-ins, and one forward of one sample checks that the model has one output per class.
+(:mod:`fedpd.data.loaders.arrays`; ``dataset_options``: its keyword options) and
+``model.name = "module:factory"`` a model factory ``(input_shape, num_classes, **options) ->
+torch.nn.Module``; everything above applies to them as to the built-ins, and one forward of one
+sample checks that the model has one output per class.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -37,13 +40,13 @@ from torch import Tensor
 
 from fedpd.data import (load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
                         train_test_split_per_client)
-from fedpd.data.loaders import DATASETS, canonical_name, dataset_options
-from fedpd.data.loaders.arrays import load_user_dataset, user_loader
+from fedpd.data.loaders import DATASETS, canonical_name, dataset_options as loader_options
+from fedpd.data.loaders.arrays import check_options, load_user_dataset, user_loader
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import MODELS, build_model, check_outputs, model_factory, model_options
 from fedpd.options import Options, SEED_MAX, declares, refuse
-from fedpd.ordered import ordered_sum
+from fedpd.ordered import BLOCK, ordered_sum
 from fedpd.plugins import PluginError
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
@@ -103,8 +106,23 @@ def channel_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
     return mean.to(x.dtype), var.sqrt().clamp_min(1e-6).reshape(1, -1, 1, 1).to(x.dtype)
 
 
+def feature_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Per feature of samples x [n, ...] (a table's [n, F]): the mean over the n samples and the
+    sample standard deviation (n − 1 in the denominator, at least 1e-6, so a constant feature
+    becomes 0), as [1, ...] in x's dtype. Summed in float64 in blocks of samples added in order
+    (:func:`fedpd.ordered.ordered_sum`): the same bits at any thread count."""
+    n = x.shape[0]
+    mean = ordered_sum(x, 0, dtype=torch.float64) / n
+    var = torch.zeros_like(mean)
+    for a in range(0, n, BLOCK):  # ordered_sum's blocks, without a float64 copy of x
+        var = var + ordered_sum((x[a:a + BLOCK].double() - mean) ** 2, 0)
+    var = var / max(1, n - 1)
+    return mean[None].to(x.dtype), var.sqrt().clamp_min(1e-6)[None].to(x.dtype)
+
+
 #: options that only a built-in dataset's files have (a user's loader returns arrays)
-FILE_OPTIONS = ("path", "vocab_size", "seq_len", "label_mode", "glove_path")
+FILE_OPTIONS = ("path", "test_path", "label_column", "client_column", "holdout", "vocab_size", "seq_len", "label_mode",
+                "glove_path")
 
 
 class DatasetOptions(Options):
@@ -127,15 +145,25 @@ class DatasetOptions(Options):
     test_fraction: float = Field(0.2, ge=0, lt=1, description="per_client: share of each client's samples")
     max_samples: int | None = Field(None, ge=1, description="random training subsample (quick runs)")
     max_test_samples: int | None = Field(None, ge=1, description="random test subsample")
-    normalize: bool = Field(True, description="standardise image channels with training statistics")
+    normalize: bool = Field(True, description="standardise with training statistics: images per channel, other "
+                            "float samples (tables) per feature; token ids never")
     augment: bool = Field(False, description="random crop + flip on SGD minibatches (images)")
-    seed: int = Field(0, ge=0, le=SEED_MAX, description="partition, subsample and model initialisation")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="partition, subsample, model initialisation and a table's "
+                      "holdout")
     verify: bool = Field(True, description="check canonical file sizes and SHA-256 (mnist, fashion-mnist, cifar)")
-    path: str | None = Field(None, description="image-folder: folder or .tar.gz (absolute or under data_dir)")
+    path: str | None = Field(None, description="image-folder: folder or .tar.gz; csv, npz: the file (absolute, "
+                             "relative to the working directory, or under data_dir)")
+    test_path: str | None = Field(None, description="csv, npz: a second file of the same columns, the test set")
+    label_column: str | None = Field(None, description="csv: the column of the labels (default \"label\")")
+    client_column: str | None = Field(None, description="csv: a column of each row's owner (the natural partition)")
+    holdout: float | None = Field(None, gt=0, lt=1, description="csv, npz without a test set: the share of rows held "
+                                  "out as the test set, seeded by seed (default 0.2)")
     vocab_size: int | None = Field(None, ge=3, description="sent140: words kept incl. <pad>, <unk> (default 10000)")
     seq_len: int | None = Field(None, ge=1, description="sent140: tokens per tweet, front-padded (default 25)")
     label_mode: Literal["fine", "coarse"] | None = Field(None, description="cifar100: 100 fine or 20 coarse labels")
     glove_path: str | None = Field(None, description="sent140: GloVe text file for the word embedding")
+    dataset_options: dict[str, Any] = Field(default_factory=dict, description="a loader plug-in's options, passed "
+                                            "to it as keywords (checked against its signature)")
 
     @field_validator("dataset")
     @classmethod
@@ -155,9 +183,17 @@ class DatasetOptions(Options):
 
     @model_validator(mode="after")
     def _loader_options(self):
-        for option in FILE_OPTIONS if user_loader(self.dataset) is not None else ():
+        loader = user_loader(self.dataset)
+        for option in FILE_OPTIONS if loader is not None else ():
             if getattr(self, option) is not None:
-                raise refuse(option, "not an option of a loader's dataset (it returns its arrays itself)")
+                raise refuse(option, "not an option of a loader's dataset (it returns its arrays itself; its own "
+                             "options go in dataset_options)")
+        if loader is None and self.dataset_options:
+            raise refuse("dataset_options", f"only a loader plug-in takes them; {self.dataset}'s options are keys of "
+                         f"[problem] (allowed: {{}}, or dataset = \"module:function\")")
+        wrong = check_options(loader, self.dataset, self.dataset_options) if loader is not None else None
+        if wrong:
+            raise refuse("dataset_options" if self.dataset_options else "dataset", wrong)
         return self
 
 
@@ -183,35 +219,47 @@ def dataset_problem(
     seed: int = 0,
     verify: bool = True,
     path: str | None = None,
+    test_path: str | None = None,
+    label_column: str | None = None,
+    client_column: str | None = None,
+    holdout: float | None = None,
     vocab_size: int | None = None,
     seq_len: int | None = None,
     label_mode: str | None = None,
     glove_path: str | None = None,
+    dataset_options: dict | None = None,
     model: dict | None = None,
 ) -> Problem:
     """``dataset`` (see ``fedpd data list``) split over ``clients`` by ``partition``, with the model
     ``model`` = {"name": ..., **options for fedpd.models.build_model} (name "auto" or absent: the
     dataset's default, :data:`DEFAULT_MODELS`). Data are float32; x_init is the model's seeded init.
 
+    ``path``, ``test_path``, ``holdout`` (csv, npz), ``label_column``, ``client_column`` (csv),
     ``vocab_size`` / ``seq_len`` (sent140) and ``label_mode`` (cifar100) go to the loader (None: its
-    default); ``glove_path`` (sent140) is a GloVe text file for the word embedding."""
+    default); ``glove_path`` (sent140) is a GloVe text file for the word embedding;
+    ``dataset_options`` are a loader plug-in's keywords."""
     if user_loader(dataset) is not None:  # a user's loader: its arrays, checked
-        key, ds = dataset, load_user_dataset(dataset)
+        key, ds = dataset, load_user_dataset(dataset, dataset_options)
     else:
         try:
             key = canonical_name(dataset)
         except ConfigError as err:  # name the config key, keep the list of datasets
             raise ConfigError(f"problem.dataset: {err}") from None
         options = {} if verify or key not in VERIFIED else {"verify": False}
-        if key == "image-folder":  # the user's own train/<class>/ + test/<class>/ tree
+        if key == "image-folder" and not path:  # the user's own train/<class>/ + test/<class>/ tree
+            raise ConfigError("problem.path: missing; image-folder needs path = <folder or .tar.gz> "
+                              "(absolute or under the data dir)")
+        if key in ("csv", "npz"):  # the user's own table
             if not path:
-                raise ConfigError("problem.path: missing; image-folder needs path = <folder or .tar.gz> "
-                                  "(absolute or under the data dir)")
-            options["path"] = path
-        for option, value in (("vocab_size", vocab_size), ("seq_len", seq_len), ("label_mode", label_mode)):
+                raise ConfigError(f"problem.path: missing; {key} needs path = <file.{key}> (absolute, relative to "
+                                  f"the working directory, or under the data dir)")
+            options["seed"] = seed  # the holdout's draw
+        given = dict(path=path, test_path=test_path, label_column=label_column, client_column=client_column,
+                     holdout=holdout, vocab_size=vocab_size, seq_len=seq_len, label_mode=label_mode)
+        for option, value in given.items():
             if value is not None:
-                if option not in dataset_options(key):
-                    users = ", ".join(n for n in DATASETS if option in dataset_options(n))
+                if option not in loader_options(key):
+                    users = ", ".join(n for n in DATASETS if option in loader_options(n))
                     raise ConfigError(f"problem.{option}: not an option of {key} (it applies to {users})")
                 options[option] = value
         if glove_path is not None and key != "sent140":
@@ -231,8 +279,8 @@ def dataset_problem(
 
     x_tr, y_tr, u_tr = _subsample(ds.x_train, ds.y_train, ds.train_users, max_samples, rng)
     x_te, y_te, u_te = _subsample(ds.x_test, ds.y_test, ds.test_users, max_test_samples, rng)
-    if normalize and images:  # per-channel standardisation with training statistics
-        mean, std = channel_statistics(x_tr)
+    if normalize and ds.x_train.is_floating_point():  # standardised with training statistics; token ids never
+        mean, std = (channel_statistics if images else feature_statistics)(x_tr)
         x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
 
     labels = y_tr.numpy()

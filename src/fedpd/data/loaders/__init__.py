@@ -10,7 +10,8 @@ Formats read (nothing is extracted to disk), one module each:
 * :mod:`~fedpd.data.loaders.images` — image folders ``train/<class>/*.png|jpg`` +
   ``test/<class>/...`` (folder or ``.tar.gz``; needs Pillow);
 * :mod:`~fedpd.data.loaders.leaf` — LEAF JSON (Caldas et al. 2018) for FEMNIST, Shakespeare and
-  Sent140, keeping each sample's user; GloVe vectors.
+  Sent140, keeping each sample's user; GloVe vectors;
+* :mod:`~fedpd.data.loaders.tabular` — a user's table: a CSV file, or a NumPy ``.npz`` archive.
 
 This module is the table of datasets: ``load_dataset(name, data_dir=None, **options)`` is the
 entry point, ``DATASETS`` lists the names, ``dataset_status`` finds a dataset's files without
@@ -60,6 +61,15 @@ def _leaf_spec(name: str, description: str, options: tuple[str, ...] = ()) -> _S
                  lambda root: [p for files in find_leaf(root, name) for p in files])
 
 
+def _tabular(name: str) -> Callable[..., Dataset]:
+    def load(root: Path, **options) -> Dataset:
+        from fedpd.data.loaders import tabular  # (it checks arrays as a loader's: fedpd.data.loaders.arrays)
+
+        return getattr(tabular, f"load_{name}")(root, **options)
+
+    return load
+
+
 _SPECS: dict[str, _Spec] = {
     "mnist": _idx_spec("mnist", "MNIST handwritten digits, 28x28 grey, 10 classes, 60k/10k (idx files)"),
     "fashion-mnist": _idx_spec("fashion-mnist", "Fashion-MNIST clothing, 28x28 grey, 10 classes, 60k/10k (idx files)"),
@@ -73,6 +83,10 @@ _SPECS: dict[str, _Spec] = {
                           ("vocab_size", "seq_len")),
     "image-folder": _Spec("train/<class>/*.png|jpg + test/<class>/... as a folder or .tar.gz (option path=...)",
                           load_image_folder_option, ("path", "mode"), None),
+    "csv": _Spec("your table: a CSV file with a header, a label column and numeric features (option path=...)",
+                 _tabular("csv"), ("path", "test_path", "label_column", "client_column", "holdout", "seed"), None),
+    "npz": _Spec("your arrays: a NumPy .npz of x and y, or x_train, y_train, x_test, y_test (option path=...)",
+                 _tabular("npz"), ("path", "test_path", "holdout", "seed"), None),
 }
 
 #: dataset name -> one-line description
@@ -98,7 +112,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options
 
     Options: ``verify`` (mnist, fashion-mnist, cifar10, cifar100; default True: canonical file names must have
     the canonical size and hash), ``label_mode`` ("fine" | "coarse", cifar100), ``vocab_size`` / ``seq_len``
-    (sent140), ``path`` / ``mode`` (image-folder).
+    (sent140), ``path`` / ``mode`` (image-folder), ``path`` / ``test_path`` / ``holdout`` / ``seed`` (csv, npz)
+    and ``label_column`` / ``client_column`` (csv).
     """
     key = canonical_name(name)
     spec = _SPECS[key]

@@ -1,8 +1,9 @@
 """A user's dataset: what a loader function returns, checked and made a :class:`Dataset`.
 
 ``problem.dataset = "module:function"`` (or the name of an installed entry point
-``dataset.NAME``, :mod:`fedpd.plugins`) names a function of no arguments that returns the
-training and test sets as arrays (NumPy arrays, torch tensors, or anything ``numpy.asarray``
+``dataset.NAME``, :mod:`fedpd.plugins`) names a function that returns the training and test sets
+as arrays; ``problem.dataset_options`` are passed to it as keywords (none: it is called with no
+arguments), checked against its signature before it is called (:func:`check_options`). It returns (NumPy arrays, torch tensors, or anything ``numpy.asarray``
 takes): ``(x_train, y_train, x_test, y_test)``, optionally followed by ``client_train`` and
 ``client_test``, or a mapping with those keys (and optionally ``num_classes``). ``x`` is
 ``[n, ...]`` numbers (floats become float32; integers stay int64, e.g. token ids), ``y`` is
@@ -18,6 +19,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+import inspect
+
 from fedpd import names, plugins
 from fedpd.data.loaders import ALIASES, DATASETS
 from fedpd.data.loaders.base import Dataset
@@ -26,12 +29,14 @@ from fedpd.options import NoOptions
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CLIENTS = ("client_train", "client_test")
+#: what a loader plug-in is, said when one is refused
+PLUGIN = "a loader is a function called with problem.dataset_options as keywords, or with no arguments"
 
 
 #: what ``problem.dataset`` names (:func:`fedpd.names.resolve`): fedpd's own datasets, or a loader
 KIND = names.Kind("dataset", {name: names.Entry(name, spec, NoOptions, "fedpd's own dataset (fedpd data list)")
                               for name, spec in {**DATASETS, **ALIASES}.items()},
-                  plugin="a loader is a function of no arguments", options=False)
+                  plugin=PLUGIN, options=False, args=None)  # its call is checked with its options: check_options
 
 
 def user_loader(name: str):
@@ -43,41 +48,68 @@ def user_loader(name: str):
     return None if entry.origin == names.BUILT_IN else entry.build
 
 
-def load_user_dataset(path: str) -> Dataset:
-    """The dataset the loader ``path`` names returns, checked (one line on any problem)."""
-    import torch  # here, not at the top: `fedpd data list` starts without torch
+def check_options(loader, path: str, options: dict) -> str | None:
+    """Why ``loader`` cannot be called with the keyword ``options`` (``problem.dataset_options``),
+    read from its signature alone; None: it can."""
+    try:
+        signature = inspect.signature(loader)
+    except (TypeError, ValueError):
+        return f"{path} has no signature to check (got {names.what(loader)}); {PLUGIN}"
+    try:
+        signature.bind(**options)
+    except TypeError as err:
+        text = str(signature)
+        text = text if len(text) <= 80 else text[:75] + " ...)"
+        call = ", ".join(f"{k}=..." for k in options)
+        return f"{path}{text} cannot be called as fedpd calls a dataset plug-in, ({call}): {err} ({PLUGIN})"
+    return None
 
+
+def load_user_dataset(path: str, options: dict | None = None) -> Dataset:
+    """The dataset the loader ``path`` names returns when called with the keyword ``options``,
+    checked (one line on any problem)."""
+    options = dict(options or {})
     try:
         loader = user_loader(path)
     except plugins.PluginError as err:
         raise ConfigError(f"problem.dataset: {err}") from None
+    wrong = check_options(loader, path, options)
+    if wrong:
+        raise ConfigError(f"problem.{'dataset_options' if options else 'dataset'}: {wrong}")
     try:
-        returned = loader()
+        returned = loader(**options)
     except Exception as err:
         raise ConfigError(f"problem.dataset: {path}() raised {reason(err, 300)}") from None
-    parts = _named(returned, path)
-    x_train, x_test = (_samples(parts[k], k, path) for k in ("x_train", "x_test"))
-    y_train, y_test = (_labels(parts[k], k, path) for k in ("y_train", "y_test"))
-    users = {k: _labels(parts[k], k, path) if parts.get(k) is not None else None for k in CLIENTS}
+    return dataset_from_arrays(_named(returned, path), path, f"problem.dataset: {path} returned", path)
+
+
+def dataset_from_arrays(parts: dict, name: str, said: str, source: str) -> Dataset:
+    """A :class:`Dataset` of the arrays ``parts`` (keys :data:`ARRAYS`, optionally :data:`CLIENTS`
+    and ``num_classes``), each checked; a message starts ``said`` ("problem.dataset: m:load
+    returned", "data.npz holds") and names the array."""
+    import torch  # here, not at the top: `fedpd data list` starts without torch
+
+    x_train, x_test = (sample_array(parts[k], k, said) for k in ("x_train", "x_test"))
+    y_train, y_test = (label_array(parts[k], k, said) for k in ("y_train", "y_test"))
+    users = {k: label_array(parts[k], k, said) if parts.get(k) is not None else None for k in CLIENTS}
     for x, y, c, split in ((x_train, y_train, users["client_train"], "train"),
                            (x_test, y_test, users["client_test"], "test")):
         if len(y) != len(x) or (c is not None and len(c) != len(x)):
             lengths = [("x", len(x)), ("y", len(y))] + ([("client", len(c))] if c is not None else [])
             counts = ", ".join(f"{k}_{split} {n}" for k, n in lengths)
-            raise ConfigError(f"problem.dataset: {path} returned {split} arrays of different lengths ({counts}; "
+            raise ConfigError(f"{said} {split} arrays of different lengths ({counts}; "
                               f"allowed: one label and one client id per sample)")
         if not len(x):
-            raise ConfigError(f"problem.dataset: {path} returned no {split} samples (allowed: at least one)")
+            raise ConfigError(f"{said} no {split} samples (allowed: at least one)")
     if x_test.shape[1:] != x_train.shape[1:]:
-        raise ConfigError(f"problem.dataset: {path} returned x_train samples of shape {tuple(x_train.shape[1:])} and "
+        raise ConfigError(f"{said} x_train samples of shape {tuple(x_train.shape[1:])} and "
                           f"x_test samples of shape {tuple(x_test.shape[1:])} (allowed: the same shape)")
     if users["client_test"] is not None and users["client_train"] is None:
-        raise ConfigError(f"problem.dataset: {path} returned client_test without client_train (allowed: both, or "
-                          f"client_train alone)")
-    num_classes = _num_classes(parts.get("num_classes"), y_train, y_test, path)
-    return Dataset(path, torch.from_numpy(x_train), torch.from_numpy(y_train), torch.from_numpy(x_test),
+        raise ConfigError(f"{said} client_test without client_train (allowed: both, or client_train alone)")
+    num_classes = _num_classes(parts.get("num_classes"), y_train, y_test, said)
+    return Dataset(name, torch.from_numpy(x_train), torch.from_numpy(y_train), torch.from_numpy(x_test),
                    torch.from_numpy(y_test), num_classes,
-                   *(None if c is None else torch.from_numpy(c) for c in users.values()), source=path)
+                   *(None if c is None else torch.from_numpy(c) for c in users.values()), source=source)
 
 
 def _named(returned, path: str) -> dict:
@@ -95,7 +127,7 @@ def _named(returned, path: str) -> dict:
                       f"x_test, y_test[, client_train[, client_test]]) or a mapping with those keys)")
 
 
-def _array(value, key: str, path: str) -> np.ndarray:
+def _array(value, key: str, said: str) -> np.ndarray:
     import torch
 
     if isinstance(value, torch.Tensor):
@@ -103,43 +135,39 @@ def _array(value, key: str, path: str) -> np.ndarray:
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"problem.dataset: {path} returned a {key} that is not an array ({reason(err, 300)})") \
-            from None
+        raise ConfigError(f"{said} a {key} that is not an array ({reason(err, 300)})") from None
     if array.dtype.kind not in "biuf":
-        raise ConfigError(f"problem.dataset: {path} returned {key} of dtype {array.dtype} (allowed: numbers)")
+        raise ConfigError(f"{said} {key} of dtype {array.dtype} (allowed: numbers)")
     return array
 
 
-def _samples(value, key: str, path: str) -> np.ndarray:
-    x = _array(value, key, path)
+def sample_array(value, key: str, said: str) -> np.ndarray:
+    x = _array(value, key, said)
     if x.ndim < 2:
-        raise ConfigError(f"problem.dataset: {path} returned {key} of shape {x.shape} (allowed: [samples, "
-                          f"features...])")
+        raise ConfigError(f"{said} {key} of shape {x.shape} (allowed: [samples, features...])")
     if x.dtype.kind in "iu":
         return np.ascontiguousarray(x, dtype=np.int64)  # token ids, for embedding models
     if x.dtype.kind == "f" and not np.isfinite(x).all():
-        raise ConfigError(f"problem.dataset: {path} returned {key} with NaN or infinite values (allowed: finite "
-                          f"numbers)")
+        raise ConfigError(f"{said} {key} with NaN or infinite values (allowed: finite numbers; fedpd does not "
+                          f"impute missing values)")
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def _labels(value, key: str, path: str) -> np.ndarray:
-    y = _array(value, key, path)
+def label_array(value, key: str, said: str) -> np.ndarray:
+    y = _array(value, key, said)
     what = "labels" if key.startswith("y") else "client ids"
     if y.ndim != 1 or y.dtype.kind not in "iu":
-        raise ConfigError(f"problem.dataset: {path} returned {key} of shape {y.shape} and dtype {y.dtype} (allowed: "
-                          f"[samples] integer {what})")
+        raise ConfigError(f"{said} {key} of shape {y.shape} and dtype {y.dtype} (allowed: [samples] integer {what})")
     return np.ascontiguousarray(y, dtype=np.int64)
 
 
-def _num_classes(declared, y_train: np.ndarray, y_test: np.ndarray, path: str) -> int:
+def _num_classes(declared, y_train: np.ndarray, y_test: np.ndarray, said: str) -> int:
     low, high = min(y_train.min(), y_test.min()), max(y_train.max(), y_test.max())
     if declared is None:
         declared = int(high) + 1
     elif isinstance(declared, bool) or not isinstance(declared, (int, np.integer)) or declared < 1:
-        raise ConfigError(f"problem.dataset: {path} returned num_classes = {declared!r} (allowed: an integer >= 1)")
+        raise ConfigError(f"{said} num_classes = {declared!r} (allowed: an integer >= 1)")
     if low < 0 or high >= declared:
         bad = int(low) if low < 0 else int(high)
-        raise ConfigError(f"problem.dataset: {path} returned label {bad}, out of range (allowed: 0..{declared - 1} for "
-                          f"{declared} classes)")
+        raise ConfigError(f"{said} label {bad}, out of range (allowed: 0..{declared - 1} for {declared} classes)")
     return int(declared)
