@@ -180,10 +180,21 @@ def split_options(rule: str, rule_fields, options: dict) -> tuple[PreOptions | N
     needs_f = [s for s in steps if s in ("nnm", "arc")]
     if needs_f and chain.n_byzantine is None:
         raise ConfigError(f"aggregator_options.n_byzantine: pre-aggregation '{needs_f[0]}' needs f, the Byzantine "
-                          f"rows tolerated (allowed: an integer >= 0)")
+                          f"rows tolerated (allowed: an integer >= 1)")
+    if needs_f and chain.n_byzantine == 0:  # f = 0: NNM mixes every row into the mean, ARC clips none
+        does = ("replaces every row by the mean of all K: the defence becomes the plain mean" if needs_f[0] == "nnm"
+                else "clips no row: the step does nothing")
+        raise ConfigError(f"aggregator_options.n_byzantine: 0 with pre-aggregation '{needs_f[0]}', which then "
+                          f"{does} (allowed: n_byzantine >= 1 and < K/2, or no '{needs_f[0]}' in pre)")
     if len(set(steps)) != len(steps):
         raise ConfigError(f"aggregator_options.pre: {steps} repeats a step (allowed: each of nnm, bucketing, arc "
                           f"at most once)")
+    if "bucket_size" in options and "bucketing" not in steps:  # set, and read by nothing
+        raise ConfigError(f"aggregator_options.bucket_size: bucketing's s, but pre = {steps} has no bucketing, so it "
+                          f"would be ignored (allowed: \"bucketing\" in pre, or no bucket_size)")
+    if chain.n_byzantine is not None and not needs_f and "n_byzantine" not in rule_fields:
+        raise ConfigError(f"aggregator_options.n_byzantine: read by nnm, arc, krum and bulyan, but neither pre = "
+                          f"{steps} nor '{rule}' has them, so it would be ignored (allowed: no n_byzantine)")
     return chain.model_copy(update={"pre": steps}), own
 
 

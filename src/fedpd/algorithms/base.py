@@ -62,37 +62,45 @@ class Algorithm:
 
     A subclass is constructed with its config options as keywords (``Options``, a pydantic model
     of :class:`fedpd.Options`, validates ``[algorithm]``; ``name`` and ``description`` are what
-    ``fedpd list`` shows) and defines the rules of one round (module docstring). What each hook
-    sees and returns:
+    ``fedpd list`` shows) and defines the rules of one round (module docstring). Each hook as fedpd
+    calls it (the methods below have these signatures), what it sees and what it returns:
 
-    ===================  ======================================  ==========================================
-    hook                 sees                                    returns
-    ===================  ======================================  ==========================================
-    ``setup``            :class:`FederationInfo`, the solver     nothing (check options, keep static facts)
-    ``init_server``      x0 [d] (the model's initial point)      the server state: a dict of tensors
-    ``init_client``      x0 [d]                                  one client's initial state ({}: stateless)
-    ``communicates``     server state, round, a seeded generator whether this round uploads (default True)
-    ``broadcast``        server state                            the message to each participant (counted)
-    ``local``            message, the clients' states [K, ...],   (uploads [K, ...], new client states)
-                         :class:`ClientContext` (``loss(x)``,    (uploads counted)
-                         ``gradient(x)``: their own f_i, ∇f_i)
-    ``aggregate``        server state, accepted uploads,          (new server state, reply to the senders)
-                         :class:`ServerContext`                  (reply counted)
-    ``receive``          client states, reply, ClientContext     the client states after the reply
-    ===================  ======================================  ==========================================
+    ``setup(info, solver)``
+        :class:`FederationInfo` and the local solver, once → nothing (check options, keep static facts)
+    ``init_server(x0)``
+        x0 [d], the model's initial point → the server state: a dict of tensors
+    ``init_client(x0)``
+        x0 [d] → one client's initial state ({}: stateless)
+    ``participants(round, sampled, num_clients)``
+        the sampler's draw → who takes part (default: the draw)
+    ``communicates(server, round, generator)``
+        the server state, a seeded generator → whether this round uploads (default True)
+    ``broadcast(server)``
+        the server state → the message to each participant (counted)
+    ``local(message, clients, ctx)``
+        the message, the clients' states [K, ...], a :class:`ClientContext` (``loss(x)``,
+        ``gradient(x)``: their own f_i, ∇f_i) → (uploads [K, ...], new client states); uploads counted
+    ``aggregate(server, uploads, ctx)``
+        the server state, the accepted uploads, a :class:`ServerContext` → (new server state,
+        reply to the senders); reply counted
+    ``receive(clients, reply, ctx)``
+        the senders' states, the reply, a ClientContext → the client states after the reply
+    ``min_uploads()``
+        → the fewest accepted uploads ``aggregate`` can work with (default 1)
 
     Optional, for memory: a rule whose server step reads the uploads only through their means sets
-    ``means_only`` and defines ``mean_terms`` (one client's terms) and ``aggregate_means`` (the step
-    from their means); the in-process engine then adds each client in as it finishes instead of
+    ``means_only`` and defines ``mean_terms(server, uploads)`` (each client's terms [k, ...]) and
+    ``aggregate_means(server, means, ctx)`` (the step from their means); the in-process engine then adds each client in as it finishes instead of
     holding all K uploads; every other round calls ``aggregate``, whose default for such a rule is
     ``aggregate_means`` of the rows' means, so both give the same step. A subclass that overrides
     ``aggregate`` below the class that defines ``aggregate_means`` gets the stacked uploads
     (:func:`streams_means`), so its step is never skipped; one that overrides ``aggregate_means``
     while it is not ``means_only`` would be skipped, and is refused (:func:`unused_server_step`).
 
-    The evaluation path (never counted, not part of a round): ``evaluation_model`` (the point the
-    metrics are taken at; default x0), ``personal_models`` (each client's own model, or None) and
-    ``diagnostics`` (extra metric keys).
+    The evaluation path (never counted, not part of a round): ``evaluation_model(server, clients)``
+    (the point the metrics are taken at; default x0), ``personal_models(server, clients,
+    problem=None)`` (each client's own model [N, d], or None) and ``diagnostics(server)`` (extra
+    metric keys).
 
     What makes a rule give the same numbers on every engine, chunking and order: client rules work
     row by row on the leading client axis (no sums over clients in ``local`` or ``receive``), draw

@@ -13,9 +13,10 @@ upload (key ``n``, one float, counted as communication, as Flower's clients send
 ``num-examples``): the server never reads the clients' data sizes from anywhere else.
 
 :class:`RobustAveraging` is the mixin for algorithms whose server takes a mean of models (FedAvg,
-FedProx, FedSAM, Ditto, APFL, pFedMe, Per-FedAvg): ``self.average(server, uploads, key)`` is the
-plain mean or the configured aggregate, and the server state then keeps two counters, reported
-as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
+FedProx, FedSAM, Ditto, APFL, pFedMe, Per-FedAvg): in ``aggregate(server, uploads, ctx)``,
+``self.average(server, uploads, ctx, key="x")`` — the hook's own three arguments, and the upload to
+aggregate by keyword — is the plain mean or the configured aggregate of ``uploads[key]``, and the
+server state then keeps two counters, reported as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
 ``agg_unconverged_rounds`` (rounds so far whose iterative aggregator stopped at its cap
 ``max_iter``, so a capped geometric median shows up). Fed+ keeps the same counters.
 
@@ -179,10 +180,21 @@ def counter_metrics(server: dict) -> dict[str, int]:
 
 
 class RobustAveraging:
-    """Mixin for an algorithm whose server averages models: call :meth:`use_aggregator` in
-    ``__init__``, :meth:`upload` on the client side (with the clients' states before and after
-    ``local``, for client momentum), :meth:`client_state` in ``init_client`` and :meth:`average`
-    in ``aggregate`` (which must keep the returned counters in the new server state)."""
+    """Mixin for an algorithm whose server averages models. Its calls, as FedAvg makes them:
+
+    ``self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)``
+        in ``__init__``, with the :class:`AggregatorOptions` fields
+    ``self.client_state(x0, state)``
+        in ``init_client``: the client's ``state`` plus its momentum (when client momentum is on)
+    ``self.with_momentum(upload, message, before, after)``
+        in ``local``: the upload and the clients' new states, with the states ``before`` and ``after``
+        the local work
+    ``self.upload(upload, ctx)``
+        in ``local``: what the clients send (their sample counts added with weights = "samples")
+    ``self.average(server, uploads, ctx, key="x")``
+        in ``aggregate(server, uploads, ctx)``: (the aggregate of ``uploads[key]``, the counters
+        and state to keep in the new server state) — pass the hook's ``ctx``, and ``key`` by keyword
+    """
 
     robust: ServerAggregator | None = None  # None: the plain mean
     weights: str = "uniform"
@@ -230,12 +242,18 @@ class RobustAveraging:
         m = (1 - beta) * (upload["x"] - x0) + beta * before[MOMENTUM]
         return {**upload, "x": x0 + m}, {**after, MOMENTUM: m}
 
-    def average(self, server: dict, uploads: dict, ctx: ServerContext | None = None,
+    def average(self, server: dict, uploads: dict, ctx: ServerContext | None = None, *,
                 key: str = "x") -> tuple[Tensor, dict]:
         """(the aggregate of ``uploads[key]`` [K, d], the counters and state to store in the server
         state). The server model ``server["x0"]`` (the previous aggregate for FedAvg) is the
         reference the clipping defences clip about — with client momentum, centered clipping's is
-        x0 + v, the last aggregate momentum; ``ctx`` gives pre-aggregation its stream."""
+        x0 + v, the last aggregate momentum; ``ctx``, the ``aggregate`` hook's, gives
+        pre-aggregation its stream. ``key`` is keyword-only: an upload name where ``ctx`` goes is
+        a TypeError, not a silent mean of ``x``."""
+        if ctx is not None and not callable(getattr(ctx, "rng", None)):
+            hint = f"; an upload's name goes in key={ctx!r}" if isinstance(ctx, str) else ""
+            raise TypeError(f"average(server, uploads, ctx, key=...): ctx is {what(ctx)}, expected the ServerContext "
+                            f"the aggregate hook received{hint}")
         rows = uploads[key]
         if self.robust is None:
             return rows.mean(0), {}
