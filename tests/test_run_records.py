@@ -1,4 +1,4 @@
-"""Run records (issue 30, parts 1, 2 and 6): every finished run of ``fedpd reproduce`` leaves a record
+"""Run records: every finished run of ``fedpd reproduce`` leaves a record
 in the report folder; a recorded run never runs again; records made apart merge; ``--report-only``
 rebuilds the report from the records alone; ``--verify K`` re-runs records and fails when the code
 no longer computes what they hold; every committed report is what its committed records give."""
@@ -126,7 +126,7 @@ def test_a_record_of_another_config_is_run_again(tmp_path, capsys, smoke_report)
 
 
 def test_a_record_names_committed_code_or_says_it_does_not(tmp_path):
-    """The provenance rule (issue 45): the commit a record names is marked "(with uncommitted changes)"
+    """The provenance rule: the commit a record names is marked "(with uncommitted changes)"
     when fedpd's code — the package's files, tracked or not (ignored ones aside), and pyproject.toml —
     differs from it; files outside the code (a report folder's records and README) do not count."""
     import subprocess

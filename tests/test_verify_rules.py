@@ -1,7 +1,7 @@
-"""``fedpd reproduce --verify``'s three rules (issue 42, parts 2 and 3): identical numbers on the kind
-of CPU that made a record, the measured drift on another kind, and on another device a close check of
-the first rounds — each loose enough for what rounding does and tight enough that a 1 % change of an
-update rule fails it."""
+"""``fedpd reproduce --verify``'s three rules: identical numbers on the kind of CPU that made a record,
+the measured drift on another kind, and on another device a close check of the first rounds — each
+loose enough for what rounding does and tight enough that a 1 % change of an update rule fails it;
+counters of what a run did exact under each, counters that follow from floats held as their floats."""
 
 from __future__ import annotations
 
