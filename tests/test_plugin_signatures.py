@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tomli_w
 import torch
 
 import fedpd
@@ -152,8 +153,6 @@ def test_a_plugin_written_from_the_docstring_runs(tmp_path, monkeypatch):
 # --- NNM / ARC with f = 0 ---------------------------------------------------------------------------
 @pytest.mark.parametrize(("pre", "does"), [("nnm", "the defence becomes the plain mean"), (["arc"], "clips no row")])
 def test_nnm_or_arc_with_no_byzantine_row_is_refused_in_one_line(pre, does, tmp_path, capsys):
-    import tomli_w
-
     cfg = {"problem": {"name": "least_squares", "clients": 8},
            "algorithm": {"name": "fedavg", "aggregator": "trimmed_mean",
                          "aggregator_options": {"trim_ratio": 0.2, "pre": pre, "n_byzantine": 0}},

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 import torch
 
 import fedpd
@@ -98,8 +99,6 @@ def test_a_csv_and_the_same_table_as_an_npz_give_the_same_run(tmp_path, capsys, 
         if name == "npz":
             del cfg["problem"]["label_column"]
         path = tmp_path / f"{name}.toml"
-        import tomli_w
-
         path.write_text(tomli_w.dumps(cfg))
         code, _, err = run_cli(["run", path, "--out", tmp_path / name, "--quiet"], capsys)
         assert code == 0, err
@@ -198,8 +197,6 @@ def test_a_bad_csv_is_one_line_and_exit_2_with_nothing_written(lines, needle, tm
 
 
 def refused(cfg: dict, needle: str, tmp_path: Path, capsys) -> None:
-    import tomli_w
-
     path = tmp_path / "cfg.toml"
     path.write_text(tomli_w.dumps(cfg))
     code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
@@ -291,7 +288,8 @@ def test_a_loader_takes_its_options_from_the_config(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("loader", "options", "needle"), [
     ("blobs", {"colour": 1}, "problem.dataset_options: {m}:blobs(rows=40, features=3, seed=0) cannot be called as "
-                             "fedpd calls a dataset plug-in, (colour=...): got an unexpected keyword argument 'colour'"),
+                             "fedpd calls a dataset plug-in, (colour=...): got an unexpected keyword argument "
+                             "'colour'"),
     ("from_file", {}, "problem.dataset: {m}:from_file(path, scale=1.0) cannot be called as fedpd calls a dataset "
                       "plug-in, (): missing a required argument: 'path'"),
 ])

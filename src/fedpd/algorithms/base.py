@@ -90,9 +90,10 @@ class Algorithm:
 
     Optional, for memory: a rule whose server step reads the uploads only through their means sets
     ``means_only`` and defines ``mean_terms(server, uploads)`` (each client's terms [k, ...]) and
-    ``aggregate_means(server, means, ctx)`` (the step from their means); the in-process engine then adds each client in as it finishes instead of
-    holding all K uploads; every other round calls ``aggregate``, whose default for such a rule is
-    ``aggregate_means`` of the rows' means, so both give the same step. A subclass that overrides
+    ``aggregate_means(server, means, ctx)`` (the step from their means); the in-process engine
+    then adds each client in as it finishes instead of holding all K uploads; every other round
+    calls ``aggregate``, whose default for such a rule is ``aggregate_means`` of the rows' means,
+    so both give the same step. A subclass that overrides
     ``aggregate`` below the class that defines ``aggregate_means`` gets the stacked uploads
     (:func:`streams_means`), so its step is never skipped; one that overrides ``aggregate_means``
     while it is not ``means_only`` would be skipped, and is refused (:func:`unused_server_step`).

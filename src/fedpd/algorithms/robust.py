@@ -16,9 +16,9 @@ upload (key ``n``, one float, counted as communication, as Flower's clients send
 FedProx, FedSAM, Ditto, APFL, pFedMe, Per-FedAvg): in ``aggregate(server, uploads, ctx)``,
 ``self.average(server, uploads, ctx, key="x")`` — the hook's own three arguments, and the upload to
 aggregate by keyword — is the plain mean or the configured aggregate of ``uploads[key]``, and the
-server state then keeps two counters, reported as metrics: ``agg_iterations`` (the aggregator's iterations this round) and
-``agg_unconverged_rounds`` (rounds so far whose iterative aggregator stopped at its cap
-``max_iter``, so a capped geometric median shows up). Fed+ keeps the same counters.
+server state then keeps two counters, reported as metrics: ``agg_iterations`` (the aggregator's
+iterations this round) and ``agg_unconverged_rounds`` (rounds so far whose iterative aggregator
+stopped at its cap ``max_iter``, so a capped geometric median shows up). Fed+ keeps the same counters.
 
 ``aggregator_options`` may also name a pre-aggregation chain run on the rows before the rule
 (``pre = ["nnm"]``, bucketing, ARC: :mod:`fedpd.preaggregators`); bucketing draws its permutation

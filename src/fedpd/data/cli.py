@@ -197,7 +197,8 @@ def _load_for_split(args):
         raise ConfigError(f"--path: not an option of {key} (allowed: image-folder, csv, npz)")
     if "seed" in dataset_options(key):
         options["seed"] = args.seed  # a table's holdout: the rows a run with problem.seed = S trains on
-    for option, value, only in (("label_mode", args.label_mode, "cifar100"), ("label_column", args.label_column, "csv")):
+    for option, value, only in (("label_mode", args.label_mode, "cifar100"),
+                                ("label_column", args.label_column, "csv")):
         if value:
             if option not in dataset_options(key):
                 raise ConfigError(f"--{option.replace('_', '-')}: only for {only}, not {key}")

@@ -2,9 +2,10 @@
 
 ``problem.dataset = "module:function"`` (or the name of an installed entry point
 ``dataset.NAME``, :mod:`fedpd.plugins`) names a function that returns the training and test sets
-as arrays; ``problem.dataset_options`` are passed to it as keywords (none: it is called with no
-arguments), checked against its signature before it is called (:func:`check_options`). It returns (NumPy arrays, torch tensors, or anything ``numpy.asarray``
-takes): ``(x_train, y_train, x_test, y_test)``, optionally followed by ``client_train`` and
+as arrays (NumPy arrays, torch tensors, or anything ``numpy.asarray`` takes); the keyword options
+``problem.dataset_options`` are passed to it (none: it is called with no arguments), checked
+against its signature before it is called (:func:`check_options`). It returns
+``(x_train, y_train, x_test, y_test)``, optionally followed by ``client_train`` and
 ``client_test``, or a mapping with those keys (and optionally ``num_classes``). ``x`` is
 ``[n, ...]`` numbers (floats become float32; integers stay int64, e.g. token ids), ``y`` is
 ``[n]`` integer labels in 0 .. num_classes − 1 (num_classes: the mapping's, else the largest
