@@ -9,6 +9,9 @@ while a run goes.
   (:class:`FedpdNotice`; the CLI prints ``fedpd: note: ...``), and the run goes on.
 * :func:`check_finite`: a metric that became NaN or ±Inf stops the run with
   :class:`NonFiniteMetrics` (exit status 3 from the CLI) unless ``run.allow_nonfinite = true``.
+* :func:`check_run_options_used`: a run option the user set that this run's engine would ignore
+  (the disk store on nodes, a node timeout with nothing to wait for) is one :class:`ConfigError`
+  line when the run starts.
 """
 
 from __future__ import annotations
@@ -88,6 +91,16 @@ def check_against_problem(cfg, problem, algorithm=None) -> None:
             full = ', or solver.name = "gd" for full batches' if section == "solver" else ""
             raise ConfigError(f"{section}.batch_size: {batch} is larger than every client's training data "
                               f"(largest client: {largest} samples; allowed: 1..{largest}{full})")
+    epochs = getattr(cfg.options["solver"], "local_epochs", 0)
+    if epochs and largest:  # E·⌈n_k / B⌉ steps, bounded as local_steps is
+        from fedpd.options import STEPS_MAX
+
+        batch = cfg.options["solver"].batch_size
+        steps = epochs * -(-largest // batch)
+        if steps > STEPS_MAX:
+            raise ConfigError(f"solver.local_epochs: {epochs} passes give the largest client ({largest} samples, "
+                              f"batches of {batch}) {steps} local steps a round (allowed: at most {STEPS_MAX} steps, "
+                              f"as solver.local_steps: local_epochs <= {STEPS_MAX // -(-largest // batch)} here)")
     n = problem.num_clients
     if cfg.run.eval_clients > n:
         raise ConfigError(f"run.eval_clients: {cfg.run.eval_clients} exceeds the problem's {n} clients (allowed: "
@@ -146,3 +159,46 @@ def personal_metrics(cfg, algorithm) -> bool:
     from fedpd.algorithms.base import Algorithm
 
     return algorithm is not None and type(algorithm).personal_models is not Algorithm.personal_models
+
+
+def check_run_options_used(cfg, transport=None, overrides=None) -> None:
+    """Refuse a ``[run]`` option the user set (to other than its default) that this run would ignore:
+    ``store = "disk"`` and ``store_dir`` where the clients' states live on nodes (they keep them in
+    their own files), ``store_dir`` with the memory store, ``node_timeout`` where nothing waits
+    (loopback nodes answer at once; one worker process is no worker), ``client_chunk`` with
+    per-client execution (one client at a time).
+
+    Checked where a run starts, not with the config: a resume continues its run's ``config.toml``,
+    which states every option, and some hold what the run's first engine used (a disk store that a
+    resume on loopback nodes reads the states from). So a fresh run checks what its config sets and a
+    resume (``overrides``: its ``--set`` items) only what those set."""
+    from fedpd.engines import in_process
+
+    run = cfg.run
+    given = set(run.given(*type(run).model_fields))
+    if overrides is not None:
+        given &= {item.partition("=")[0].strip().removeprefix("run.") for item in overrides
+                  if item.strip().startswith("run.")}
+    nodes = not in_process(cfg, transport)
+    engine = f'run.engine = "{run.engine}"' if transport is None else "a run on given nodes (a transport)"
+    where = f"{engine} keeps the clients' states on its nodes, in their own files"
+    if nodes and "store" in given and run.store == "disk":
+        raise ConfigError(f'run.store: "disk" is the inprocess engine\'s client store; {where} (allowed: no run.store, '
+                          f'or run.engine = "inprocess")')
+    if nodes and "store_dir" in given:
+        raise ConfigError(f"run.store_dir: the inprocess engine's disk store directory; {where} (allowed: no "
+                          f"run.store_dir, or run.engine = \"inprocess\")")
+    if not nodes and "store_dir" in given and run.store == "memory":
+        raise ConfigError('run.store_dir: the disk store\'s directory, and run.store = "memory" keeps no files '
+                          '(allowed: run.store = "disk" or "auto", or no run.store_dir)')
+    if "node_timeout" in given and run.engine == "loopback" and transport is None:
+        raise ConfigError("run.node_timeout: loopback nodes run in this process and answer at once, so there is "
+                          "nothing to wait for (allowed: no run.node_timeout; it is for run.engine = \"flower\" and "
+                          "run.workers)")
+    if "node_timeout" in given and not nodes and run.workers == 1:
+        raise ConfigError("run.node_timeout: the time to wait for a worker process, and run.workers = 1 starts none "
+                          "(allowed: no run.node_timeout, or run.workers > 1 or \"auto\")")
+    if "client_chunk" in given and run.execution == "per_client":
+        raise ConfigError('run.client_chunk: vectorised execution\'s clients computed together, and run.execution = '
+                          '"per_client" computes one at a time (allowed: no run.client_chunk, or run.execution = '
+                          '"vectorised" or "auto")')

@@ -5,26 +5,69 @@ the state is next used — a store's row copy, the flat model's views, another h
 traceback that names neither. Here it is one line (:class:`~fedpd.errors.ConfigError` naming
 ``algorithm.name``, the hook and the key): a client state keeps the shape ``init_client`` gave
 it, for each of the hook's K clients; an upload holds one row per client; a server state keeps
-its model ``x0`` [d]; the evaluation model is [d] (personal models [N, d]). The checks read
-shapes only: they cost nothing next to a round.
+its model ``x0`` [d]; the evaluation model is [d] (personal models [N, d]); a model or update
+upload (``model_uploads``, ``update_uploads``) is one model per client. The checks read shapes
+only: they cost nothing next to a round.
+
+A plug-in's hook that raises (:func:`call`) is one line too, naming the plug-in, the hook, its
+line and the error (in Python the error keeps the plug-in's exception as its cause). Every
+engine checks the same way — a node runs these checks and answers a failed one as a refusal, which
+its server raises as this line (:mod:`fedpd.remote.node`) rather than counting rejected uploads.
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
+from pathlib import Path
 from typing import Any, Mapping
 
 from torch import Tensor
 
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, FedpdError, reason
 from fedpd.names import what
+
+
+class HookError(ConfigError):
+    """An algorithm's hook returned what fedpd cannot take, or a plug-in's hook raised: the same
+    one line, and exit status 2, on every engine."""
 
 
 def _shape(value: Any) -> str:
     return str(tuple(value.shape)) if isinstance(value, Tensor) else what(value)
 
 
-def _refuse(algorithm, hook: str, text: str) -> ConfigError:
-    return ConfigError(f"algorithm.name: {type(algorithm).__qualname__}.{hook} {text}")
+def _refuse(algorithm, hook: str, text: str) -> HookError:
+    return HookError(f"algorithm.name: {type(algorithm).__qualname__}.{hook} {text}")
+
+
+def is_plugin(algorithm) -> bool:
+    """Whether ``algorithm``'s class is a user's (not fedpd's own)."""
+    module = type(algorithm).__module__
+    return module != "fedpd" and not module.startswith("fedpd.")
+
+
+def call(algorithm, hook: str, *args):
+    """``algorithm.<hook>(*args)``; a plug-in's hook that raises (anything but fedpd's own one-line
+    errors) is a :class:`HookError` naming the plug-in, the hook and the error. fedpd's own
+    algorithms raise as they are (a traceback is what fixes fedpd's bug)."""
+    try:
+        return getattr(algorithm, hook)(*args)
+    except FedpdError:
+        raise
+    except Exception as err:
+        if not is_plugin(algorithm):
+            raise
+        cls = type(algorithm).__mro__[2] if "_dp" in vars(algorithm) else type(algorithm)  # [privacy]'s subclass
+        raise HookError(f"algorithm.name: the plug-in {cls.__module__}:{cls.__qualname__} failed in its {hook} hook"
+                        f"{_where(err, cls)}: {reason(err, 300)}") from err  # (the cause: the traceback, in Python)
+
+
+def _where(err: Exception, cls: type) -> str:
+    """Where the error left the plug-in's own module (its last line there): " (at file.py:line)"."""
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if file and f.filename == file]
+    return f" (at {Path(file).name}:{frames[-1].lineno})" if frames else ""
 
 
 def check_tensors(algorithm, hook: str, state: Any, what_it_is: str = "state") -> None:
@@ -54,19 +97,39 @@ def check_clients(algorithm, hook: str, state: Any, shapes: Mapping[str, tuple],
 def check_receive(algorithm, clients: Mapping[str, Tensor], reply, ctx) -> Mapping[str, Tensor]:
     """``receive``'s new states of the clients ``clients`` [K, ...], checked to keep their shapes."""
     shapes = {k: v.shape for k, v in clients.items()}  # taken first: receive may change them in place
-    new = algorithm.receive(clients, reply, ctx)
+    new = call(algorithm, "receive", clients, reply, ctx)
     check_clients(algorithm, "receive", new, shapes, ctx.ids.numel())
     return new
 
 
-def check_uploads(algorithm, uploads: Any, rows: int) -> None:
+def check_local(algorithm, out: Any) -> tuple:
+    """``local``'s result: (uploads, new client states)."""
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise _refuse(algorithm, "local", f"returned {what(out)} (allowed: (uploads, new client states), two dicts "
+                                          f"of tensors)")
+    return out
+
+
+def check_uploads(algorithm, uploads: Any, rows: int, message: Mapping[str, Tensor] | None = None) -> None:
     """``uploads`` from ``local``: a dict of tensors, one row per client (what each row holds is
-    the algorithm's; a rule may upload part of the model)."""
+    the algorithm's; a rule may upload part of the model) — and a model or an update upload (the
+    keys ``model_uploads`` and ``update_uploads`` name, which attacks and privacy take relative to
+    the broadcast model) one of the shape of the ``message``'s model ``x0`` per client."""
     check_tensors(algorithm, "local", uploads, "upload")
     for key, value in uploads.items():
         if value.dim() == 0 or value.shape[0] != rows:
             raise _refuse(algorithm, "local", f"returned upload {key!r} of shape {_shape(value)} for {rows} clients "
                                               f"(allowed: one row per client, ({rows}, ...))")
+    x0 = message.get("x0") if message is not None else None
+    if not isinstance(x0, Tensor):
+        return
+    models = (*getattr(algorithm, "model_uploads", ()), *getattr(algorithm, "update_uploads", ()))
+    for key in models:
+        if key in uploads and uploads[key].shape[1:] != x0.shape:
+            raise _refuse(algorithm, "local", f"returned upload {key!r} of shape {_shape(uploads[key])} for {rows} "
+                                              f"clients (allowed: {(rows, *x0.shape)}, one model of the broadcast "
+                                              f"x0's shape {tuple(x0.shape)} per client: {key!r} is one of its "
+                                              f"model or update uploads)")
 
 
 def check_server(algorithm, hook: str, state: Any, x0_shape: tuple | None, since: str = "its shape before") -> None:
@@ -81,6 +144,12 @@ def check_server(algorithm, hook: str, state: Any, x0_shape: tuple | None, since
     if state["x0"].shape != x0_shape:
         raise _refuse(algorithm, hook, f"returned server state 'x0' of shape {_shape(state['x0'])} (allowed: "
                                        f"{tuple(x0_shape)}, {since})")
+
+
+def check_init_server(algorithm, state: Any, x0_shape: tuple) -> None:
+    """``init_server``'s state: a dict of tensors whose model ``x0``, if it has one, is the model's."""
+    check_tensors(algorithm, "init_server", state, "server state")
+    check_server(algorithm, "init_server", state, x0_shape if "x0" in state else None, "the model's")
 
 
 def check_model(algorithm, hook: str, model: Any, dim: int, rows: int | None = None) -> None:

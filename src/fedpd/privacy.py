@@ -68,12 +68,15 @@ PLD_MAX_EPSILON = 100.0
 #: divides by zero near 1e-300; above 1e6 it overflows (z² near 1e308), and noise of std 10⁶·S leaves nothing
 #: of the model
 MIN_NOISE, MAX_NOISE = 1e-3, 1e6
+#: the options only adaptive clipping reads (refused with clip = "fixed" when set to other than their default)
+ADAPTIVE_ONLY = ("target_quantile", "clip_lr", "quantile_noise")
 
 
 class PrivacyOptions(Options):
     clip: Literal["none", "fixed", "adaptive"] = Field(
         "none", description="none: no differential privacy; fixed: clip every client's update to clip_norm (DP-FedAvg, "
-        "McMahan et al. 2018); adaptive: clip_norm follows a quantile of the update norms (Andrew et al. 2021)")
+        "McMahan et al. 2018); adaptive: clip_norm follows a quantile of the update norms (Andrew et al. 2021). Any "
+        "other privacy key without clip is refused (it would be ignored), and so is an adaptive-only key with fixed")
     clip_norm: float = Field(1.0, gt=0, description="S: the L2 norm every client's update is clipped to (adaptive: "
                              "its initial value)")
     noise_multiplier: float = Field(1.0, ge=0, le=MAX_NOISE, description="z: Gaussian noise of std z*S is added to "
@@ -90,6 +93,20 @@ class PrivacyOptions(Options):
     clip_lr: float = Field(0.2, gt=0, le=10, description="adaptive: eta_C, the geometric step of clip_norm")
     quantile_noise: float = Field(0.0, ge=0, le=MAX_NOISE, description="adaptive: sigma_b, the noise std of the count "
                                   "of unclipped updates; 0: expected participants / 20 (Andrew et al.'s choice)")
+
+    @model_validator(mode="after")
+    def _nothing_ignored(self):
+        # [privacy] without clip would run with no differential privacy and every other key unread;
+        # clip = "none" written out is the off switch (a private config's non-private baseline)
+        others = [k for k in type(self).model_fields if k != "clip" and k in self.model_fields_set]
+        if others and "clip" not in self.model_fields_set:
+            raise refuse(others[0], "set, but privacy.clip is not: the run would have no differential privacy and "
+                         f"ignore it (allowed: privacy.clip = \"fixed\" or \"adaptive\", or no privacy.{others[0]})")
+        adaptive = self.given(*ADAPTIVE_ONLY) if self.clip == "fixed" else []
+        if adaptive:
+            raise refuse(adaptive[0], "adaptive clipping's, and privacy.clip = \"fixed\" keeps clip_norm fixed, so it "
+                         f"would be ignored (allowed: privacy.clip = \"adaptive\", or no privacy.{adaptive[0]})")
+        return self
 
     @model_validator(mode="after")
     def _meaningful(self):
