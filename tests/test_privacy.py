@@ -340,7 +340,8 @@ def test_the_run_reports_epsilon_says_where_the_target_stops_it_and_shows_epsilo
     ({"algorithm": {"name": "feddyn"}, "sampler": {"name": "bernoulli", "q": 0.3}}, "how many clients took part"),
     ({"algorithm": {"name": "qffl"}}, "'h', a per-client statistic that is neither a model nor an update"),
     ({"algorithm": {"name": "fednova"}, "solver": {**BASE["solver"], "straggler_fraction": 0.5}}, "with stragglers"),
-    ({"algorithm": {"name": "fednova"}, "solver": {**BASE["solver"], "local_epochs": 2}},
+    ({"algorithm": {"name": "fednova"}, "solver": {**{k: v for k, v in BASE["solver"].items() if k != "local_steps"},
+                                                   "local_epochs": 2}},
      "with local epochs it uploads each client's step count"),
     ({"privacy": {"clip": "adaptive"}}, "privacy.quantile_noise"),  # default σ_b = 4/20 < z/2
     # what the accountant cannot account for, refused before anything runs (issue 47)

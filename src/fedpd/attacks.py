@@ -53,7 +53,7 @@ from pydantic import Field, field_validator, model_validator
 from torch import Tensor
 
 from fedpd.errors import ConfigError
-from fedpd.options import SEED_MAX, NoOptions, Options, refuse, shown, validate
+from fedpd.options import EVALS_MAX, SEED_MAX, NoOptions, Options, refuse, shown, validate
 from fedpd.ordered import ordered_norm, ordered_sum
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.streams import ClientStreams
@@ -479,7 +479,8 @@ class Mimic(OmniscientAttack):
 
 
 class OptimalOptions(RoundAttackOptions):
-    evals: int = Field(20, ge=1, description="evaluations of the simulated defence per round (the line search)")
+    evals: int = Field(20, ge=1, le=EVALS_MAX, description="evaluations of the simulated defence per round (the line "
+                       f"search); at most {EVALS_MAX}")
     start: float = Field(0.0, ge=0, description="the search's first strength")
     step: float = Field(10.0, gt=0, description="the search's first step")
     ratio: float = Field(0.8, gt=0.5, lt=1, description="each failed step shrinks the step by this factor")

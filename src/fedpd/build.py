@@ -20,6 +20,7 @@ from fedpd.config import Config, load_config, tomllib  # tomllib: tomli before P
 from fedpd.context import FederationInfo
 from fedpd.disk_store import DiskStore, choose_store, log, state_bytes, store_budget
 from fedpd.errors import ConfigError
+from fedpd.hooks import call
 from fedpd.names import what
 from fedpd.privacy import privatise
 from fedpd.problems.base import Problem
@@ -186,7 +187,7 @@ def build(cfg: Config, problem: Problem):
             raise ConfigError(f"algorithm.aggregator_options: aggregator '{aggregator}' with these options needs at "
                               f"least {need} uploads per round; the sampler gives {sampler.per_round} (allowed: "
                               f"fewer Byzantine clients or more participants)")
-    algorithm.setup(federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
+    call(algorithm, "setup", federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
     algorithm = privatise(cfg, algorithm, sampler, num_clients, problem.x_init)  # [privacy]: DP-FedAvg's clipped, noised sum
     return algorithm, solver, sampler
 

@@ -56,13 +56,14 @@ class RunOptions(Options):
                        "the inprocess engine has none")
     node_timeout: float = Field(600.0, gt=0, description="remote engines: seconds to wait for a node's reply (and for "
                                 "the nodes to connect) before its clients count as dropped out; run.workers: seconds "
-                                "to wait for a worker's reply before the run stops")
+                                "to wait for a worker's reply before the run stops (refused on loopback and with "
+                                "run.workers = 1, which wait for nothing)")
     execution: Literal["auto", "vectorised", "per_client"] = Field(
         "auto", description="how client gradients are computed: vectorised over the clients of a chunk, or one client "
         "at a time through the module; auto: on a GPU vectorised, on the CPU vectorised up to 50 000 model parameters "
         "(fedpd.build.runs_per_client)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
-                              "participants at once")
+                              "participants at once (refused with execution = per_client)")
     threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless "
                          "a local step is large, OMP_NUM_THREADS if set); changes no result")
     workers: int | Literal["auto"] = Field(
@@ -78,10 +79,12 @@ class RunOptions(Options):
         "algorithm has personal models; always = also the server model per client")
     # --- many clients --------------------------------------------------------------------
     store: Literal["auto", "memory", "disk"] = Field(
-        "auto", description="where clients' states live: memory, disk (files, rows on first participation), or "
-        "auto = disk when they may exceed 1/8 of the available memory (resolved in the run's config.toml)")
+        "auto", description="inprocess engine: where clients' states live: memory, disk (files, rows on first "
+        "participation), or auto = disk when they may exceed 1/8 of the available memory (resolved in the run's "
+        "config.toml); a new run refuses disk on nodes, which keep their own files")
     store_dir: str = Field("", description="the disk store's directory; empty: <run directory>/store (a temporary "
-                           "one for a run without a directory)")
+                           "one for a run without a directory); a new run refuses it on nodes and with store = "
+                           "memory")
     eval_batch_size: int = Field(0, ge=0, description="samples per evaluation chunk; 0: automatic, as many as keep "
                                  "the activations saved for the gradient within 32 MiB (at most 8192)")
     eval_clients: int = Field(0, ge=0, description="train/test metrics on a fixed seeded sample of this many clients, "
@@ -162,7 +165,7 @@ def parse_value(text: str) -> Any:
     try:
         value = parse_toml(f"v = {text}")["v"]
     except ConfigError as err:
-        if "nested too deeply" in str(err):
+        if "nested too deeply" in str(err) or "digits" in str(err):  # no string was meant either
             raise
         return text
     if isinstance(value, float) and not math.isfinite(value) and text.strip().lstrip("+-").isalpha():

@@ -38,7 +38,7 @@ from fedpd.allocator import keep_freed_memory
 from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
 from fedpd.context import ClientContext
-from fedpd.hooks import check_clients, check_receive, check_uploads
+from fedpd.hooks import call, check_clients, check_local, check_receive, check_uploads
 from fedpd.problems.base import ClientData, Problem
 from fedpd.protocol import run_round
 from fedpd.store import ClientStore
@@ -78,8 +78,8 @@ def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, c
         ctx = ClientContext(part, round, ClientData(problem, part), solver, seed)
         before = states(start, start + part.numel())
         shapes = {k: v.shape for k, v in before.items()}  # taken first: local may change its input in place
-        up, new = algorithm.local(message, before, ctx)
-        check_uploads(algorithm, up, part.numel())
+        up, new = check_local(algorithm, call(algorithm, "local", message, before, ctx))
+        check_uploads(algorithm, up, part.numel(), message)
         check_clients(algorithm, "local", new, shapes, part.numel())
         yield part, up, new, ctx
 

@@ -41,8 +41,9 @@ Step = Literal["nnm", "bucketing", "arc"]
 class PreOptions(Options):
     pre: list[Step] | Step = Field(default_factory=list, description="pre-aggregation before the rule, in order: "
                                    "nnm, bucketing, arc (a name or a list)")
-    bucket_size: int = Field(2, ge=1, description="s: rows averaged per bucket (bucketing)")
-    n_byzantine: int | None = Field(None, ge=0, description="f: Byzantine rows tolerated (nnm and arc need it)")
+    bucket_size: int = Field(2, ge=1, description="s: rows averaged per bucket (bucketing; refused without it)")
+    n_byzantine: int | None = Field(None, ge=0, description="f: Byzantine rows tolerated (nnm and arc need it; refused "
+                                    "where neither they nor the rule read it)")
 
     @field_validator("pre", mode="before")
     @classmethod
@@ -189,6 +190,12 @@ def split_options(rule: str, rule_fields, options: dict) -> tuple[PreOptions | N
     if len(set(steps)) != len(steps):
         raise ConfigError(f"aggregator_options.pre: {steps} repeats a step (allowed: each of nnm, bucketing, arc "
                           f"at most once)")
+    if "bucket_size" in options and "bucketing" not in steps:  # set, and read by nothing
+        raise ConfigError(f"aggregator_options.bucket_size: bucketing's s, but pre = {steps} has no bucketing, so it "
+                          f"would be ignored (allowed: \"bucketing\" in pre, or no bucket_size)")
+    if chain.n_byzantine is not None and not needs_f and "n_byzantine" not in rule_fields:
+        raise ConfigError(f"aggregator_options.n_byzantine: read by nnm, arc, krum and bulyan, but neither pre = "
+                          f"{steps} nor '{rule}' has them, so it would be ignored (allowed: no n_byzantine)")
     if "bucket_size" in options and "bucketing" not in steps:  # set, and read by nothing
         raise ConfigError(f"aggregator_options.bucket_size: bucketing's s, but pre = {steps} has no bucketing, so it "
                           f"would be ignored (allowed: \"bucketing\" in pre, or no bucket_size)")

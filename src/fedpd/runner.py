@@ -36,11 +36,12 @@ import torch
 from torch import Tensor
 
 from fedpd import advice, plugins
-from fedpd.checks import FedpdNotice, NonFiniteMetrics, check_finite
+from fedpd.checks import FedpdNotice, NonFiniteMetrics, check_finite, check_run_options_used
 from fedpd.config import RESUMABLE, Config, Unset, first_difference, load_config
 from fedpd.disk_store import default_store_dir
 from fedpd.engines import NODES, in_process, open_runtime
 from fedpd.errors import ConfigError, FedpdError, reason
+from fedpd.hooks import HookError
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.progress import Progress
 from fedpd.results.runs import runs_below
@@ -227,6 +228,7 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if config is None:
             raise ConfigError("no config given")
         cfg = load_config(config, overrides)
+    check_run_options_used(cfg, transport, overrides if resume is not None else None)  # e.g. a disk store on nodes
     out = Path(out) if out is not None else None
     if out is not None and resume is None:
         _check_out(out, overwrite)
@@ -274,9 +276,10 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     except FedpdError as err:
         # bad input found only once the run went (a plug-in's result, a local problem without a
         # solution): a new run stopped before its first checkpoint leaves nothing behind — but a run
-        # on nodes, whose status.json says to its operator what ended it
-        if (fresh is not None and status is None and not isinstance(err, NonFiniteMetrics)
-                and not (out / CHECKPOINT).exists()):
+        # on nodes, whose status.json says to its operator what ended it, unless the nodes refused the
+        # config's algorithm (fedpd.hooks: refused as in process, on every engine)
+        if (fresh is not None and (status is None or isinstance(err, HookError))
+                and not isinstance(err, NonFiniteMetrics) and not (out / CHECKPOINT).exists()):
             sim.close()
             fresh.remove()
         raise

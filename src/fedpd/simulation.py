@@ -21,7 +21,7 @@ from fedpd.disk_store import DiskStore, default_store_dir
 from fedpd.engine import Engine
 from fedpd.engines import in_process, make_engine
 from fedpd.evaluation import evaluate, evaluate_personal
-from fedpd.hooks import check_model, check_server, check_tensors
+from fedpd.hooks import call, check_init_server, check_model, check_tensors
 from fedpd.sampling import UniformK
 from fedpd.store import State
 from fedpd.streams import server_generator
@@ -59,10 +59,9 @@ class Simulation:
         check_against_problem(cfg, self.problem, self.algorithm)  # e.g. a batch larger than every client
         self.algorithm: Algorithm
         x0 = self.problem.x_init
-        self.server: State = self.algorithm.init_server(x0)
-        check_server(self.algorithm, "init_server", self.server, x0.shape if "x0" in self.server else None,
-                     "the model's")
-        init = self.algorithm.init_client(x0)
+        self.server: State = call(self.algorithm, "init_server", x0)
+        check_init_server(self.algorithm, self.server, x0.shape)
+        init = call(self.algorithm, "init_client", x0)
         check_tensors(self.algorithm, "init_client", init, "client state")
         store = None  # remote engines keep client states on their nodes
         if in_process(cfg, transport):

@@ -25,11 +25,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor
 
 from fedpd.errors import ConfigError
-from fedpd.options import STEPS_MAX, NoOptions, Options
+from fedpd.options import EPOCHS_MAX, STEPS_MAX, NoOptions, Options, refuse
 from fedpd.ordered import ordered_norm, ordered_sq_norm
 from fedpd.problems.base import ClientData
 from fedpd.streams import ClientStreams
@@ -52,8 +52,17 @@ class GDOptions(Options):
 
 class SGDOptions(GDOptions):
     batch_size: int = Field(32, ge=1, description="samples per client and step, drawn with replacement")
-    local_epochs: int = Field(0, ge=0, description="E > 0: client k takes E·⌈n_k / batch_size⌉ steps a round (E "
-                              "passes' worth of its n_k samples, FedAvg's and FedProx's E) instead of local_steps")
+    local_epochs: int = Field(0, ge=0, le=EPOCHS_MAX, description="E > 0: client k takes E·⌈n_k / batch_size⌉ steps "
+                              "a round (E passes' worth of its n_k samples, FedAvg's and FedProx's E) instead of "
+                              f"local_steps (which is then refused); at most {EPOCHS_MAX}, and at most "
+                              f"{STEPS_MAX} steps for the largest client")
+
+    @model_validator(mode="after")
+    def _steps_or_epochs(self):
+        if self.local_epochs and self.given("local_steps"):
+            raise refuse("local_steps", f"local_epochs = {self.local_epochs} sets each client's steps "
+                         f"(E·⌈n_k / batch_size⌉), so it would be ignored (allowed: no local_steps, or local_epochs = 0)")
+        return self
 
 
 @dataclass

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from fedpd.algorithms.primal_dual import FedPDOptions, PrimalDual
+from fedpd.algorithms.primal_dual import FedPDOptions, PrimalDual, skip_needs_p
 from fedpd.context import ClientContext
 from fedpd.options import Options
 from fedpd.ordered import ordered_sq_norm
@@ -18,6 +18,11 @@ class FedPDVROptions(Options):
     p: float = FedPDOptions.model_fields["p"]
     skip: Literal["random", "periodic"] = FedPDOptions.model_fields["skip"]
     refresh_every: int = Field(20, ge=1, description="I: full local gradient every I rounds")
+
+    @model_validator(mode="after")
+    def _skip_used(self):
+        skip_needs_p(self)
+        return self
 
 
 class FedPDVR(PrimalDual):

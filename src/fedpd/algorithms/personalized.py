@@ -13,13 +13,13 @@ its momentum, which is refused).
 from __future__ import annotations
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
 from fedpd.algorithms.fedavg import FedAvg
 from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
 from fedpd.context import ClientContext
-from fedpd.options import STEPS_MAX
+from fedpd.options import STEPS_MAX, refuse
 from fedpd.solvers import LocalObjective
 
 
@@ -30,7 +30,14 @@ class DittoOptions(AggregatorOptions):
 class APFLOptions(AggregatorOptions):
     alpha: float = Field(0.25, ge=0, le=1, description="initial mixing weight")
     adaptive: bool = Field(True, description="adapt alpha by its gradient")
-    alpha_lr: float = Field(0.0, ge=0, description="step for alpha; 0: the solver's lr")
+    alpha_lr: float = Field(0.0, ge=0, description="step for alpha; 0: the solver's lr (adaptive only)")
+
+    @model_validator(mode="after")
+    def _alpha_lr_used(self):
+        if not self.adaptive and self.given("alpha_lr"):
+            raise refuse("alpha_lr", "the step of alpha, and adaptive = false keeps alpha fixed, so it would be "
+                         "ignored (allowed: adaptive = true, or no alpha_lr)")
+        return self
 
 
 class PFedMeOptions(AggregatorOptions):

@@ -46,6 +46,13 @@ from fedpd.options import Options, refuse
 from fedpd.solvers import LocalObjective
 
 
+def skip_needs_p(options) -> None:
+    """``skip`` says how rounds are skipped at rate ``p``: with p = 0 none is, and a skip set would be ignored."""
+    if options.p == 0 and options.given("skip"):
+        raise refuse("skip", f'"{options.skip}" says how rounds are skipped, and p = 0 skips none, so it would be '
+                     f'ignored (allowed: p > 0, or no skip)')
+
+
 class PrimalDualOptions(Options):
     eta: float = Field(1.0, gt=0, description="η, the penalty parameter (ρ = α = 1/η elsewhere)")
     participation: Literal["all", "sampled"] = Field("sampled", description="all: every client every round (FedPD)")
@@ -61,6 +68,7 @@ class PrimalDualOptions(Options):
 
     @model_validator(mode="after")
     def _sets(self):
+        skip_needs_p(self)
         if self.virtual_dual and self.dual_mean != "all":
             raise refuse("virtual_dual", "needs dual_mean = 'all' (A-FedPD averages the duals over all clients)")
         if self.p > 0 and self.participation != "all":
@@ -83,6 +91,11 @@ class FedPDOptions(Options):
                                                 "a fixed schedule with exactly the rate 1 - p (the authors' code)")
     local_tol: float = Field(0.0, ge=0, description="ε₁ of criterion (12): a client stops its local steps once "
                              "‖∇L_i‖² <= ε₁ on its batch; 0: always the solver's Q steps")
+
+    @model_validator(mode="after")
+    def _skip_used(self):
+        skip_needs_p(self)
+        return self
 
 
 class PenaltyOptions(Options):

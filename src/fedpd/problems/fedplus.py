@@ -20,14 +20,14 @@ import math
 from typing import Literal, Optional
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from fedpd.attacks import party_count
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import LogisticRegression
-from fedpd.options import Options, SEED_MAX, declares
+from fedpd.options import Options, SEED_MAX, declares, refuse
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.problems.lazy import check_eager
@@ -207,6 +207,14 @@ class FedPlusMNISTOptions(Options):
     max_samples: int = Field(0, ge=0, description="0: all samples")
     data_dir: str = Field("", description="default: $FEDPD_DATA")
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
+
+    @model_validator(mode="after")
+    def _personal_options(self):
+        unused = self.given("classes_per_party", "noise_scale") if self.variant == "robust" else []
+        if unused:
+            raise refuse(unused[0], "the personal variant's noisy classes, and variant = \"robust\" adds none, so it "
+                         f"would be ignored (allowed: variant = \"personal\", or no {unused[0]})")
+        return self
 
 
 @declares("fedplus_mnist", FedPlusMNISTOptions,

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 from torch import nn
 
 from fedpd.flat import FlatModel
-from fedpd.options import Options, SEED_MAX, declares
+from fedpd.options import Options, SEED_MAX, declares, refuse
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.problems import lazy as on_demand
@@ -36,6 +36,13 @@ class FedPDLogregOptions(Options):
     penalty_alpha: float = Field(1.0, gt=0, description="α of the non-convex penalty")
     label_noise: float = Field(1.0, ge=0, description='std of the noise added before the sign of the labels')
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
+
+    @model_validator(mode="after")
+    def _truth_once(self):
+        if self.heterogeneity is not None and self.given("non_iid"):
+            raise refuse("non_iid", "heterogeneity sets the agents' truths instead, so it would be ignored (allowed: "
+                         "no non_iid, or no heterogeneity)")
+        return self
 
 
 @declares("fedpd_logreg", FedPDLogregOptions,
@@ -103,6 +110,14 @@ class SyntheticOptions(Options):
     iid: bool = Field(False, description='one model and one feature distribution for every client')
     max_client_samples: int = Field(1000, ge=1, description='cap on the power-law client sizes')
     seed: int = Field(0, ge=0, le=SEED_MAX, description="seed of the data (and of the model's initialisation)")
+
+    @model_validator(mode="after")
+    def _iid_has_no_spread(self):
+        spread = self.given("alpha", "beta") if self.iid else []
+        if spread:
+            raise refuse(spread[0], "how much the clients differ, and iid = true gives every client one model and one "
+                         f"feature distribution, so it would be ignored (allowed: iid = false, or no {spread[0]})")
+        return self
 
 
 @declares("synthetic", SyntheticOptions,

@@ -11,7 +11,9 @@ unit tests use); :mod:`fedpd.flower` sends the same envelopes as Flower messages
 A node that answers a ``train`` with an error, a malformed or an oversized reply has its
 clients' uploads rejected (counted in ``rejected_uploads``); one that does not answer at all has
 its clients counted as ``dropouts``; either way their states are kept, one line says so on
-stderr (and in the run's ``status.json``, :mod:`fedpd.status`) and the run goes on. A node the
+stderr (and in the run's ``status.json``, :mod:`fedpd.status`) and the run goes on — unless the
+node refused the config's algorithm (a hook that failed fedpd's check, :mod:`fedpd.hooks`): that
+stops the run with the line the in-process engine gives (every node would compute the same). A node the
 transport lists no longer (Flower marks a SuperNode offline when it leaves or misses its
 heartbeats) is not waited for: one line says it is gone, at once, and its clients drop out of
 every round until it, or a node hosting them, is listed again. Bad federations are refused before
@@ -51,6 +53,7 @@ from fedpd.algorithms.base import Algorithm, State
 from fedpd.attacks import Attack
 from fedpd.comm import CommCounter
 from fedpd.errors import ConfigError
+from fedpd.hooks import HookError
 from fedpd.protocol import run_round
 from fedpd.remote.filestore import run_key
 from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
@@ -71,6 +74,15 @@ def hosting_advice(clients: list[int]) -> str:
 
 #: a reply the transport knows will never come (node unavailable, message expired)
 LOST = "lost"
+
+
+def refused(replies: dict) -> None:
+    """Stop the run where a node refused the config's algorithm (a hook that failed its check,
+    :mod:`fedpd.hooks`): the line the in-process engine raises, not rejected uploads — every node
+    computes the same, so no round of this config can succeed."""
+    for reply in replies.values():
+        if reply is not None and reply.config.get("refused"):
+            raise HookError(str(reply.config["refused"]))
 
 
 class Transport(Protocol):
@@ -291,6 +303,7 @@ class RemoteEngine:
                             f"{hosting_advice(self.hosted.get(node, []))}")
         carried = self._carry(requests)
         replies = self.exchange(requests, timeout=timeout)
+        refused(replies)
         for node, reply in replies.items():
             if reply is None:
                 raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
@@ -470,6 +483,7 @@ class RemoteEngine:
         self._asked = dict(by_node)
         carried = self._carry(requests)
         replies = self.exchange(requests, drop_gone=True)  # a node that is gone is not waited for
+        refused(replies)
         answered = {n for n, r in replies.items() if r is not None and not (n in by_node and self._problem(r, by_node[n]))}
         self._carried({n: c for n, c in carried.items() if n in answered}, replies)  # (a commit sent again is harmless)
         for node in starting:
@@ -547,6 +561,7 @@ class RemoteEngine:
         self._asked = asked
         replies = self.exchange(requests, drop_gone=True)
         self._asked = {}
+        refused(replies)
         for node, reply in replies.items():
             if reply is None or "error" in reply.config:
                 self.notice(f"{self.node_name(node)}: the commit of round {rounds[node] + 1} did not reach it; its "

@@ -20,7 +20,9 @@ state is read — rather than restarted from its initial state (:mod:`fedpd.remo
 A config may name plug-ins (import paths, :mod:`fedpd.plugins`); a node built with ``allowed``
 imports only plug-in modules under those prefixes and answers anything else with an error (the
 server then rejects its clients' uploads, counted). ``allowed=None``: any plug-in (the nodes of
-one user's simulation).
+one user's simulation). A hook of the config's algorithm that fails its check here
+(:mod:`fedpd.hooks`: a state of the wrong shape, a plug-in's hook that raised) is answered as
+``refused``: the server stops the run with that line, as the in-process engine does.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from fedpd import plugins
 from fedpd.build import from_toml
 from fedpd.context import ClientContext
 from fedpd.engine import train_in_chunks
-from fedpd.hooks import check_receive
+from fedpd.hooks import HookError, check_receive
 from fedpd.problems.base import ClientData
 from fedpd.remote.filestore import KEEP_RUNS, VersionedStore, open_run
 from fedpd.remote.messages import Envelope, client_ranges, pack, unpack
@@ -91,6 +93,8 @@ class NodeRuntime:
                 return getattr(self, f"_{request.kind}")(request)
         except Exception as err:  # the server decides what a failed node means for the round
             error = f"{type(err).__name__}: {err}"[:500]
+            if isinstance(err, HookError):  # the config's own algorithm: the server stops the run with this line
+                return Envelope(request.kind, {"error": error, "refused": str(err)})
             self.log(request, error)
             return Envelope(request.kind, {"error": error})
 
