@@ -196,12 +196,6 @@ def split_options(rule: str, rule_fields, options: dict) -> tuple[PreOptions | N
     if chain.n_byzantine is not None and not needs_f and "n_byzantine" not in rule_fields:
         raise ConfigError(f"aggregator_options.n_byzantine: read by nnm, arc, krum and bulyan, but neither pre = "
                           f"{steps} nor '{rule}' has them, so it would be ignored (allowed: no n_byzantine)")
-    if "bucket_size" in options and "bucketing" not in steps:  # set, and read by nothing
-        raise ConfigError(f"aggregator_options.bucket_size: bucketing's s, but pre = {steps} has no bucketing, so it "
-                          f"would be ignored (allowed: \"bucketing\" in pre, or no bucket_size)")
-    if chain.n_byzantine is not None and not needs_f and "n_byzantine" not in rule_fields:
-        raise ConfigError(f"aggregator_options.n_byzantine: read by nnm, arc, krum and bulyan, but neither pre = "
-                          f"{steps} nor '{rule}' has them, so it would be ignored (allowed: no n_byzantine)")
     return chain.model_copy(update={"pre": steps}), own
 
 
