@@ -138,7 +138,8 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None, group: b
     label_of = {id(run): label for run, label in zip(runs, labels)}
     names = _unit_labels([[label_of[id(r)] for r in members] for members in units], units) if given else \
         group_labels(units)
-    grouped = [_group_row(name, members, [row_of[id(r)] for r in members], table) for name, members in zip(names, units)]
+    grouped = [_group_row(name, members, [row_of[id(r)] for r in members], table)
+               for name, members in zip(names, units)]
     columns = [first, Column("n", "n", True, 1),
                *(replace(m.column, spread=True) if m.spread else m.column for m in table)]
     return columns, grouped
@@ -209,7 +210,8 @@ def _aggregator(cfg: dict) -> str:
     pre = [pre] if isinstance(pre, str) else list(pre)
     if name in (None, "mean") and not pre and not options:
         return ""
-    given = ", ".join(f"{OPTION_SYMBOLS.get(k, k)}={_option(v)}" for k, v in sorted(options.items()))
+    named = sorted((OPTION_SYMBOLS.get(k, k), v) for k, v in options.items())
+    given = ", ".join(f"{k}={_option(v)}" for k, v in named)
     rule = f"{name or 'mean'}({given})" if given else str(name or "mean")
     return "→".join([*map(str, pre), rule])
 
