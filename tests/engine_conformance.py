@@ -38,6 +38,14 @@ CASES = {
 }
 
 
+#: simulated time (fedpd.system): slow, varied devices that come and go, and a deadline that drops
+#: some uploads; the same fleet under FedBuff's asynchronous server
+FLEET = {"speed": {"dist": "lognormal", "median": 1e3, "sigma": 1.0}, "availability": "markov", "mean_on_s": 5.0,
+         "mean_off_s": 2.0}
+TIMED = {"deadline": {"system": {**FLEET, "deadline_s": 1.5}},
+         "fedbuff": {"system": FLEET, "asynchronous": {"concurrency": 4, "buffer": 2}}}
+
+
 def config(case: str, rounds: int = 6, **sections) -> dict:
     cfg = {"problem": PROBLEM, "solver": SGD, "run": {"rounds": rounds, "eval_every": 2, "seed": 5, "dtype": "float64"},
            **CASES[case]}
@@ -63,6 +71,15 @@ class EngineConformance:
     def config(self, case: str, rounds: int = 6, **sections) -> dict:
         return {**config("fedavg", rounds, **sections), **self.CASES[case], **sections}
 
+    def timed(self, timing: str, rounds: int = 6) -> dict:
+        """The stateless case on the simulated fleet (:data:`TIMED`); FedBuff (on FedAvg itself: a user's
+        server step may read every upload) draws its own clients."""
+        cfg = self.config("fedavg", rounds, **TIMED[timing])
+        if "asynchronous" in cfg:
+            del cfg["sampler"]
+            cfg["algorithm"] = {"name": "fedavg"}
+        return cfg
+
     @pytest.fixture
     def engine(self) -> list[str]:
         return list(self.ENGINE)
@@ -86,6 +103,12 @@ class EngineConformance:
         draw = Simulation.participants
         monkeypatch.setattr(Simulation, "participants", lambda self, t: draw(self, t).flip(0))
         assert records(self.run(self.config("afedpd"), engine)) == reference
+
+    @pytest.mark.parametrize("timing", sorted(TIMED))
+    def test_simulated_time_and_who_takes_part_equal_the_reference(self, engine, timing):
+        reference = records(self.run(self.timed(timing)))
+        assert reference[-1]["dropouts"] > 0 and reference[-1]["sim_time_s"] > 0  # the fleet bites
+        assert records(self.run(self.timed(timing), engine)) == reference
 
     # --- faults -----------------------------------------------------------------------------
     def test_dropped_clients_keep_their_state_and_are_counted(self, engine):
@@ -142,3 +165,13 @@ class EngineConformance:
         resumed = self.resume(out, [*[o for o in engine if o.startswith("run.")], "run.rounds=6"])
         assert records(resumed) == straight
         assert [json.loads(line)["round"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 2, 4, 6]
+
+    @pytest.mark.parametrize("timing", sorted(TIMED))
+    def test_resume_of_a_timed_run_is_exact(self, engine, timing, tmp_path):
+        """The clock, the availability chains and (FedBuff) the clients in flight with their uploads
+        and the buffer are in the checkpoint."""
+        straight = records(self.run(self.timed(timing, rounds=6), engine))
+        out = tmp_path / "run"
+        self.run(self.timed(timing, rounds=3), engine, out=out)
+        resumed = self.resume(out, [*[o for o in engine if o.startswith("run.")], "run.rounds=6"])
+        assert records(resumed) == straight

@@ -60,7 +60,34 @@ checkpoint_every = 5
 seed = 3
 """,
 }
-# issue 14: the same with the clients' states in the disk store (rows overwritten every round,
+# FedBuff on a fleet that comes and goes: the clock, the availability chains, the clients in
+# flight with their uploads and start versions, and the buffer are all in the checkpoint
+CONFIGS["fedbuff-fleet"] = """
+[problem]
+name = "synthetic"
+clients = 20
+max_client_samples = 100
+[algorithm]
+name = "fedavgm"
+[solver]
+name = "sgd"
+lr = 0.05
+local_steps = 5
+batch_size = 5
+[system]
+speed = { dist = "lognormal", median = 1e5, sigma = 1.0 }
+availability = "markov"
+mean_on_s = 20.0
+mean_off_s = 5.0
+[asynchronous]
+concurrency = 6
+buffer = 3
+[run]
+rounds = 400
+eval_every = 7
+checkpoint_every = 5
+"""
+# the same with the clients' states in the disk store (rows overwritten every round,
 # so the kills land while undo logs are being written and dropped)
 CONFIGS["fedpd-disk"] = CONFIGS["fedpd"] + 'store = "disk"\n'
 

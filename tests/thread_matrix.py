@@ -41,6 +41,16 @@ CASES = {
                                               "run": {"personal_eval": "always"}},
     "logreg_parallel_saga": {"problem": {"name": "fedpd_logreg", "non_iid": "strong"},
                              "algorithm": {"name": "parallel_saga"}},
+    # simulated time: lognormal devices that come and go, a deadline; and FedBuff on the same fleet
+    "mnist_fleet_deadline_float32": {"problem": MNIST, "model": {"name": "mlp"}, "algorithm": {"name": "fedavg"},
+                                     "solver": SGD, "sampler": {"name": "uniform", "clients_per_round": 4},
+                                     "system": {"speed": {"dist": "lognormal", "median": 1e8, "sigma": 1.0},
+                                                "availability": "markov", "mean_on_s": 30.0, "mean_off_s": 10.0,
+                                                "deadline_s": 2.0}},
+    "synthetic_fedbuff": {"problem": {"name": "synthetic", "clients": 20}, "algorithm": {"name": "fedadam"},
+                          "solver": {**SGD, "lr": 0.05, "batch_size": 10},
+                          "system": {"speed": {"dist": "classes", "values": [1e5, 1e6], "shares": [0.3, 0.7]}},
+                          "asynchronous": {"concurrency": 5, "buffer": 2}},
 }
 ENGINES = {"inprocess": {}, "loopback": {"engine": "loopback", "nodes": 2}}
 #: the configs that read MNIST from $FEDPD_DATA
@@ -49,7 +59,8 @@ NEEDS_DATA = [name for name, cfg in CASES.items() if cfg["problem"].get("dataset
 
 def config(name: str, engine: str) -> dict:
     cfg = json.loads(json.dumps(CASES[name]))
-    cfg.setdefault("sampler", {"name": "all"})
+    if "asynchronous" not in cfg:
+        cfg.setdefault("sampler", {"name": "all"})
     cfg["run"] = {**cfg.get("run", {}), "rounds": 2, "eval_every": 1, "seed": 0, **ENGINES[engine]}
     return cfg
 

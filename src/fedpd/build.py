@@ -102,6 +102,7 @@ def build_problem(cfg: Config, device: torch.device | str = "cpu") -> Problem:
     dtype = {"auto": auto, "float64": torch.float64, "float32": torch.float32}[cfg.run.dtype]
     problem = problem.to(dtype, device)
     problem.per_client = runs_per_client(cfg.run.execution, problem.dim, device)
+    problem.tally_work = cfg.system is not None  # the clock needs each client's work (fedpd.system)
     return problem
 
 

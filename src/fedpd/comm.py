@@ -14,8 +14,19 @@ from __future__ import annotations
 from torch import Tensor
 
 
+#: the upload key under which every engine's client half sends each client's counted sample
+#: gradients ([K] int64, fedpd.engine.train_in_chunks); the round protocol takes it off before
+#: anything else sees the uploads (the clock reads it: fedpd.system), and it is never counted
+WORK = "__sample_grads__"
+
+
+def counted(message: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The tensors of ``message`` that are communication (not ``metric_*`` diagnostics or :data:`WORK`)."""
+    return {k: t for k, t in message.items() if not k.startswith("metric_") and k != WORK}
+
+
 def floats(message: dict[str, Tensor]) -> int:
-    return sum(t.numel() for k, t in message.items() if not k.startswith("metric_"))
+    return sum(t.numel() for t in counted(message).values())
 
 
 class CommCounter:

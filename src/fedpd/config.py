@@ -28,14 +28,16 @@ from fedpd.errors import ConfigError
 from fedpd.io import load_toml, parse_toml
 from fedpd.models import check_model_options
 from fedpd.options import SEED_MAX, THREADS_MAX, Options, refuse, validate
+from fedpd.asynchronous import AsynchronousOptions
 from fedpd.privacy import PrivacyOptions
+from fedpd.system import SystemOptions
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack", "privacy")
+SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack", "privacy", "system", "asynchronous")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
 RESUMABLE = ("rounds", "device", "threads", "workers", "engine", "nodes", "node_timeout", "client_chunk",
              "allow_nonfinite", "tensorboard", "store_dir")
@@ -247,6 +249,7 @@ class Config:
             if not isinstance(v, dict):
                 raise ConfigError(f"{k}: must be a table [{k}] (got {v!r})")
         self.raw = {s: dict(raw.get(s, {})) for s in SECTIONS}
+        self._given = {s for s in ("system", "asynchronous") if s in raw}  # present, even empty: on
         self.plugin_path = tuple(plugin_path) if plugin_path is not None else plugins.default_path()
         plugins.search(self.plugin_path)
         self.names: dict[str, str] = {}
@@ -261,6 +264,8 @@ class Config:
                 self.options[section] = validate(self.entries[section].options, values, section, also=("name",))
             self.options["run"] = validate(RunOptions, self.raw["run"], "run")
             self.options["privacy"] = validate(PrivacyOptions, self.raw["privacy"], "privacy")
+            self.options["system"] = validate(SystemOptions, self.raw["system"], "system")
+            self.options["asynchronous"] = validate(AsynchronousOptions, self.raw["asynchronous"], "asynchronous")
             self.model = dict(self.raw["model"])
             name = self.model.get("name", "auto")
             if name != "auto":  # the factory and its options, checked before anything is built
@@ -272,6 +277,16 @@ class Config:
     @property
     def run(self) -> RunOptions:
         return self.options["run"]  # type: ignore[return-value]
+
+    @property
+    def system(self) -> SystemOptions | None:
+        """The fleet's options (``[system]``), or None: no clock."""
+        return self.options["system"] if "system" in self._given else None  # type: ignore[return-value]
+
+    @property
+    def asynchronous(self) -> AsynchronousOptions | None:
+        """The asynchronous server's options (``[asynchronous]``), or None: synchronous rounds."""
+        return self.options["asynchronous"] if "asynchronous" in self._given else None  # type: ignore[return-value]
 
     def section(self, name: str) -> dict:
         """The resolved section: its name (if any) and every option with defaults filled in."""
@@ -290,6 +305,8 @@ class Config:
             return bool(self.model)
         if section == "privacy":
             return self.options["privacy"].clip != "none"
+        if section in ("system", "asynchronous"):  # absent: no clock, synchronous — every record as before
+            return section in self._given
         return True
 
     def to_toml(self) -> str:

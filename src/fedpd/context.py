@@ -86,8 +86,10 @@ class ClientContext:
 
     def select(self, rows: Tensor) -> "ClientContext":
         """The context of some of the clients (``rows``: a bool mask or indices into ``ids``)."""
-        ids = self.ids[rows]
-        return ClientContext(ids, self.round, ClientData(self.data._problem, ids), self.solver, self.seed)
+        positions = torch.arange(self.ids.numel(), device=self.ids.device)[rows]
+        ids = self.ids[positions]
+        return ClientContext(ids, self.round, ClientData(self.data._problem, ids, (self.data, positions)), self.solver,
+                             self.seed)
 
 
 @dataclass(frozen=True)

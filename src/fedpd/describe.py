@@ -32,7 +32,30 @@ from fedpd.plugins import is_import_path
 #: words for a section in `fedpd list` (plural) and `fedpd show` (singular)
 PLURAL = {"problem": "problems", "algorithm": "algorithms", "solver": "solvers", "sampler": "samplers",
           "attack": "attacks", "model": "models", "aggregator": "aggregators", "dataset": "datasets", "run": "run",
-          "privacy": "privacy"}
+          "privacy": "privacy", "system": "system", "asynchronous": "asynchronous"}
+
+#: the sections with one fixed set of options (no entries to name): (where the options are, what the section is)
+FIXED = {"run": ("fedpd.config:RunOptions", "every run's [run] options (rounds, seed, threads, tensorboard, ...)"),
+         "privacy": ("fedpd.privacy:PrivacyOptions", "[privacy]: client-level differential privacy for any run whose "
+                     "server step reads the mean of the uploads (clip, noise_multiplier, delta, accountant, ...; "
+                     "docs/privacy.md)"),
+         "system": ("fedpd.system:SystemOptions", "[system]: simulated devices, links, availability and a clock "
+                    "(sim_time_s), with deadlines and over-selection for synchronous rounds (docs/systems.md)"),
+         "asynchronous": ("fedpd.asynchronous:AsynchronousOptions", "[asynchronous]: FedBuff or FedAsync on "
+                          "[system]'s clock in place of synchronous rounds (docs/systems.md)")}
+
+
+#: what ``fedpd show`` says first where it is not the list's line
+SHOWN = {"run": "[run]: the options every run has",
+         "privacy": "[privacy]: client-level differential privacy for any run (off unless clip is set; docs/privacy.md)"}
+
+
+def fixed_options(section: str):
+    """The options model of a :data:`FIXED` section."""
+    import importlib
+
+    module, _, name = FIXED[section][0].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 #: `fedpd list`'s word for the pre-aggregation steps a robust rule may take (not a config section:
 #: they are named in algorithm.aggregator_options.pre)
@@ -79,7 +102,7 @@ def entry_description(section: str, entry) -> str:
 
 
 def section_names() -> list[str]:
-    return [*tables(), "run", "privacy"]
+    return [*tables(), *FIXED]
 
 
 def _section_key(word: str) -> str | None:
@@ -264,15 +287,10 @@ def print_list(section: str | None = None, file=None) -> None:
         pad = min(max(map(len, DESCRIPTIONS)) + 4, width // 3)
         for name, text in DESCRIPTIONS.items():
             print(_wrap(text, width, pad, f"  {name:<{pad - 4}}  "), file=out)
-    if section in (None, "run"):
-        print("run:", file=out)
-        print(_wrap("every run's [run] options (rounds, seed, threads, tensorboard, ...): fedpd show run",
-                    width, 2), file=out)
-    if section in (None, "privacy"):
-        print("privacy:", file=out)
-        print(_wrap("[privacy]: client-level differential privacy for any run whose server step reads the mean of "
-                    "the uploads (clip, noise_multiplier, delta, accountant, ...; docs/privacy.md): fedpd show "
-                    "privacy", width, 2), file=out)
+    for fixed, (_, text) in FIXED.items():
+        if section in (None, fixed):
+            print(f"{fixed}:", file=out)
+            print(_wrap(f"{text}: fedpd show {fixed}", width, 2), file=out)
     if section is None:
         print(_wrap("The options of one entry with their defaults, ranges and meaning: fedpd list NAME "
                     "(e.g. fedpd list fedpd), or fedpd show SECTION NAME.", width, 0), file=out)
@@ -301,18 +319,10 @@ def show(section: str, name: str | None, file=None) -> None:
     """Print one entry: its description, its source (docstring) and its options."""
     out = file or sys.stdout
     width = _width()
-    if section == "run":
-        from fedpd.config import RunOptions
-
-        print("[run]: the options every run has", file=out)
-        _print_options(option_rows("run", None, RunOptions), width, out)
-        return
-    if section == "privacy":
-        from fedpd.privacy import PrivacyOptions
-
-        print(_wrap("[privacy]: client-level differential privacy for any run (off unless clip is set; "
-                    "docs/privacy.md)", width, 2, ""), file=out)
-        _print_options(option_rows("privacy", None, PrivacyOptions), width, out)
+    if section in FIXED:
+        text = SHOWN.get(section, FIXED[section][1])
+        print(_wrap(text, width, 2, ""), file=out)
+        _print_options(option_rows(section, None, fixed_options(section)), width, out)
         return
     if section == PRE:
         from fedpd.preaggregators import DESCRIPTIONS, STEPS, PreOptions
@@ -396,7 +406,7 @@ def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
     if section is None:
         raise ConfigError(f"fedpd show: unknown section {section_word!r} "
                           f"(allowed: {', '.join(section_names())})")
-    if section in ("run", "privacy"):
+    if section in FIXED:
         if name is not None:
             raise ConfigError(f"fedpd show {section}: takes no NAME ([{section}] has no entries)")
         return section, None

@@ -36,7 +36,7 @@ from torch import Tensor
 from fedpd.algorithms.base import Algorithm, State
 from fedpd.allocator import keep_freed_memory
 from fedpd.attacks import Attack
-from fedpd.comm import CommCounter
+from fedpd.comm import WORK, CommCounter
 from fedpd.context import ClientContext
 from fedpd.hooks import call, check_clients, check_local, check_receive, check_uploads
 from fedpd.problems.base import ClientData, Problem
@@ -81,6 +81,8 @@ def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, c
         up, new = check_local(algorithm, call(algorithm, "local", message, before, ctx))
         check_uploads(algorithm, up, part.numel(), message)
         check_clients(algorithm, "local", new, shapes, part.numel())
+        if problem.tally_work:  # the clock's compute time (fedpd.system), taken off by the round protocol
+            up = {**up, WORK: ctx.data.work}
         yield part, up, new, ctx
 
 
@@ -97,13 +99,16 @@ class InProcessEngine:
         self.comm = CommCounter()
         self._pending: list[tuple[Tensor, State, ClientContext]] = []
 
+    #: the clients' devices, links and clock (``[system]``: fedpd.system.Fleet), set by the run; None: no clock
+    fleet = None
+
     @property
     def sample_grads(self) -> int:
         return int(self.problem.sample_grads)
 
     def run_round(self, server: State, ids: Tensor, round: int) -> State:
         return run_round(self.algorithm, server, ids, round, clients=self, comm=self.comm, attack=self.attack,
-                         seed=self.seed, num_clients=self.store.num_clients)
+                         seed=self.seed, num_clients=self.store.num_clients, fleet=self.fleet)
 
     # --- the client half (fedpd.protocol.Clients) ------------------------------------------
     #: chunks are trained in ascending id order and given as each is done (fedpd.protocol sums a

@@ -16,6 +16,8 @@ def _fmt_time(seconds: float) -> str:
 #: the server model's
 PERSONAL_KEYS = ("personal_acc", "personal_mse", "personal_loss")
 GLOBAL_KEYS = ("train_loss", "grad_norm_sq", "test_acc", "backdoor_acc", "comm_rounds")
+#: ``[system]``'s simulated time at which the model exists (fedpd.system), after the communication
+TIME_KEYS = ("sim_time_s",)
 #: [privacy]'s ε spent so far (at its delta), last on the line whatever the run
 PRIVACY_KEYS = ("dp_epsilon",)
 
@@ -30,11 +32,11 @@ def summary(metrics: dict) -> str:
     after "server model:" (its loss is not what a personalised method minimises: a large
     ``train_loss`` there is not divergence)."""
     personal = [_item(k, metrics[k]) for k in PERSONAL_KEYS if metrics.get(k) is not None]
-    shared = [_item(k, metrics[k]) for k in GLOBAL_KEYS if metrics.get(k) is not None]
+    shared = [_item(k, metrics[k]) for k in GLOBAL_KEYS + TIME_KEYS if metrics.get(k) is not None]
     private = [_item(k, metrics[k]) for k in PRIVACY_KEYS if metrics.get(k) is not None]
     if personal:
-        comm = [s for s in shared if s.startswith("comm_rounds=")]
-        server = [s for s in shared if not s.startswith("comm_rounds=")]
+        comm = [s for s in shared if s.startswith(("comm_rounds=", "sim_time_s="))]
+        server = [s for s in shared if not s.startswith(("comm_rounds=", "sim_time_s="))]
         return "  ".join(personal + comm + private + (["server model: " + "  ".join(server)] if server else []))
     return "  ".join(shared + private)
 

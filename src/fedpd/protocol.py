@@ -29,17 +29,19 @@ from __future__ import annotations
 
 from typing import Iterable, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from fedpd.algorithms.base import Algorithm, State, UploadMean, streams_means
 from fedpd.attacks import Attack, finite_rows, screen
-from fedpd.comm import CommCounter
+from fedpd.comm import WORK, CommCounter
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
 from fedpd.hooks import check_server, check_tensors
 from fedpd.names import what
 from fedpd.streams import server_generator
+from fedpd.system import Fleet, RoundTime
 
 
 class Clients(Protocol):
@@ -62,8 +64,11 @@ class Clients(Protocol):
 
 
 def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, clients: Clients,
-              comm: CommCounter, attack: Attack, seed: int, num_clients: int) -> State:
-    """One round with participants ``ids``; returns the new server state."""
+              comm: CommCounter, attack: Attack, seed: int, num_clients: int, fleet: Fleet | None = None) -> State:
+    """One round with participants ``ids``; returns the new server state. With a ``fleet``
+    (``[system]``) the round also takes simulated time: uploads that arrive after the deadline,
+    beyond the over-selection target or after their client's available period count as dropouts,
+    and the fleet's clock moves to the round's end (:class:`fedpd.system.RoundTime`)."""
     if ids.numel() == 0:
         comm.end_round()
         return server
@@ -73,22 +78,87 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
     dropped = attack.dropouts(ids, round, seed)
     comm.dropouts += int(dropped.sum())
     working = ids[~dropped]
-    groups = clients.train(message, working, round) if working.numel() else []
+    clock = RoundTime(fleet, ids, message, fleet.target) if fleet is not None else None
+    trained = clients.train(message, working, round) if working.numel() else []
     if not communicates:
-        for _ in groups:  # every client trains (an engine may train a group as it is read)
-            pass
+        for ids, up in trained:  # every client trains (an engine may train a group as it is read)
+            if clock is not None:
+                clock.trained(ids, _without_work(up)[1])
         clients.commit(working, {}, round)
+        if clock is not None:
+            clock.end_without_uploads()
         comm.end_round()
         return server
+    # (the work key rides only with a clock: without one the groups go through untouched, let go as read)
+    groups = _OnTime(trained, clock, comm, missing=bool(dropped.any())) if clock is not None else trained
     streamed = streams_means(algorithm) and attack.family != "update" and getattr(clients, "in_id_order", False)
     aggregate = _streamed if streamed else _stacked
     server, reply, accepted = aggregate(algorithm, server, groups, message, round, comm=comm, attack=attack,
                                         seed=seed, num_clients=num_clients)
     if accepted.numel():
         comm.down(reply, accepted.numel())
+    if clock is not None:
+        groups.close_round(accepted, reply)
     clients.commit(accepted, reply, round)
     comm.end_round()
     return server
+
+
+class _OnTime:
+    """The round's groups, with each client's counted work (:data:`fedpd.comm.WORK`) taken off, whose
+    uploads arrive in time on the fleet's clock — those after the deadline, outside the client's
+    available period, or (over-selection) after the first K to arrive are dropouts, unread."""
+
+    def __init__(self, groups, clock: RoundTime, comm: CommCounter, missing: bool):
+        self.groups, self.clock, self.comm, self.missing = groups, clock, comm, missing
+        self.kept: list[np.ndarray] = []  # arrival ticks of the uploads passed on
+
+    def __iter__(self):
+        if self.clock.target is None:
+            for ids, up in self.groups:
+                ids, up, times = self._delivered(ids, up)
+                self.kept.append(times)
+                if ids.numel():
+                    yield ids, up
+            return
+        timed = [self._delivered(ids, up) for ids, up in self.groups]  # the first K need every arrival
+        order = sorted((t, i) for ids, _, times in timed for i, t in zip(ids.tolist(), times.tolist()))
+        first = {i for _, i in order[:self.clock.target]}
+        self.kept.append(np.array([t for t, i in order[:self.clock.target]], dtype=np.int64))
+        for ids, up, _ in timed:
+            keep = torch.tensor([i in first for i in ids.tolist()], dtype=torch.bool)
+            if up is not None and not bool(keep.all()):
+                self._drop(int((~keep).sum()))
+                ids, up = ids[keep], {k: v[keep.to(v.device)] for k, v in up.items()}
+            if ids.numel():
+                yield ids, up
+
+    def _drop(self, count: int) -> None:
+        self.comm.dropouts += count
+        self.missing |= count > 0
+
+    def _delivered(self, ids: Tensor, up: State | None) -> tuple[Tensor, State | None, np.ndarray]:
+        """(ids, uploads, arrival ticks) of the group's clients whose uploads arrive in time."""
+        up, work = _without_work(up)
+        if up is None:  # a reply that could not be read: it came, so nobody is waited for
+            return ids, up, np.zeros(0, dtype=np.int64)
+        arrival, delivered = self.clock.arrivals(ids, up, work)
+        if delivered.all():
+            return ids, up, arrival
+        self._drop(int((~delivered).sum()))
+        keep = torch.from_numpy(delivered)
+        return ids[keep], {k: v[keep.to(v.device)] for k, v in up.items()}, arrival[delivered]
+
+    def close_round(self, accepted: Tensor, reply: State) -> None:
+        kept = np.concatenate(self.kept) if self.kept else np.zeros(0, dtype=np.int64)
+        self.clock.end(kept, self.missing, accepted, reply)
+
+
+def _without_work(up: State | None) -> tuple[State | None, Tensor | None]:
+    """(the uploads without the work key, each client's counted work or None)."""
+    if up is None or WORK not in up:
+        return up, None
+    return {k: v for k, v in up.items() if k != WORK}, up[WORK]
 
 
 def _stacked(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
@@ -120,7 +190,7 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
         return server, {}, accepted
     if not bool(keep.all()):
         upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-    step = _server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients, seed))
+    step = server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients, seed))
     return step + (accepted,)
 
 
@@ -137,11 +207,11 @@ def _streamed(algorithm: Algorithm, server: State, groups, message: State, round
     accepted = torch.cat(running.accepted) if running.accepted else torch.zeros(0, dtype=torch.int64)
     if not accepted.numel():
         return server, {}, accepted
-    return _server_step(algorithm, "aggregate_means", server, running.mean.means(),
+    return server_step(algorithm, "aggregate_means", server, running.mean.means(),
                         ServerContext(accepted, round, num_clients, seed)) + (accepted,)
 
 
-def _server_step(algorithm: Algorithm, hook: str, server: State, given: State,
+def server_step(algorithm: Algorithm, hook: str, server: State, given: State,
                  ctx: ServerContext) -> tuple[State, State]:
     """(new server state, reply) of the hook ``aggregate`` or ``aggregate_means``, checked to keep
     the server model's shape (:mod:`fedpd.hooks`)."""

@@ -25,6 +25,8 @@ from fedpd.hooks import call, check_init_server, check_model, check_tensors
 from fedpd.sampling import UniformK
 from fedpd.store import State
 from fedpd.streams import server_generator
+from fedpd.system import build_fleet, draw, seconds
+from fedpd.asynchronous import build_asynchronous
 from fedpd.threads import sequential_blas, set_threads
 
 CHECKPOINT_FORMAT, CHECKPOINT_VERSION = "fedpd-checkpoint", 2
@@ -71,6 +73,9 @@ class Simulation:
         attack = build_attack(cfg).bind(self.num_clients).against(self.algorithm)
         self.engine: Engine = make_engine(self.cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
                                           transport=transport, store=store)
+        self.fleet = build_fleet(cfg, self.problem, self.sampler, self.algorithm, transport)
+        self.engine.fleet = self.fleet
+        self.asynchronous = build_asynchronous(cfg, self.problem, self.algorithm, self.solver, self.fleet)
         self.round = 0
         self.elapsed = 0.0
         self._left_behind: list[Path] = []
@@ -98,13 +103,19 @@ class Simulation:
         return self.engine.comm
 
     def participants(self, round: int) -> Tensor:
-        """Who takes part in ``round``: the sampler's draw from the server's stream of that round."""
-        drawn = self.sampler.sample(round, server_generator(self.cfg.run.seed, "sampler", round))
+        """Who takes part in ``round``: the sampler's draw from the server's stream of that round
+        (with ``[system]``: of the clients available now, over-selected: :func:`fedpd.system.draw`)."""
+        generator = server_generator(self.cfg.run.seed, "sampler", round)
+        drawn = (self.sampler.sample(round, generator) if self.fleet is None
+                 else draw(self.fleet, self.sampler, round, generator))
         return self.algorithm.participants(round, drawn, self.num_clients)
 
     def step(self) -> None:
         t0 = time.perf_counter()
-        self.server = self.engine.run_round(self.server, self.participants(self.round), self.round)
+        if self.asynchronous is not None:  # one server update of the asynchronous server
+            self.server = self.asynchronous.step(self.server, self.engine, self.round)
+        else:
+            self.server = self.engine.run_round(self.server, self.participants(self.round), self.round)
         self.round += 1
         self.elapsed += time.perf_counter() - t0
 
@@ -152,6 +163,10 @@ class Simulation:
     def metrics(self) -> dict:
         t0 = time.perf_counter()
         record = {"round": self.round, **self.comm.state_dict(), "sample_grads": self.engine.sample_grads}
+        if self.fleet is not None:
+            record["sim_time_s"] = seconds(self.fleet.now)  # when this server model exists (fedpd.system)
+        if self.asynchronous is not None:
+            record.update(self.asynchronous.metrics())
         clients = self.eval_sample()  # None: every client
         if clients is not None:
             record["eval_clients"] = int(clients.numel())
@@ -177,12 +192,23 @@ class Simulation:
         """All run state, every tensor on the CPU (a checkpoint reads back on any device)."""
         return _to({"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": self.cfg.fingerprint(),
                     "round": self.round, "elapsed": self.elapsed, "server": self.server,
-                    "engine": self.engine.state_dict()}, "cpu")
+                    "engine": self.engine.state_dict(), **self._timing_state()}, "cpu")
+
+    def _timing_state(self) -> dict:
+        """The clock's and the asynchronous server's state (none without ``[system]``: checkpoints as before)."""
+        out = {} if self.fleet is None else {"system": self.fleet.state_dict()}
+        if self.asynchronous is not None:
+            out["asynchronous"] = self.asynchronous.state_dict()
+        return out
 
     def load_state_dict(self, sd: dict) -> None:
         sd = _to(sd, self.device)
         self.round, self.elapsed = sd["round"], sd["elapsed"]
         self.server = sd["server"]
+        if self.fleet is not None:
+            self.fleet.load_state_dict(sd["system"])
+        if self.asynchronous is not None:
+            self.asynchronous.load_state_dict(sd["asynchronous"])
         entry = sd["engine"]
         if handover.moves(entry, self.engine):  # another engine's, or other nodes': the states move here
             init = self.algorithm.init_client(self.problem.x_init)

@@ -25,6 +25,9 @@ Purposes used by fedpd (a new purpose never disturbs the existing ones):
              "stragglers" (local step counts), "attack" (update attacks' coin and noise; the
              optimal attacks' simulated bucketing: the stream of the round's first participant),
              "dropout" (clients that drop out of a round)
+    fleet:   "system" (round 0: each client's speed, bandwidths, latency, device class),
+             "availability" (round 0: client k's on/off periods, period j at position j + 1):
+             fedpd.system
 """
 
 from __future__ import annotations
@@ -126,6 +129,12 @@ class ClientStreams:
     def uniform(self, *shape: int) -> Tensor:
         """Uniform on [0, 1), float64 [K, *shape] (53 random bits each)."""
         return torch.from_numpy((self.bits(*shape) >> _U64(11)).astype(np.float64) * 2.0**-53)
+
+    def uniform_at(self, positions: np.ndarray) -> np.ndarray:
+        """One uniform on [0, 1) per stream, stream k's at its own position ``positions[k]`` (≥ 1;
+        the value ``uniform`` would give there), float64 numpy [K]; the streams' position stays."""
+        z = self.keys + np.asarray(positions, dtype=np.uint64) * _U64(_GAMMA)
+        return (_mix(z) >> _U64(11)).astype(np.float64) * 2.0**-53
 
     def randint(self, low: int, high: int, *shape: int) -> Tensor:
         """Integers uniform on [low, high), int64 [K, *shape]."""

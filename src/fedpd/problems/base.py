@@ -135,6 +135,9 @@ class Problem:
     info: dict = field(default_factory=dict)
     #: per-sample gradients the clients have computed so far (counted by ClientData.gradient)
     sample_grads: int | Tensor = 0
+    #: also count them per client of each call (``ClientData.work``): the clock's compute time
+    #: (``[system]``, fedpd.system); off, nothing is tallied
+    tally_work: bool = False
     #: how client gradients are computed: all rows in one vectorised pass (small models), or one
     #: client at a time through the module itself (large models; run.execution, fedpd.runner)
     per_client: bool = False
@@ -349,10 +352,49 @@ class ClientData:
     ``batch(...)`` draws come from each client's own stream, and every gradient is counted in
     the problem's ``sample_grads`` where it is computed."""
 
-    def __init__(self, problem: Problem, ids: Tensor):
+    def __init__(self, problem: Problem, ids: Tensor, parent: tuple["ClientData", Tensor] | None = None):
         self._problem, self.ids = problem, ids
         self.sizes = problem.train.sizes[ids.to(problem.train.offsets.device)]
         self._all = None
+        # the sample gradients of each client counted so far (problem.tally_work): a count for every
+        # row, plus a tensor [K] for calls whose rows counted differently; ``parent``: (the data
+        # this is a selection of, its rows there) — counted there too
+        self._parent, self._even, self._rows = parent, 0, None
+
+    @property
+    def work(self) -> Tensor:
+        """[K] float64: the sample gradients each client of the call has counted (rows that are not
+        clients — Parallel SAGA's single samples — spread evenly over the call's clients)."""
+        even = torch.full((len(self),), float(self._even), dtype=torch.float64)
+        return even if self._rows is None else even + self._rows
+
+    def _tally(self, W: Tensor | None, active: Tensor | None, batch: tuple[int, int]) -> None:
+        self._problem.count(W, active, batch)
+        if not self._problem.tally_work:
+            return
+        rows = batch[0]
+        if W is None and active is None and rows == len(self):
+            self._add_even(batch[1])
+            return
+        per_row = (torch.full((rows,), float(batch[1]), dtype=torch.float64) if W is None
+                   else W.reshape(rows, -1).count_nonzero(1).to("cpu", torch.float64))
+        if active is not None:
+            per_row = per_row * active.to("cpu", torch.float64)
+        if rows != len(self):
+            per_row = torch.full((len(self),), float(per_row.sum()) / max(len(self), 1), dtype=torch.float64)
+        self._add_rows(per_row)
+
+    def _add_even(self, count: int) -> None:
+        self._even += count
+        if self._parent is not None:
+            parent, rows = self._parent
+            parent._add_rows(torch.zeros(len(parent), dtype=torch.float64).index_fill_(0, rows.cpu(), float(count)))
+
+    def _add_rows(self, per_row: Tensor) -> None:
+        self._rows = per_row if self._rows is None else self._rows + per_row
+        if self._parent is not None:
+            parent, rows = self._parent
+            parent._add_rows(torch.zeros(len(parent), dtype=torch.float64).index_add_(0, rows.cpu(), per_row))
 
     def __len__(self) -> int:
         return self.ids.numel()
@@ -401,18 +443,18 @@ class ClientData:
         (rows ``active`` only); W [M, B] weighs the samples, None: each 1 (a minibatch). ``out``:
         a buffer like x the result may be written into (per-client execution does: no [M, d]
         allocated per step); the caller must not keep the result past its next use of the buffer."""
-        self._problem.count(W, active, Y.shape[:2])
+        self._tally(W, active, Y.shape[:2])
         return self._problem.gradients()(x, X, Y, W, out)
 
     def loss(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, active: Tensor | None = None) -> Tensor:
         """f at x [M, d] on (X, Y, W) per leading row, [M], counted as :meth:`gradient` counts (each
         real sample of rows ``active`` adds one to ``sample_grads``: a forward pass over it)."""
-        self._problem.count(W, active, Y.shape[:2])
+        self._tally(W, active, Y.shape[:2])
         return self._problem.losses()(x, X, Y, W)
 
     def descend(self, x: Tensor, X: Tensor, Y: Tensor, W: Tensor, lr: float, grad_sq: bool = False) -> Tensor | None:
         """x ← x − lr·∇f at x [M, d], in place, per row (every row takes the step), counted: the
         plain SGD step, fused where the execution allows (:meth:`Problem.descend`; ``grad_sq``:
         returns the [M] ‖∇f‖² before the step)."""
-        self._problem.count(W, batch=Y.shape[:2])
+        self._tally(W, None, Y.shape[:2])
         return self._problem.descend(x, X, Y, W, lr, grad_sq)
