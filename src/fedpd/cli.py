@@ -70,6 +70,7 @@ def _threads_override(args) -> list[str]:
     return [] if getattr(args, "threads", None) is None else [f"run.threads={args.threads}"]
 
 
+NO_GROUP_HELP = "one row per run, also for runs that differ only in seeds (default: one row per config over its seeds)"
 UNSET_HELP = ("remove a key from the config, e.g. a plug-in's own option when --set algorithm.name=fedavg "
               "switches to a built-in that does not take it: --unset algorithm.q (repeatable; a dotted KEY reaches "
               "into a table; a key the config does not hold is left alone; not with --resume)")
@@ -172,7 +173,7 @@ def _cmd_compare(args) -> int:
     from fedpd.results.tables import compare_table, print_table
 
     metrics = split_metrics(args.metrics) if args.metrics else None
-    print_table(*compare_table(args.dirs, metrics), fmt=args.format)
+    print_table(*compare_table(args.dirs, metrics, group=not args.no_group), fmt=args.format)
     return 0
 
 
@@ -203,9 +204,12 @@ def _cmd_status(args) -> int:
 def _cmd_sweep(args) -> int:
     from fedpd.reproduce.cluster import cluster_from
     from fedpd.results.tables import compare_table, print_table
-    from fedpd.sweep import parse_seeds, sweep
+    from fedpd.sweep import (choice_lines, choose, parse_grid, parse_seeds, parse_select, parse_vary,
+                             selection_measures, sweep)
 
     seeds = parse_seeds(args.seeds) if args.seeds else None
+    grid, vary = parse_grid(args.grid or ()), parse_vary(args.vary)
+    selection = parse_select(args.select) if args.select else None
     out = args.out
     if out is None:
         import time
@@ -213,12 +217,24 @@ def _cmd_sweep(args) -> int:
         out = f"runs/sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         dirs = sweep(args.configs, out, seeds=seeds, overrides=_overrides(args), jobs=args.jobs,
-                     progress=not args.quiet, cluster=cluster_from(args))
+                     progress=not args.quiet, cluster=cluster_from(args), grid=grid, vary=vary)
     except FedpdError as err:
         raise _unknown_key_hint(err, args) from None
+    measures, chosen = [], []
+    if selection is not None:
+        choices, scores = choose(dirs, out, selection)
+        measures, chosen = selection_measures(selection, choices, scores, out), choice_lines(selection, choices)
     if not args.quiet or args.format != "table":
-        labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>/s<seed>
-        print_table(*compare_table(dirs, labels=labels), fmt=args.format, title=f"{len(dirs)} runs in {out}")
+        labels = [p.relative_to(out).as_posix() for p in dirs]  # <config>[/<key=value>...]/s<seed>
+        print_table(*compare_table(dirs, labels=labels, group=not args.no_group, measures=measures), fmt=args.format,
+                    title=f"{len(dirs)} runs in {out}")
+    if chosen:  # with --format csv, json or markdown, stdout holds only the table
+        import textwrap
+
+        from fedpd.results.tables import terminal_width
+
+        where = sys.stdout if args.format == "table" else sys.stderr
+        print("\n".join(textwrap.fill(line, terminal_width(), subsequent_indent="    ") for line in chosen), file=where)
     return 0
 
 
@@ -307,7 +323,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plot", help="draw metrics of runs (one panel each), or a run's label split",
                         description="One panel per metric, one line per run. Runs of one config that differ only "
-                        "in seeds become their mean with a band of ± one standard deviation. The y axis is "
+                        "in seeds become their mean with a band of ± one standard deviation, named in the legend by "
+                        "the config values that tell the groups apart. The y axis is "
                         "logarithmic for grad_norm_sq (and residuals), linear for accuracies, else logarithmic "
                         "when the values span more than two decades.",
                         epilog="examples:\n  fedpd plot runs/fedpd runs/fedavg --metric grad_norm_sq,train_loss "
@@ -332,11 +349,13 @@ def make_parser() -> argparse.ArgumentParser:
                     "the suffix picks the format (.png, .pdf, .svg, .jpg, ...)")
     pl.set_defaults(func=_cmd_plot)
 
-    cp = sub.add_parser("compare", help="final and best metrics of runs, one row per run",
+    cp = sub.add_parser("compare", help="final and best metrics of runs: one row per config, mean ± sd over its seeds",
                         description="Final and best value of every metric the runs recorded, the final value "
                         "of each counter, and each run's aggregator, attack and privacy where a run sets them; one "
-                        "row per run. The table fits the terminal (least important columns left out, and named); "
-                        "--format csv, json or markdown prints every column for other programs.",
+                        "row per run, or, where runs differ only in seeds, one row per config with n and each "
+                        "metric's mean, sd and 95 % confidence interval over the seeds. The table fits the terminal "
+                        "(least important columns left out, and named); --format csv, json or markdown prints every "
+                        "column for other programs.",
                         epilog="examples:\n  fedpd compare runs/fedpd runs/fedavg\n"
                         "  fedpd compare runs/* --format csv > results.csv",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -345,6 +364,7 @@ def make_parser() -> argparse.ArgumentParser:
     cp.add_argument("--metrics", metavar="KEY[,KEY]", action="append",
                     help="metrics to show (default: every metric the runs report, the personal metrics, losses, "
                     "grad_norm_sq and accuracies first)")
+    cp.add_argument("--no-group", action="store_true", help=NO_GROUP_HELP)
     cp.set_defaults(func=_cmd_compare)
 
     st = sub.add_parser("status", help="how runs went: finished, running, or ended early (and why); exit status says",
@@ -364,20 +384,35 @@ def make_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=_cmd_status)
 
     sw = sub.add_parser("sweep", help="several configs and/or seeds as independent runs, in parallel processes",
-                        description="Run every CONFIG with every seed as its own run directory, OUT/<config>/s<seed>, "
-                        "--jobs at a time in processes of one CPU thread each, with one progress display; then "
-                        "the fedpd compare table of all of them. Run the same command again to continue a sweep "
-                        "that stopped: complete runs are skipped, interrupted ones resume from their checkpoint.",
+                        description="Run every CONFIG with every seed (and every --grid value) as its own run "
+                        "directory, OUT/<config>/[<key=value>/]s<seed>, --jobs at a time in processes of one CPU thread "
+                        "each, with one progress display; then the fedpd compare table of all of them, a row per "
+                        "config (and grid value) over its seeds, and with --select the value each config does best "
+                        "with. Run the same command again to continue a sweep that stopped: complete runs are "
+                        "skipped, interrupted ones resume from their checkpoint.",
                         epilog="examples:\n  fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out "
-                        "runs/table\n  fedpd sweep examples/fedpd.toml --seeds 1,2 --set algorithm.p=0.3 --jobs 2\n  fedpd sweep "
+                        "runs/table\n  fedpd sweep examples/fedpd.toml --seeds 1,2 --set algorithm.p=0.3 --jobs 2\n"
+                        "  fedpd sweep examples/fedavg.toml --seeds 1-3 --grid solver.lr=1,0.3 --select train_loss:last3"
+                        "\n  fedpd sweep "
                         "examples/fedpd.toml --seeds 1-8 --ray 10.0.0.5:6379 --cpus-per-run 2\n\n"
                         + EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sw.add_argument("configs", nargs="+", metavar="CONFIG", help="TOML config files")
-    sw.add_argument("--seeds", metavar="LIST", help="run.seed values, e.g. 1,2,3 or 1-4 (default: each config's own)")
+    sw.add_argument("--seeds", metavar="LIST", help="seeds, e.g. 1,2,3 or 1-4: the values of run.seed, or of the keys "
+                    "--vary names (default: each config's own run.seed)")
     sw.add_argument("--out", metavar="DIR", help="where the run directories go (default runs/sweep-<time>)")
     sw.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                     help="override a value in every config, TOML syntax (repeatable)")
     sw.add_argument("--unset", action="append", metavar="SECTION.KEY", help=UNSET_HELP)
+    sw.add_argument("--vary", action="append", metavar="KEY[,KEY]",
+                    help="the seed keys each --seeds value sets (default run.seed; run.seed,problem.seed: each seed "
+                    "its own data split and initial model too)")
+    sw.add_argument("--grid", action="append", metavar="SECTION.KEY=V1,V2,...",
+                    help="run every value of KEY (repeatable: every combination), in OUT/<config>/<key=value>/s<seed>; "
+                    "a config that does not take KEY is not varied by it")
+    sw.add_argument("--select", metavar="METRIC[:lastK][:max|:min]",
+                    help="choose each config's grid value by the mean of METRIC over a run's last K evaluations, "
+                    "averaged over the seeds (e.g. test_acc:last5, maximised; train_loss:last5, minimised)")
+    sw.add_argument("--no-group", action="store_true", help=NO_GROUP_HELP)
     sw.add_argument("--jobs", type=int, metavar="N", help="runs at once (default: the CPU cores available)")
     from fedpd.reproduce.cluster import add_cluster_options
 
