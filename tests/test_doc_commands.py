@@ -1,4 +1,4 @@
-"""Docs that work as written: every ```bash block of README.md and docs/*.md (the reproduction
+"""Docs that work as written: every ```bash block of README.md, CONTRIBUTING.md and docs/*.md (the reproduction
 reports under docs/reproductions/ are written by `fedpd reproduce`, not by hand) is either run
 verbatim by a test, in a clean environment, or listed below with the reason it is not. A new or
 changed block fails here until it is classified, and a command hidden in an untagged block fails
@@ -14,7 +14,7 @@ import pytest
 from doc_blocks import all_bash_blocks, untagged_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 #: whole pages whose blocks another test accounts for: (page, the test, why)
 PAGES = {
@@ -35,6 +35,12 @@ BLOCKS = {
     ("README.md", "fedpd sweep examples/fedavg.toml examples/scaffold.toml"): (
         "exempt", "12 runs of 200-600 rounds, minutes on two cores; tests/test_sweep.py runs fedpd sweep with "
         "fewer rounds"),
+    ("README.md", "fedpd sweep examples/fedavg.toml examples/fedprox.toml --seeds 1-3 --vary"): (
+        "run", "tests/test_sweep_grid.py"),
+    ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -m \"not slow\""): (
+        "exempt", "the test suite without its slow tests, about ten minutes; .ci/run runs the whole suite"),
+    ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -n 0 tests/test_docs_agree.py"): (
+        "run", "tests/test_first_impressions.py"),
     ("README.md", "fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out runs/cluster --ray"): (
         "exempt", "needs a Ray cluster at the address shown; tests/test_ray_cluster.py runs sweeps on a local one"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn --set run.tensorboard"): (

@@ -13,7 +13,7 @@ import pytest
 
 from fedpd.registry import AGGREGATORS
 from fedpd.reproduce.core import listing_table
-from fedpd.results.tables import compare_table
+from fedpd.results.tables import compare_table, spread_keys
 
 from helpers import run_cli as cli
 
@@ -132,15 +132,23 @@ def test_sweep_table_fits_every_width_and_formats_hold_every_column(sweep_args, 
         monkeypatch.setenv("COLUMNS", str(columns))
         code, out, _ = cli(sweep_args, capsys)
         assert code == 0 and widest(out) <= columns, out
-        assert "fedprox/s2" in out
+        assert "fedprox " in out and "fedprox/s2" not in out  # a row per config over its seeds
+        code, out, _ = cli([*sweep_args, "--no-group"], capsys)
+        assert code == 0 and widest(out) <= columns and "fedprox/s2" in out, out
     monkeypatch.setenv("COLUMNS", "60")
-    columns, _ = compare_table(sorted((Path(sweep_args[-3])).glob("*/s*")))
-    for fmt in FORMATS:
-        code, out, _ = cli([*sweep_args, "--quiet", "--format", fmt], capsys)  # --quiet: the format still prints
-        keys, rows = parse(out, fmt)
-        assert code == 0 and sorted(r["run"] for r in rows) == ["fedavg/s1", "fedavg/s2", "fedprox/s1", "fedprox/s2"]
-        assert keys == [c.key for c in columns][:1] + (["path"] if fmt != "markdown" else []) + \
-            [c.key for c in columns][1:]
+    dirs = sorted((Path(sweep_args[-3])).glob("*/s*"))
+    labels = [f"{d.parent.name}/{d.name}" for d in dirs]
+    for group, names, where in ((True, ["fedavg", "fedprox"], "paths"),
+                                (False, ["fedavg/s1", "fedavg/s2", "fedprox/s1", "fedprox/s2"], "path")):
+        columns, _ = compare_table(dirs, labels=labels, group=group)
+        assert any(c.spread for c in columns) == group
+        for fmt in FORMATS:
+            code, out, _ = cli([*sweep_args, "--quiet", "--format", fmt, *([] if group else ["--no-group"])],
+                               capsys)  # --quiet: the format still prints
+            keys, rows = parse(out, fmt)
+            assert code == 0 and sorted(r["run"] for r in rows) == names
+            expected = [k for c in columns for k in (spread_keys(c.key) if c.spread and fmt != "markdown" else [c.key])]
+            assert keys == expected[:1] + ([where] if fmt != "markdown" else []) + expected[1:]
 
 
 # --- fedpd reproduce --list ---------------------------------------------------------------------------

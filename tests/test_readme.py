@@ -71,9 +71,13 @@ def test_every_readme_command_parses_and_reads_only_what_earlier_commands_wrote(
                 written.add(args.out)
             else:
                 assert args.resume in written, f"--resume {args.resume}: no earlier command wrote it"
+        elif args.command == "sweep":
+            assert args.out and args.out not in written, f"{args.out}: written twice"
+            written.add(args.out)
         elif args.command in ("compare", "plot"):
-            for d in args.dirs:
-                assert d in written, f"fedpd {args.command}: {d} is not written by an earlier command"
+            for d in args.dirs:  # a run directory, or a folder of them (runs/seeds)
+                assert d in written or any(w.startswith(d.rstrip("/") + "/") for w in written), \
+                    f"fedpd {args.command}: {d} is not written by an earlier command"
         elif args.command == "demo":
             written.add(args.out or "runs/demo")
     assert {"runs/fedpd", "runs/fedavg"} <= written
@@ -120,10 +124,11 @@ def ignored(work: Path) -> list[str]:
 @pytest.mark.slow
 def test_the_walk_through_runs_as_written_and_writes_only_what_git_ignores(tmp_path):
     pytest.importorskip("matplotlib")
-    [walk] = [b for b in bash_blocks(ROOT / "README.md", "Running experiments") if "fedpd compare" in b]
+    [walk] = [b for b in bash_blocks(ROOT / "README.md", "Running experiments") if "fedpd plot" in b]
     work = fresh_clone(tmp_path)
     out = run_verbatim(walk, work)
     assert "continuing from round 200" in out and "fedpd " in out.splitlines()[-1]  # the resume, then --version
+    assert "one row per config over its n seeds" in out  # compare runs/seeds: the three seeds as one row
     for name in ("results.csv", "fig.png", "seeds.pdf", "split.png", "runs/seeds/fedpd-s2/metrics.jsonl"):
         assert (work / name).is_file() and (work / name).stat().st_size > 0, name
     assert (work / "results.csv").read_text().splitlines()[0].startswith("run,")

@@ -2,8 +2,9 @@
 progress display, and the value of the grid each config does best with.
 
 Every run is an ordinary run directory, ``<out>/<config name>/s<seed>/`` (with ``--grid``:
-``<out>/<config name>/<key=value>/.../s<seed>/``; ``fedpd compare``, ``fedpd plot`` read it), written by :func:`fedpd.run` in a worker process with one CPU thread, so
-``--jobs`` processes use that many cores — or, with ``--ray``, as a task on a Ray cluster whose
+``<out>/<config name>/<key=value>/.../s<seed>/``; ``fedpd compare``, ``fedpd plot`` read it),
+written by :func:`fedpd.run` in a worker process with one CPU thread, so ``--jobs`` processes use
+that many cores — or, with ``--ray``, as a task on a Ray cluster whose
 files come back here (:mod:`fedpd.reproduce.cluster`). Execution is the reproductions' (:mod:`fedpd.reproduce.
 execute`): every config is checked before anything runs, complete runs are skipped, interrupted
 ones resume from their checkpoint, a failed run does not stop the others. So a sweep that was
