@@ -66,6 +66,7 @@ BLOCKS = {
         "exempt", "a timing on FEMNIST, run by hand"),
     ("docs/data.md", "fedpd run churn.toml --out runs/churn"): ("run", "tests/data/test_tabular_loader.py"),
     ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
+    ("docs/systems.md", "fedpd run examples/fedbuff.toml --out runs/fedbuff"): ("run", "tests/system/test_systems_doc.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/cpu_drift.py --records 3"): (
         "exempt", "a measurement, run by hand (tens of minutes: records of every report re-run on five code paths); "

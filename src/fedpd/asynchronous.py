@@ -322,10 +322,8 @@ class AsyncServer:
 
     # --- records and checkpoints -------------------------------------------------------------
     def metrics(self) -> dict:
-        out = {"in_flight": len(self.flight)}
-        if not math.isnan(self.staleness):
-            out["staleness"] = self.staleness
-        return out
+        """``staleness``: the mean τ of the uploads of the last server update (none before the first)."""
+        return {} if math.isnan(self.staleness) else {"staleness": self.staleness}
 
     def state_dict(self) -> dict:
         seqs = sorted(self.flight)

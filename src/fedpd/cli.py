@@ -134,7 +134,7 @@ def _cmd_list(args) -> int:
         if i:
             print()
         if name is None:
-            if section in ("run", "privacy"):
+            if section in describe.FIXED:
                 describe.show(section, None)
             else:
                 describe.print_list(section)
@@ -172,8 +172,11 @@ def _cmd_compare(args) -> int:
     from fedpd.results.runs import split_metrics
     from fedpd.results.tables import compare_table, print_table
 
+    from fedpd.results.targets import parse_target, target_measures
+
     metrics = split_metrics(args.metrics) if args.metrics else None
-    print_table(*compare_table(args.dirs, metrics, group=not args.no_group), fmt=args.format)
+    measures = [m for text in args.target or () for m in target_measures(parse_target(text))]
+    print_table(*compare_table(args.dirs, metrics, group=not args.no_group, measures=measures), fmt=args.format)
     return 0
 
 
@@ -334,10 +337,11 @@ def make_parser() -> argparse.ArgumentParser:
     pl.add_argument("--metric", action="append", metavar="KEY[,KEY]",
                     help="metric key(s) of metrics.jsonl, e.g. grad_norm_sq, train_loss, test_acc, personal_acc; "
                     "comma-separated or repeated: one panel each")
-    pl.add_argument("--x", default="round", choices=("round", "comm_rounds", "uplink_floats", "downlink_floats",
-                                                      "sample_grads", "wall_s"),
-                    metavar="AXIS", help="x axis: round (default), comm_rounds, uplink_floats, downlink_floats, "
-                    "sample_grads, wall_s")
+    pl.add_argument("--x", default="round", metavar="AXIS",
+                    choices=("round", "comm_rounds", "uplink_floats", "downlink_floats", "sample_grads", "wall_s",
+                             "sim_time_s"),
+                    help="x axis: round (default), comm_rounds, uplink_floats, downlink_floats, sample_grads, wall_s, "
+                    "sim_time_s (the simulated time of [system])")
     scale = pl.add_mutually_exclusive_group()
     scale.add_argument("--logy", action="store_true", help="logarithmic y axis for every panel")
     scale.add_argument("--linear", action="store_true", help="linear y axis for every panel")
@@ -357,7 +361,8 @@ def make_parser() -> argparse.ArgumentParser:
                         "(least important columns left out, and named); --format csv, json or markdown prints every "
                         "column for other programs.",
                         epilog="examples:\n  fedpd compare runs/fedpd runs/fedavg\n"
-                        "  fedpd compare runs/* --format csv > results.csv",
+                        "  fedpd compare runs/* --format csv > results.csv\n"
+                        "  fedpd compare runs/fedbuff runs/fleet --target test_acc=0.6",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     cp.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
     _format_option(cp)
@@ -365,6 +370,9 @@ def make_parser() -> argparse.ArgumentParser:
                     help="metrics to show (default: every metric the runs report, the personal metrics, losses, "
                     "grad_norm_sq and accuracies first)")
     cp.add_argument("--no-group", action="store_true", help=NO_GROUP_HELP)
+    cp.add_argument("--target", metavar="METRIC=VALUE", action="append",
+                    help="also when each run first reached it: rounds, uplink floats and simulated seconds ([system]); "
+                    "METRIC>=VALUE or <=VALUE, or = (at least for an accuracy, at most otherwise); '-': never")
     cp.set_defaults(func=_cmd_compare)
 
     st = sub.add_parser("status", help="how runs went: finished, running, or ended early (and why); exit status says",
@@ -519,7 +527,7 @@ def _cmd_flower_connection(args) -> int:
     path = write_connection(args.name, args.address, args.root_certificates, args.insecure, args.default)
     print(f"wrote connection {args.name!r} ({args.address}) into {path}")
     if args.wait is not None:
-        waited = wait_for_superlink(args.address, args.wait)
+        waited = wait_for_superlink(args.address, args.wait, args.root_certificates)
         print(f"the SuperLink at {args.address} answers (after {waited:.1f} s)")
     return 0
 

@@ -29,6 +29,7 @@ LABELS = {
     "downlink_floats": "floats downloaded (all clients)",
     "sample_grads": "per-sample gradients computed",
     "wall_s": "wall-clock time (s)",
+    "sim_time_s": "simulated time (s)",
     "train_loss": r"training loss $f(x)$",
     "grad_norm_sq": r"stationarity gap $\|\nabla f(x)\|^2$",
     "test_loss": "test loss",

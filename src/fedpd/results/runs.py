@@ -17,7 +17,7 @@ from fedpd.checks import FedpdNotice
 from fedpd.errors import ConfigError
 from fedpd.io import load_toml, read_jsonl
 
-X_AXES = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "sample_grads", "wall_s")
+X_AXES = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "sample_grads", "wall_s", "sim_time_s")
 LOWER_IS_BETTER = ("loss", "grad_norm", "residual", "drift", "error", "mse", "backdoor")
 #: config keys that do not change a run's results (ignored when runs are grouped or told apart)
 NO_EFFECT = ("run.threads", "run.tensorboard", "run.allow_nonfinite", "run.checkpoint_every", "run.client_chunk",

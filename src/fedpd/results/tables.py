@@ -32,7 +32,7 @@ COMPARE_METRICS = ("personal_acc", "personal_mse", "personal_loss", "train_loss"
 COUNTERS = ("downlink_floats", "sample_grads", "rejected_uploads", "dropouts", "agg_unconverged_rounds",
             "eval_clients", "eval_train_samples", "wall_s")
 #: columns of their own (not metrics): where the run is, and the ε spent ([privacy])
-OWN_COLUMNS = ("round", "comm_rounds", "uplink_floats", "dp_epsilon")
+OWN_COLUMNS = ("round", "comm_rounds", "uplink_floats", "dp_epsilon", "sim_time_s")
 #: the keys that name a private run's mechanism beside dp_epsilon (docs/privacy.md): settings, not metrics
 MECHANISM_PREFIX = "dp_"
 FORMATS = ("table", "csv", "json", "markdown")
@@ -118,6 +118,8 @@ def compare_table(paths, metrics=None, labels: list[str] | None = None, group: b
              Measure(Column("rounds", "rounds", True, 20 + len(metrics)), _last("round")),
              Measure(Column("comm_rounds", "comm\nrounds", True, 3), _last("comm_rounds")),
              Measure(Column("uplink_floats", "uplink\nfloats", True, 21 + len(metrics)), _last("uplink_floats"))]
+    if any("sim_time_s" in r.records[-1] for r in runs):  # [system]: when the final model exists, simulated
+        table.append(Measure(Column("sim_time_s", "sim\ntime s", True, 3), _last("sim_time_s")))
     if any("dp_epsilon" in r.records[-1] for r in runs):  # [privacy]: the ε spent, at the run's delta
         table.append(Measure(Column("dp_epsilon", "ε\nspent", True, 3), _last("dp_epsilon")))
     for m in metrics:

@@ -59,3 +59,22 @@ def reached(history: list[dict], target: Target) -> dict | None:
         if target.met(record):
             return {k: record[k] for k in COSTS if k in record}
     return None
+
+
+def target_measures(target: Target) -> list:
+    """``fedpd compare``'s columns of the time to ``target``: rounds, floats sent up and simulated
+    seconds (where the runs have a clock); "-" for a run — or a group of seeds, unless each
+    reached it — that never did."""
+    from fedpd.results.tables import Column, Measure
+
+    def cost(key: str):
+        def value(run):
+            got = reached(run.records, target)
+            return None if got is None else got.get(key)
+        return value
+
+    name = str(target)
+    out = [Measure(Column(f"{name} rounds", f"{name}\nrounds", True, 2), cost("round"), spread=True),
+           Measure(Column(f"{name} uplink_floats", f"{name}\nuplink", True, 5), cost("uplink_floats"), spread=True),
+           Measure(Column(f"{name} sim_time_s", f"{name}\nsim s", True, 2), cost("sim_time_s"), spread=True)]
+    return out
