@@ -149,6 +149,8 @@ def test_a_resume_checks_what_it_sets(tmp_path, capsys):
      "problem.non_iid: heterogeneity sets the agents' truths instead"),
     ({"problem": {"name": "fedplus_mnist", "noise_scale": 0.3}}, 'problem.noise_scale: the personal variant\'s noisy '
                                                                  'classes, and variant = "robust" adds none'),
+    ({"attack": {"name": "sign_flip", "parties": [1], "seed": 3}}, "attack.seed: chooses the parties, and "
+                                                                   "attack.parties names them ([1])"),
 ])
 def test_options_the_chosen_rule_does_not_read_are_refused(sections, needle, tmp_path, capsys):
     cfg = {k: dict(v) for k, v in BASE.items()}
@@ -163,7 +165,8 @@ def test_the_same_options_at_their_defaults_are_not_refused():
     for cfg in ({"problem": {"name": "synthetic", "iid": True, "alpha": 1.0, "beta": 1.0}},
                 {"problem": {"name": "fedpd_logreg", "heterogeneity": 0.5, "non_iid": "strong"}},
                 {"algorithm": {"name": "fedpd", "skip": "random"}, "sampler": {"name": "all"}},
-                {"solver": {"name": "sgd", "local_epochs": 2, "local_steps": 8}}):
+                {"solver": {"name": "sgd", "local_epochs": 2, "local_steps": 8}},
+                {"attack": {"name": "backdoor", "parties": [1], "seed": 3}}):  # its seed picks the samples too
         resolved = load_config({**BASE, **cfg}).resolved()  # every key stated, as in a run's config.toml
         load_config(resolved)
 

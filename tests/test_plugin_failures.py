@@ -109,9 +109,10 @@ def test_a_node_answers_a_failed_hook_check_as_a_refusal(plugins, tmp_path):
 
 @pytest.mark.parametrize("engine", ["inprocess", "loopback"])
 def test_an_upload_of_the_wrong_shape_is_blamed_on_the_hook_that_made_it(engine, plugins, tmp_path, capsys):
+    """It was blamed on aggregate_means, whose x0 then had the upload's shape."""
     line = refused(tmp_path, capsys, config(tmp_path, f"{plugins}:ShortUpload", engine=engine))
-    assert line.startswith("algorithm.name: ShortUpload.local returned upload 'x' of shape (") and \
-        "one model of the broadcast x0's shape (3,) per client" in line and "aggregate" not in line, line
+    assert line == "algorithm.name: ShortUpload.local returned upload 'x' of shape (2,) per client (allowed: (3,), " \
+                   "the broadcast model x0's: 'x' is one of its model or update uploads)", line
 
 
 # --- what a plug-in's hook returns or raises ----------------------------------------------------
@@ -147,3 +148,10 @@ def test_in_python_the_plugins_error_is_the_cause(plugins, tmp_path):
     with pytest.raises(HookError) as err:
         fedpd.run(config(tmp_path, f"{plugins}:LocalRaises"))
     assert isinstance(err.value.__cause__, RuntimeError)
+
+
+@pytest.mark.slow  # starts Flower's simulation runtime (Ray)
+def test_flower_nodes_refuse_a_bad_client_state_alike(plugins, tmp_path, capsys):
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    line = refused(tmp_path, capsys, config(tmp_path, f"{plugins}:BadClient", engine="flower", nodes=2))
+    assert line.startswith("algorithm.name: BadClient.local returned client state 'c' of shape ("), line

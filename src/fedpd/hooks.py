@@ -110,26 +110,30 @@ def check_local(algorithm, out: Any) -> tuple:
     return out
 
 
-def check_uploads(algorithm, uploads: Any, rows: int, message: Mapping[str, Tensor] | None = None) -> None:
+def check_uploads(algorithm, uploads: Any, rows: int) -> None:
     """``uploads`` from ``local``: a dict of tensors, one row per client (what each row holds is
-    the algorithm's; a rule may upload part of the model) — and a model or an update upload (the
-    keys ``model_uploads`` and ``update_uploads`` name, which attacks and privacy take relative to
-    the broadcast model) one of the shape of the ``message``'s model ``x0`` per client."""
+    the algorithm's; a rule may upload part of the model)."""
     check_tensors(algorithm, "local", uploads, "upload")
     for key, value in uploads.items():
         if value.dim() == 0 or value.shape[0] != rows:
             raise _refuse(algorithm, "local", f"returned upload {key!r} of shape {_shape(value)} for {rows} clients "
                                               f"(allowed: one row per client, ({rows}, ...))")
-    x0 = message.get("x0") if message is not None else None
+
+
+def check_upload_models(algorithm, shapes: Mapping[str, tuple], message: Mapping[str, Tensor]) -> None:
+    """The uploads the round's screen kept (``shapes``: each key's shape per client, the one most
+    clients sent; a client that sent another is rejected there, as a faulty one): a model or an
+    update (the keys ``model_uploads`` and ``update_uploads`` name, taken relative to the broadcast
+    model by attacks and privacy) is of the shape of the ``message``'s model ``x0``. Otherwise every
+    client's ``local`` made the same wrong upload, and the server step would fail on it instead."""
+    x0 = message.get("x0")
     if not isinstance(x0, Tensor):
         return
-    models = (*getattr(algorithm, "model_uploads", ()), *getattr(algorithm, "update_uploads", ()))
-    for key in models:
-        if key in uploads and uploads[key].shape[1:] != x0.shape:
-            raise _refuse(algorithm, "local", f"returned upload {key!r} of shape {_shape(uploads[key])} for {rows} "
-                                              f"clients (allowed: {(rows, *x0.shape)}, one model of the broadcast "
-                                              f"x0's shape {tuple(x0.shape)} per client: {key!r} is one of its "
-                                              f"model or update uploads)")
+    for key in (*getattr(algorithm, "model_uploads", ()), *getattr(algorithm, "update_uploads", ())):
+        if key in shapes and tuple(shapes[key]) != tuple(x0.shape):
+            raise _refuse(algorithm, "local", f"returned upload {key!r} of shape {tuple(shapes[key])} per client "
+                                              f"(allowed: {tuple(x0.shape)}, the broadcast model x0's: {key!r} is "
+                                              f"one of its model or update uploads)")
 
 
 def check_server(algorithm, hook: str, state: Any, x0_shape: tuple | None, since: str = "its shape before") -> None:
