@@ -80,7 +80,8 @@ class TargetOptions(Options):
                                    f"default {DEFAULT_FRACTION} when parties is not given")
     parties: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, description="explicit party ids, each "
                                                        "once (instead of fraction)")
-    seed: int = Field(0, ge=0, le=SEED_MAX, description="which parties (the attack's own seed)")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="which parties (the attack's own seed; refused with parties, "
+                      "which name them, except by the backdoor, whose samples it picks too)")
 
     @field_validator("parties")
     @classmethod
@@ -90,11 +91,17 @@ class TargetOptions(Options):
             raise ValueError(f"party {twice[0]} named twice in {shown(parties)} (allowed: each party once)")
         return parties
 
+    #: whether ``seed`` does anything but choose the parties (the backdoor's also picks the poisoned samples)
+    seed_beyond_parties: ClassVar[bool] = False
+
     @model_validator(mode="after")
     def _parties_or_fraction(self):
         if self.parties and self.fraction is not None:
             raise refuse("fraction", f"attack.parties names the parties ({shown(self.parties)}); give fraction or "
                          f"parties, not both")
+        if self.parties and not self.seed_beyond_parties and self.given("seed"):
+            raise refuse("seed", f"chooses the parties, and attack.parties names them ({shown(self.parties)}), so it "
+                         f"would be ignored (allowed: no seed, or fraction instead of parties)")
         return self
 
 
@@ -586,6 +593,7 @@ class OptimalIPM(OptimalAttack):
 
 
 class BackdoorOptions(RoundAttackOptions):
+    seed_beyond_parties = True  # it picks each attacker's poisoned samples too
     target: int = Field(0, ge=0, description="the backdoor's target label")
     poison_fraction: float = Field(0.5, gt=0, le=1, description="share of each attacker's training samples "
                                    "stamped with the trigger and relabelled to target (x n_i rounded half up)")

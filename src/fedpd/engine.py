@@ -79,7 +79,7 @@ def train_in_chunks(algorithm: Algorithm, problem: Problem, solver, seed: int, c
         before = states(start, start + part.numel())
         shapes = {k: v.shape for k, v in before.items()}  # taken first: local may change its input in place
         up, new = check_local(algorithm, call(algorithm, "local", message, before, ctx))
-        check_uploads(algorithm, up, part.numel(), message)
+        check_uploads(algorithm, up, part.numel())
         check_clients(algorithm, "local", new, shapes, part.numel())
         if problem.tally_work:  # the clock's compute time (fedpd.system), taken off by the round protocol
             up = {**up, WORK: ctx.data.work}

@@ -38,7 +38,7 @@ from fedpd.attacks import Attack, finite_rows, screen
 from fedpd.comm import WORK, CommCounter
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
-from fedpd.hooks import check_server, check_tensors
+from fedpd.hooks import check_server, check_tensors, check_upload_models
 from fedpd.names import what
 from fedpd.streams import server_generator
 from fedpd.system import Fleet, RoundTime
@@ -175,6 +175,7 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
     uploads, sizes = [u for _, u in groups], [g.numel() for g, _ in groups]
     del groups  # screen empties ``uploads`` as it stacks them: K uploads are held once, not twice
     upload, keep = screen(uploads, sizes)
+    check_upload_models(algorithm, {k: v.shape[1:] for k, v in upload.items()}, message)  # (most clients sent these)
     order = senders.argsort()
     if not torch.equal(order.cpu(), torch.arange(order.numel())):  # already in id order: no copy
         senders, keep = senders[order], keep[order]
@@ -242,7 +243,9 @@ class _RunningMean:
         if int(ids[0]) <= self.last or not bool((ids[1:] > ids[:-1]).all()):
             raise RuntimeError(f"round {self.round}: the engine gave clients out of id order (after client {self.last})")
         self.last = int(ids[-1])
-        self.layout = self.layout or {k: (v.shape[1:], v.dtype) for k, v in up.items()}
+        if self.layout is None:  # the first group's: a later group laid out otherwise is rejected
+            self.layout = {k: (v.shape[1:], v.dtype) for k, v in up.items()}
+            check_upload_models(self.mean.algorithm, {k: s for k, (s, _) in self.layout.items()}, self.mean.server)
         if {k: (v.shape, v.dtype) for k, v in up.items()} != {k: ((ids.numel(), *s), d) for k, (s, d) in self.layout.items()}:
             self.comm.rejected_uploads += ids.numel()
             return
