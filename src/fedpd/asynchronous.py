@@ -32,9 +32,13 @@ from (their round; a client sent one version again gets the label version + r·2
 repeat), so the clients that start from one version train in one vectorised call: training waits until an arrival time is needed — until the
 earliest known arrival is not before the earliest a waiting client could arrive (its download and
 upload, and the fewest sample gradients its solver can count, :func:`work_bound`) — and the result
-does not depend on how they were grouped (the engine contract). A checkpoint holds the clients in
-flight (the trained ones with their uploads), their start versions, the buffer and the clock, so a
-resume continues the same event sequence.
+does not depend on how they were grouped (the engine contract). Where that count is exact (FedAvg's
+own local rule on plain GD or SGD: :func:`exact_work`), every arrival time is known when the client
+is sent, and a client trains only when the server reads its upload — FedBuff's K uploads of an
+update then train together, one call per start version. An asynchronous run counts a client's
+sample gradients when it trains. A checkpoint holds the clients in flight and in the buffer (the
+trained ones with their uploads), their start versions and the clock, so a resume continues the
+same event sequence.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from fedpd.comm import WORK
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
 from fedpd.options import Options, refuse, set_apart_from_defaults
+from fedpd.sampling import UniformK
 from fedpd.streams import server_generator
 
 #: the options each server reads (another set by the user is refused: it would be ignored)
@@ -149,7 +154,7 @@ def _cannot_run(algorithm, x0: Tensor) -> str:
 def work_bound(solver, sizes: np.ndarray) -> np.ndarray:
     """The fewest sample gradients a client of each size in ``sizes`` can count in one local solve
     (fedpd's gradient solvers: its fewest steps × its batch, or its n_k for full batches); 0 for
-    any other solver. A lower bound only: it decides when training may wait, never a time."""
+    any other solver. A lower bound: it decides when training may wait."""
     steps = getattr(solver, "local_steps", None)
     if steps is None or not hasattr(solver, "step_counts"):
         return np.zeros(sizes.size)
@@ -160,33 +165,67 @@ def work_bound(solver, sizes: np.ndarray) -> np.ndarray:
         steps = solver.local_epochs * np.maximum(1, -(-sizes // batch))
     else:
         steps = np.full(sizes.size, float(steps))
-    per_step = np.full(sizes.size, float(batch)) if batch else sizes.astype(np.float64)
-    return steps * np.minimum(per_step, sizes) if not batch else steps * per_step
+    return steps * (float(batch) if batch else sizes.astype(np.float64))
+
+
+def exact_work(algorithm, solver) -> bool:
+    """Whether :func:`work_bound` is the exact count: FedAvg's own local rule (FedProx's and the
+    FedOpt family's are it) on fedpd's GD or SGD with every client taking its steps — no
+    stragglers, no SAM (a second gradient per step), no stopping criterion."""
+    from fedpd.algorithms.fedavg import FedAvg
+    from fedpd.solvers import GradientSolver, SGDSolver
+
+    return (type(algorithm).local is FedAvg.local and type(solver) in (GradientSolver, SGDSolver)
+            and not solver.straggler_fraction and not solver.sam_radius)
+
+
+def _idle_draw(on: np.ndarray, busy: set[int], k: int, g: torch.Generator) -> np.ndarray:
+    """Up to ``k`` of the clients that are available (``on``) and not ``busy``, uniformly without
+    replacement, ascending: by rejection from all N while few are asked of many (O(k), as the
+    sampler draws), else from the list of the idle ones (O(N))."""
+    n = on.size
+    if k * 20 <= n:
+        chosen: dict[int, None] = {}
+        for _ in range(20):  # enough tries unless few are idle; then the list below
+            for i in torch.randint(n, (k,), generator=g).tolist():
+                if len(chosen) < k and on[i] and i not in busy:
+                    chosen.setdefault(i)
+            if len(chosen) == k:
+                return np.array(sorted(chosen), dtype=np.int64)
+    idle = np.flatnonzero(on)
+    idle = idle[~np.isin(idle, np.fromiter(busy, dtype=np.int64, count=len(busy)))] if busy else idle
+    if not idle.size:
+        return idle
+    return idle[UniformK(idle.size, min(k, idle.size)).sample(0, g).numpy()]
 
 
 class AsyncServer:
-    """The event loop (module docstring). ``step`` runs events until the next server update."""
+    """The event loop (module docstring). ``step`` runs events until the next server update.
+
+    A client in flight is an entry: its ``client``, start ``version``, stream ``label``, when its
+    model arrived (``model_at``), the end of its available period (``until``), the earliest it
+    could arrive (``earliest``), once known its ``arrival`` and ``lost``, and once trained its
+    upload ``x`` and ``residual`` ‖x − x_τ‖²."""
 
     def __init__(self, opts: AsynchronousOptions, algorithm, fleet, problem, solver, seed: int):
         self.opts, self.algorithm, self.fleet = opts, algorithm, fleet
         self.num_clients, self.seed = problem.num_clients, seed
-        sizes = problem.train.sizes.cpu().numpy()
+        self.sizes = problem.train.sizes.cpu().numpy()
+        self.work = work_bound(solver, self.sizes)
+        self.exact = exact_work(algorithm, solver)
         model = problem.x_init
-        upload = model.numel() * (fleet.opts.bytes_per_float or model.element_size())
+        self.upload_bytes = model.numel() * (fleet.opts.bytes_per_float or model.element_size())
         ids = np.arange(self.num_clients)
         # the earliest a client could arrive after its model arrives: its fewest sample gradients and the upload
-        self.least = fleet.compute(ids, work_bound(solver, sizes)) + fleet.up(ids, upload)
+        self.least = fleet.compute(ids, self.work) + fleet.up(ids, self.upload_bytes)
         self.dispatches = 0  # dispatch calls so far: each one's draw
-        self.sequence = 0  # clients dispatched so far: the events' last tie-break
-        self.events: list[tuple[int, int, int]] = []  # heap of (arrival tick, client, sequence): trained clients
-        self.flight: dict[int, dict] = {}  # sequence -> a client in flight: client, version, trained or not, ...
+        self.sequence = 0  # clients sent so far: the events' last tie-break
+        self.events: list[tuple[int, int, int]] = []  # heap of (arrival tick, client, sequence)
+        self.flight: dict[int, dict] = {}  # sequence -> a client in flight (or arrived, in the buffer)
+        self.buffered: list[int] = []  # sequences of the arrived uploads the next update reads, in arrival order
         self.messages: dict[int, dict] = {}  # version -> the message clients downloaded then
         self.sent: dict[int, dict[int, int]] = {}  # version -> {client: how often it was sent it}
-        self._empty_buffer()
         self.staleness = math.nan  # the mean τ of the last update's uploads
-
-    def _empty_buffer(self) -> None:
-        self.buffer, self.buffered, self.residuals, self.taus = None, [], [], []
 
     # --- the loop ------------------------------------------------------------------------------
     def step(self, server, engine, version: int):
@@ -194,63 +233,72 @@ class AsyncServer:
         comm = engine.comm
         while True:
             self._fill(server, engine, version)
-            waiting = [s for s, e in self.flight.items() if "x" not in e]
-            if waiting and (not self.events or self.events[0][0] >= min(self.flight[s]["earliest"] for s in waiting)):
-                self._train(engine, waiting)
+            unknown = [s for s, e in self.flight.items() if "arrival" not in e]
+            if unknown and (not self.events or self.events[0][0] >= min(self.flight[s]["earliest"] for s in unknown)):
+                self._train(engine, unknown)
                 continue
             if not self.events:
                 self._wait_for_a_client()
                 continue
-            arrival, client, seq = heapq.heappop(self.events)
-            entry = self.flight.pop(seq)
+            arrival, _, seq = heapq.heappop(self.events)
             self.fleet.now = arrival
+            entry = self.flight[seq]
             if entry["lost"]:  # its available period ended before the upload arrived
+                self._train(engine, [seq])  # (it computed all the same: its sample gradients count)
+                del self.flight[seq]
                 comm.dropouts += 1
                 continue
-            x = entry["x"]
-            comm.up({"x": x.unsqueeze(0)})
-            if not bool(torch.isfinite(x).all()):
-                comm.rejected_uploads += 1
+            comm.up({"x": self.messages[entry["version"]]["x0"].unsqueeze(0)})  # one model up
+            entry["tau"] = version - entry["version"]
+            self.buffered.append(seq)
+            if len(self.buffered) < (1 if self.opts.name == "fedasync" else self.opts.buffer):
                 continue
-            tau = version - entry["version"]
-            s = self.opts.weight(tau)
-            self.buffered.append(client)
-            self.residuals.append(entry["residual"])
-            self.taus.append(tau)
-            x0 = server["x0"]
-            if self.opts.name == "fedasync":
-                return self._apply(server, (1 - self.opts.alpha * s) * x0 + (self.opts.alpha * s) * x, version, comm)
-            delta = s * (self.messages[entry["version"]]["x0"] - x)
-            self.buffer = delta if self.buffer is None else self.buffer + delta
-            if len(self.buffered) == self.opts.buffer:
-                return self._apply(server, x0 - self.opts.server_lr * self.buffer / self.opts.buffer, version, comm)
+            self._train(engine, self.buffered)
+            rejected = [s for s in self.buffered if not bool(torch.isfinite(self.flight[s]["x"]).all())]
+            for s in rejected:
+                self.buffered.remove(s)
+                del self.flight[s]
+            comm.rejected_uploads += len(rejected)
+            if len(self.buffered) == (1 if self.opts.name == "fedasync" else self.opts.buffer):
+                return self._apply(server, version, comm)
 
-    def _apply(self, server, x_bar: Tensor, version: int, comm):
+    def _apply(self, server, version: int, comm):
+        """The server update from the buffered uploads (FedAsync: the one), then forget them."""
         from fedpd.protocol import server_step
 
-        ids = torch.tensor(sorted(self.buffered), dtype=torch.int64)
-        residual = torch.tensor(sum(self.residuals) / len(self.residuals), dtype=x_bar.dtype, device=x_bar.device)
-        ctx = ServerContext(ids, version, self.num_clients, self.seed)
-        server, reply = server_step(self.algorithm, "aggregate_means", server,
-                                    {"x": x_bar, "primal_residual": residual}, ctx)
-        self.staleness = sum(self.taus) / len(self.taus)
-        self._empty_buffer()
+        entries = [self.flight.pop(s) for s in self.buffered]
+        self.buffered = []
+        x0 = server["x0"]
+        weights = [self.opts.weight(e["tau"]) for e in entries]
+        if self.opts.name == "fedasync":
+            a = self.opts.alpha * weights[0]
+            x_bar = (1 - a) * x0 + a * entries[0]["x"]
+        else:
+            total = None
+            for w, e in zip(weights, entries):  # in arrival order: the sum's order is the events'
+                delta = w * (self.messages[e["version"]]["x0"] - e["x"])
+                total = delta if total is None else total + delta
+            x_bar = x0 - self.opts.server_lr * total / len(entries)
+        residual = torch.tensor(sum(e["residual"] for e in entries) / len(entries), dtype=x0.dtype, device=x0.device)
+        ids = torch.tensor(sorted(e["client"] for e in entries), dtype=torch.int64)
+        server, _ = server_step(self.algorithm, "aggregate_means", server, {"x": x_bar, "primal_residual": residual},
+                                ServerContext(ids, version, self.num_clients, self.seed))
+        self.staleness = sum(e["tau"] for e in entries) / len(entries)
         comm.end_round()
+        self._prune()
         return server
 
     def _fill(self, server, engine, version: int) -> None:
-        """Send the present model to clients for the free slots, drawn from the idle available ones
-        not yet sent this version; they train when an arrival time is needed (:meth:`step`)."""
-        free = self.opts.concurrency - len(self.flight)
+        """Send the present model to clients for the free slots, drawn from the idle available ones;
+        with :func:`exact_work` their arrival is known now, otherwise once they train (:meth:`step`)."""
+        free = self.opts.concurrency - (len(self.flight) - len(self.buffered))
         if free <= 0:
             return
         on, until = self.fleet.available()
-        on[[e["client"] for e in self.flight.values()]] = False
-        idle = np.flatnonzero(on)
-        if not idle.size:
+        busy = {e["client"] for s, e in self.flight.items() if s not in self.buffered}
+        ids = _idle_draw(on, busy, free, server_generator(self.seed, "asynchronous", self.dispatches))
+        if not ids.size:
             return
-        g = server_generator(self.seed, "asynchronous", self.dispatches)
-        ids = idle[torch.randperm(idle.size, generator=g)[:free].sort().values.numpy()]
         self.dispatches += 1
         if version not in self.messages:
             self.messages[version] = {k: v.clone() for k, v in self.algorithm.broadcast(server).items()}
@@ -261,45 +309,65 @@ class AsyncServer:
         for client, t in zip(ids.tolist(), arrives.tolist()):
             repeat = sent.get(client, 0)
             sent[client] = repeat + 1
-            self.flight[self.sequence] = {"client": client, "version": version, "label": version + (repeat << 32),
-                                          "model_at": t, "earliest": t + int(self.least[client]),
-                                          "until": int(until[client])}
+            entry = {"client": client, "version": version, "label": version + (repeat << 32), "model_at": t,
+                     "earliest": t + int(self.least[client]), "until": int(until[client])}
+            if self.exact:
+                self._arrives(entry, entry["earliest"], self.sequence)
+            self.flight[self.sequence] = entry
             self.sequence += 1
 
-    def _train(self, engine, waiting: list[int]) -> None:
-        """Train the clients in flight that wait, one vectorised call per start version (and repeat)."""
+    def _arrives(self, entry: dict, tick: int, seq: int) -> None:
+        entry.update(arrival=tick, lost=tick > entry["until"])
+        heapq.heappush(self.events, (tick, entry["client"], seq))
+
+    def _train(self, engine, seqs: list[int]) -> None:
+        """Train the clients ``seqs`` need, with every untrained client of their start versions (and
+        repeats) in flight: one vectorised call per label."""
+        labels = {self.flight[s]["label"] for s in seqs if "x" not in self.flight[s]}
         by_label: dict[int, list[int]] = {}
-        for seq in waiting:
-            by_label.setdefault(self.flight[seq]["label"], []).append(seq)
-        for label, seqs in sorted(by_label.items()):
-            seqs.sort(key=lambda s: self.flight[s]["client"])
-            ids = torch.tensor([self.flight[s]["client"] for s in seqs], dtype=torch.int64)
-            message = self.messages[self.flight[seqs[0]]["version"]]
+        for seq, e in self.flight.items():
+            if e["label"] in labels and "x" not in e:
+                by_label.setdefault(e["label"], []).append(seq)
+        for label, group in sorted(by_label.items()):
+            group.sort(key=lambda s: self.flight[s]["client"])
+            ids = torch.tensor([self.flight[s]["client"] for s in group], dtype=torch.int64)
+            message = self.messages[self.flight[group[0]]["version"]]
             trained = list(engine.train(message, ids, label))
             engine.commit(ids, {}, label)  # stateless clients: nothing kept
-            row = {int(c): s for c, s in zip(ids.tolist(), seqs)}
+            row = {self.flight[s]["client"]: s for s in group}
             for part, up in trained:
                 if up is None:  # a node's reply that could not be read: lost
                     for client in part.tolist():
-                        self.flight[row[client]].update(lost=True, x=None, residual=0.0)
-                        heapq.heappush(self.events, (self.flight[row[client]]["model_at"], client, row[client]))
+                        entry = self.flight[row[client]]
+                        entry.update(x=torch.full_like(message["x0"], math.nan), residual=0.0)
+                        if "arrival" not in entry:
+                            self._arrives(entry, entry["earliest"], row[client])
+                        entry["lost"] = True
                     continue
-                work = up.get(WORK)
-                up = {k: v for k, v in up.items() if k != WORK}
-                p = part.numpy()
-                model_at = np.array([self.flight[row[c]]["model_at"] for c in p.tolist()], dtype=np.int64)
-                done = model_at + self.fleet.compute(p, np.zeros(p.size) if work is None else work.cpu().numpy())
-                arrival = done + self.fleet.up(p, self.fleet.bytes(up, p.size))
-                residual = sq_dist(up["x"], message["x0"])  # ‖x_k − x_τ‖²: the primal residual
-                for r, (client, t) in enumerate(zip(p.tolist(), arrival.tolist())):
-                    seq = row[client]
-                    entry = self.flight[seq]
-                    if t < self.fleet.now or t < entry["earliest"]:
-                        raise RuntimeError(f"client {client} arrives at tick {t}, before the bound of its training "
-                                           f"({entry['earliest']}) or the clock ({self.fleet.now}): work_bound is wrong")
-                    entry.update(x=up["x"][r].clone(), residual=float(residual[r]), lost=t > entry["until"])
-                    heapq.heappush(self.events, (t, client, seq))
+                self._trained(part, up, message, row)
         self._prune()
+
+    def _trained(self, part: Tensor, up: dict, message: dict, row: dict[int, int]) -> None:
+        work = up.get(WORK)
+        up = {k: v for k, v in up.items() if k != WORK}
+        p = part.numpy()
+        work_np = np.zeros(p.size) if work is None else work.cpu().numpy()
+        residual = sq_dist(up["x"], message["x0"])  # ‖x_k − x_τ‖²: the primal residual
+        for r, client in enumerate(p.tolist()):
+            seq = row[client]
+            entry = self.flight[seq]
+            entry.update(x=up["x"][r].clone(), residual=float(residual[r]))
+            if self.exact and work_np[r] != self.work[client]:
+                raise RuntimeError(f"client {client} counted {work_np[r]:g} sample gradients where "
+                                   f"{self.work[client]:g} were predicted (fedpd.asynchronous.exact_work is wrong)")
+            if "arrival" in entry:
+                continue
+            tick = int(entry["model_at"] + self.fleet.compute(p[r:r + 1], work_np[r:r + 1])[0] +
+                       self.fleet.up(p[r:r + 1], self.fleet.bytes(up, p.size))[0])
+            if tick < self.fleet.now or tick < entry["earliest"]:
+                raise RuntimeError(f"client {client} arrives at tick {tick}, before the bound of its training "
+                                   f"({entry['earliest']}) or the clock ({self.fleet.now}): work_bound is wrong")
+            self._arrives(entry, tick, seq)
 
     def _wait_for_a_client(self) -> None:
         """Nobody in flight and nobody idle and available: the clock moves to the next availability."""
@@ -325,36 +393,38 @@ class AsyncServer:
         """``staleness``: the mean τ of the uploads of the last server update (none before the first)."""
         return {} if math.isnan(self.staleness) else {"staleness": self.staleness}
 
+    #: an entry's integer fields, in a checkpoint's table (-1: not known yet)
+    FIELDS = ("client", "version", "label", "model_at", "earliest", "until", "arrival", "lost", "tau")
+
     def state_dict(self) -> dict:
         seqs = sorted(self.flight)
-        entries = [self.flight[s] for s in seqs]
-        arrival = {seq: t for t, _, seq in self.events}
+        table = [[s, *(int(self.flight[s].get(k, -1)) for k in self.FIELDS)] for s in seqs]
         trained = [s for s in seqs if "x" in self.flight[s]]
         return {"dispatches": self.dispatches, "sequence": self.sequence,
-                "flight": torch.tensor([[s, e["client"], e["version"], e["label"], e["model_at"], e["earliest"],
-                                         e["until"], arrival.get(s, -1), int(e.get("lost", False))]
-                                        for s, e in zip(seqs, entries)], dtype=torch.int64).reshape(-1, 9),
-                "residual": torch.tensor([self.flight[s]["residual"] for s in trained], dtype=torch.float64),
+                "flight": torch.tensor(table, dtype=torch.int64).reshape(-1, 1 + len(self.FIELDS)),
+                "trained": torch.tensor(trained, dtype=torch.int64),
                 "x": [self.flight[s]["x"] for s in trained],
+                "residual": torch.tensor([self.flight[s]["residual"] for s in trained], dtype=torch.float64),
+                "buffered": torch.tensor(self.buffered, dtype=torch.int64),
                 "messages": {str(v): m for v, m in self.messages.items()},
                 "sent": {str(v): torch.tensor(sorted(c.items()), dtype=torch.int64).reshape(-1, 2)
                          for v, c in self.sent.items()},
-                "buffer": self.buffer, "buffered": list(self.buffered), "residuals": list(self.residuals),
-                "taus": list(self.taus), "staleness": self.staleness}
+                "staleness": self.staleness}
 
     def load_state_dict(self, sd: dict) -> None:
         self.dispatches, self.sequence = int(sd["dispatches"]), int(sd["sequence"])
         self.flight, self.events = {}, []
-        xs, residuals = list(sd["x"]), sd["residual"].tolist()
-        for seq, client, version, label, model_at, earliest, until, arrival, lost in sd["flight"].tolist():
-            entry = {"client": client, "version": version, "label": label, "model_at": model_at, "earliest": earliest,
-                     "until": until}
-            if arrival >= 0:  # trained: its upload and arrival
-                entry.update(x=xs.pop(0), residual=residuals.pop(0), lost=bool(lost))
-                self.events.append((arrival, client, seq))
+        self.buffered = sd["buffered"].tolist()
+        for seq, *values in sd["flight"].tolist():
+            entry = {k: v for k, v in zip(self.FIELDS, values) if v != -1 or k in ("client", "version", "label")}
+            if "lost" in entry:
+                entry["lost"] = bool(entry["lost"])
             self.flight[seq] = entry
+            if "arrival" in entry and seq not in self.buffered:
+                self.events.append((entry["arrival"], entry["client"], seq))
+        for seq, x, r in zip(sd["trained"].tolist(), sd["x"], sd["residual"].tolist()):
+            self.flight[seq].update(x=x, residual=r)
         heapq.heapify(self.events)
         self.messages = {int(v): m for v, m in sd["messages"].items()}
         self.sent = {int(v): dict(c.tolist()) for v, c in sd["sent"].items()}
-        self.buffer, self.buffered = sd["buffer"], list(sd["buffered"])
-        self.residuals, self.taus, self.staleness = list(sd["residuals"]), list(sd["taus"]), float(sd["staleness"])
+        self.staleness = float(sd["staleness"])

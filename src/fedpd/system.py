@@ -252,10 +252,12 @@ class AlwaysOn:
 
     def __init__(self, num_clients: int):
         self.num_clients = num_clients
+        self.on, self.until = np.ones(num_clients, dtype=bool), np.full(num_clients, NEVER, dtype=np.int64)
 
     def at(self, now: int) -> tuple[np.ndarray, np.ndarray]:
-        """(available [N] bool, end of the present period [N] ticks) at ``now`` (times never decrease)."""
-        return np.ones(self.num_clients, dtype=bool), np.full(self.num_clients, NEVER, dtype=np.int64)
+        """(available [N] bool, end of the present period [N] ticks) at ``now`` (times never decrease);
+        the arrays are the model's own: read them, do not change them."""
+        return self.on, self.until
 
     def state_dict(self) -> dict:
         return {}
@@ -275,6 +277,7 @@ class MarkovOnOff:
         self.on = self._uniform(np.zeros(num_clients, dtype=np.uint64)) < mean_on / (mean_on + mean_off)
         self.period = np.zeros(num_clients, dtype=np.int64)
         self.until = self._length(np.arange(num_clients), self.on)
+        self.next = 0  # no period ends before this tick (the earliest until)
 
     def _uniform(self, positions: np.ndarray, rows=slice(None)) -> np.ndarray:
         return ClientStreams(self.keys[rows]).uniform_at(positions)
@@ -286,10 +289,13 @@ class MarkovOnOff:
         return np.maximum(1, to_ticks(-mean * np.log1p(-u) / TICKS_PER_S))
 
     def at(self, now: int) -> tuple[np.ndarray, np.ndarray]:
+        if now < self.next:  # no period has ended since the last call: O(1)
+            return self.on, self.until
         while True:
             rows = np.flatnonzero(self.until <= now)
             if not rows.size:
-                return self.on.copy(), self.until.copy()
+                self.next = int(self.until.min())
+                return self.on, self.until
             self.on[rows] = ~self.on[rows]
             self.period[rows] += 1
             self.until[rows] += self._length(rows, self.on[rows])
@@ -300,6 +306,7 @@ class MarkovOnOff:
 
     def load_state_dict(self, sd: dict) -> None:
         self.on, self.period, self.until = (sd[k].cpu().numpy().copy() for k in ("on", "period", "until"))
+        self.next = 0
 
 
 class Intervals:

@@ -108,3 +108,22 @@ def test_what_cannot_run_asynchronously_is_refused_in_one_line(change, message):
     with pytest.raises(ConfigError) as err:
         Simulation(load_config(cfg))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_known_arrival_times_and_training_on_demand_give_the_same_run(monkeypatch):
+    """FedAvg on plain SGD: every arrival is known when the client is sent (its sample gradients are
+    Q × B), so clients train only when the server reads them; with the count unknown they train as
+    soon as their arrival could come first. The event sequence, the models and the clock agree; only
+    when the sample gradients are counted moves."""
+    import fedpd.asynchronous as asynchronous
+    from fedpd.runner import run
+
+    cfg = {"problem": {"name": "synthetic", "clients": 30}, "algorithm": {"name": "fedadam"},
+           "solver": {"name": "sgd", "lr": 0.05, "local_steps": 5, "batch_size": 10},
+           "system": {"speed": {"dist": "lognormal", "median": 1e6, "sigma": 1.0}, "availability": "markov",
+                      "mean_on_s": 3.0, "mean_off_s": 1.0},
+           "asynchronous": {"concurrency": 8, "buffer": 4}, "run": {"rounds": 12, "eval_every": 3}}
+    known = [{k: v for k, v in m.items() if k not in ("wall_s", "sample_grads")} for m in run(cfg).history]
+    monkeypatch.setattr(asynchronous, "exact_work", lambda algorithm, solver: False)
+    unknown = [{k: v for k, v in m.items() if k not in ("wall_s", "sample_grads")} for m in run(cfg).history]
+    assert known == unknown and known[-1]["dropouts"] > 0
