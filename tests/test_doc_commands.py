@@ -68,6 +68,8 @@ BLOCKS = {
     ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
     ("docs/systems.md", "fedpd run examples/fedbuff.toml --out runs/fedbuff"): ("run", "tests/system/test_systems_doc.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
+    ("docs/performance.md", "python benchmarks/clock.py --repeats 5 --updates 30"): (
+        "exempt", "a benchmark, run by hand (about a minute); tests/system/ pins what it times"),
     ("docs/performance.md", "python benchmarks/cpu_drift.py --records 3"): (
         "exempt", "a measurement, run by hand (tens of minutes: records of every report re-run on five code paths); "
         "tests/test_verify_rules.py checks the rules it sets"),
