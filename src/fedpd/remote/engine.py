@@ -457,13 +457,16 @@ class RemoteEngine:
         self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
 
     # --- the engine contract ----------------------------------------------------------------
+    #: the clients' devices, links and clock (``[system]``: fedpd.system.Fleet), set by the run; None: no clock
+    fleet = None
+
     @property
     def sample_grads(self) -> int:
         return self._sample_grads
 
     def run_round(self, server: State, ids: Tensor, round: int) -> State:
         server = run_round(self.algorithm, server, ids, round, clients=self, comm=self.comm, attack=self.attack,
-                           seed=self.seed, num_clients=self.num_clients)
+                           seed=self.seed, num_clients=self.num_clients, fleet=self.fleet)
         self.rounds = round + 1
         return server
 
