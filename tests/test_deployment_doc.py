@@ -11,7 +11,10 @@ checkout's ``src`` (so that ``fedpd`` is the code under test); none of Flower's 
 not FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION): what the doc does not set, the test does not
 either. Every process the script starts, and those they start (Flower's SuperExec helpers put
 themselves in sessions of their own), is followed through /proc; after the doc's stop none may be
-left, and the test kills by PID whatever is, failing."""
+left, and the test kills by PID whatever is, failing — and a watchdog does, however the test ends
+(Ctrl-C, a killed worker). The doc's ports are the test's for its whole life: the tests of one
+machine that use them take turns (a lock file), and one that another program takes midway stops
+the script and skips the test, naming the port and its holder (tests/flower_deploy.py)."""
 
 from __future__ import annotations
 
@@ -19,16 +22,13 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from doc_blocks import bash_blocks
+from flower_deploy import holding_ports, run_doc_script
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
 
@@ -44,40 +44,6 @@ PORTS = (9092, 9094, 9095)  # the doc's own
 def clean_env(home: Path) -> dict[str, str]:
     return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": str(home), "PYTHONPATH": str(ROOT / "src"), "LANG": "C.UTF-8"}
-
-
-def processes() -> dict[int, tuple[int, str, str]]:
-    """pid -> (parent pid, start time, state) of every process."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            except OSError:
-                continue
-            out[int(entry.name)] = (int(fields[1]), fields[19], fields[0])  # ppid, starttime, state
-    return out
-
-
-def descendants(roots: set[int], table: dict[int, tuple[int, str, str]]) -> dict[int, str]:
-    """The processes below ``roots`` (roots included): pid -> start time, to tell a reused pid."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = {}, [r for r in roots if r in table]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid][1]
-            todo += children.get(pid, [])
-    return found
-
-
-def alive(seen: dict[int, str]) -> list[int]:
-    """Those of ``seen`` still running (the same process: same start time; zombies are done)."""
-    table = processes()
-    return sorted(pid for pid in descendants(set(seen), table)
-                  if table[pid][2] != "Z" and (pid not in seen or seen[pid] == table[pid][1]))
 
 
 WAIT_ONLINE = """
@@ -108,41 +74,15 @@ def test_the_section_starts_processes_it_stops_and_has_the_rounds_to_change():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="follows the processes it starts through /proc")
 def test_the_tls_deployment_runs_as_written(tmp_path):
-    busy = []
-    for port in PORTS:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                busy.append(port)
-    if busy:
-        pytest.skip(f"the doc's ports {busy} are in use on this machine")
     work = tmp_path / "work"
     shutil.copytree(ROOT / "examples", work / "examples")  # the doc runs from a checkout's root
     script = "\n".join(block.replace(DOC_ROUNDS, ROUNDS) + (WAIT_ONLINE if "kill -9 $NODE1" in block else "")
                        for block in bash_blocks(DOC, SECTION))  # the doc's order; the last one stops
     log = tmp_path / "out.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=work, env=clean_env(tmp_path / "home"), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    seen: dict[int, str] = {}
-    deadline = time.time() + 1200
-    try:
-        while proc.poll() is None and time.time() < deadline:  # every process the script starts, and theirs
-            seen.update(descendants({proc.pid, *seen}, processes()))
-            time.sleep(0.5)
-        for _ in range(45):  # a stopped node's helper notices between reconnection tries (at most 20 s apart)
-            if not alive(seen):
-                break
-            time.sleep(1)
-        left = alive(seen)
-    finally:
-        for pid in alive(seen):  # by PID: what this script started and did not stop
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
+    with holding_ports(PORTS) as ports:  # the doc's own, for the test's whole life
+        returncode, left = run_doc_script(script, work, clean_env(tmp_path / "home"), log, ports, timeout=1200)
     said = log.read_text(errors="replace")
-    assert proc.returncode == 0, said[-6000:]
+    assert returncode == 0, said[-6000:]
     assert not left, f"still running after the doc's stop: {left}\n{said[-3000:]}"
     assert "Exit Code" not in said, said[-6000:]  # a Flower failure (608: runtime install; 305: node refused)
     records = [json.loads(line) for line in (work / "deploy" / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -146,7 +146,7 @@ def start_on_two_warm_nodes(dep: Deployment, tmp_path: Path, appdir: Path, run_d
     argv = [str(Path(dep.env["PATH"].split(":")[0]) / "flwr"), "run", str(appdir), "test", "--stream"]
     run = subprocess.Popen(argv, env=dep.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            start_new_session=True)
-    dep.procs["flwr-run"] = run
+    dep.track("flwr-run", run)
     deadline = time.time() + 300
     while time.time() < deadline and run.poll() is None:
         if (run_dir / "metrics.jsonl").exists() and len(metrics(run_dir)) >= records:

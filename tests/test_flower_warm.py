@@ -12,13 +12,9 @@ docs/deployment.md's warm section runs as written and leaves nothing running. Re
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -114,7 +110,8 @@ def test_the_warm_section_runs_as_written_and_stops_what_it_started(tmp_path):
     a clean environment; every process it starts is followed through /proc and none may be left
     after the doc's stop."""
     pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
-    from test_deployment_doc import alive, clean_env, descendants, processes
+    from flower_deploy import holding_ports, run_doc_script
+    from test_deployment_doc import clean_env
 
     blocks = bash_blocks(DOC, SECTION)
     text = "\n".join(blocks)
@@ -128,30 +125,11 @@ def test_the_warm_section_runs_as_written_and_stops_what_it_started(tmp_path):
     work = tmp_path / "work"
     shutil.copytree(ROOT / "examples", work / "examples")
     log = tmp_path / "out.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(["bash", "-e", "-c", "\n".join(blocks).replace(DOC_ROUNDS, ROUNDS)], cwd=work,
-                                env=clean_env(tmp_path / "home"), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    seen: dict[int, str] = {}
-    deadline = time.time() + 900
-    try:
-        while proc.poll() is None and time.time() < deadline:
-            seen.update(descendants({proc.pid, *seen}, processes()))
-            time.sleep(0.5)
-        for _ in range(45):
-            if not alive(seen):
-                break
-            time.sleep(1)
-        left = alive(seen)
-    finally:
-        for pid in alive(seen):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
+    with holding_ports((9192, 9194, 9195)) as ports:  # the doc's own, for the test's whole life
+        returncode, left = run_doc_script("\n".join(blocks).replace(DOC_ROUNDS, ROUNDS), work,
+                                          clean_env(tmp_path / "home"), log, ports, timeout=900)
     said = log.read_text(errors="replace")
-    assert proc.returncode == 0, said[-6000:]
+    assert returncode == 0, said[-6000:]
     assert not left, f"still running after the doc's stop: {left}\n{said[-3000:]}"
     assert "Exit Code" not in said, said[-6000:]
     records = [json.loads(line) for line in (work / "warm" / "run" / "metrics.jsonl").read_text().splitlines()]
