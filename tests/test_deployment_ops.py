@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -386,6 +387,93 @@ def test_a_notice_of_the_runs_end_is_labelled_with_its_last_round(tmp_path, caps
     assert "  round 5: " in out and "round 6" not in out, out
 
 
+# --- fedpd flower connection --wait ---------------------------------------------------------------
+
+class _Listener:
+    """A server on 127.0.0.1 that answers every connection with a TLS handshake (``certs``: the
+    folder of a ``fedpd flower certs``) or, without, accepts and closes it; in a thread, until closed."""
+
+    def __init__(self, certs: Path | None):
+        import socket
+        import ssl
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.context = None
+        if certs is not None:
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.context.load_cert_chain(certs / "server.crt", certs / "server.key")
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import ssl
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            try:
+                conn.settimeout(5)
+                if self.context is not None:
+                    conn = self.context.wrap_socket(conn, server_side=True)
+                else:
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                conn.close()
+
+    def close(self) -> None:
+        import socket
+
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # (wakes the accept)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(10)
+
+
+def test_connection_wait_completes_a_tls_handshake_with_the_given_ca(tmp_path, capsys, monkeypatch):
+    """``--wait`` with ``--root-certificates``: the SuperLink answers only when a TLS handshake with
+    that CA succeeds. Another CA's certificate, or a SuperLink without TLS, is one line at once,
+    naming the certificate (not "answers", then a network error from flwr run)."""
+    from fedpd.flower.deploy import make_certificates
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "home"))
+    make_certificates(tmp_path / "ours", nodes=1)
+    make_certificates(tmp_path / "other", nodes=1)
+    ours, other = tmp_path / "ours" / "ca.crt", tmp_path / "other" / "ca.crt"
+    tls, plain = _Listener(tmp_path / "ours"), _Listener(None)
+    try:
+        def connection(address, ca, wait="20"):
+            capsys.readouterr()
+            code = main(["flower", "connection", "x", "--address", address, "--root-certificates", str(ca), "--wait",
+                         wait])
+            said = capsys.readouterr()
+            return code, said.out, said.err.strip()
+
+        code, out, err = connection(tls.address, ours)
+        assert code == 0 and f"the SuperLink at {tls.address} answers" in out, (out, err)
+        start = time.monotonic()
+        code, out, err = connection(tls.address, other)
+        assert time.monotonic() - start < 10  # at once, not after --wait
+        assert code == 2 and len(err.splitlines()) == 1 and "answers" not in out, (out, err)
+        assert f"--root-certificates {str(other)!r}" in err and "did not sign" in err, err
+        code, out, err = connection(plain.address, ours)
+        assert code == 2 and len(err.splitlines()) == 1 and "does not speak TLS" in err, (out, err)
+        (tmp_path / "bad.crt").write_text("not a certificate\n")
+        code, out, err = connection(tls.address, tmp_path / "bad.crt")
+        assert code == 2 and "not a PEM CA certificate" in err and len(err.splitlines()) == 1, err
+    finally:
+        tls.close(), plain.close()
+
+
 def test_an_app_the_server_would_refuse_is_refused_when_it_is_written(tmp_path, capsys):
     """``--set sampler.clients_per_round=100`` of a 30-client problem: refused by ``fedpd flower
     app`` in one line, no app written (not 27 s into ``flwr run``)."""
@@ -396,3 +484,128 @@ def test_an_app_the_server_would_refuse_is_refused_when_it_is_written(tmp_path, 
     assert len(err.splitlines()) == 1 and "sampler.clients_per_round: 100 exceeds the problem's 30 clients" in err, err
     assert not (tmp_path / "app").exists()
     assert main(argv) == 0 and (tmp_path / "app" / "pyproject.toml").is_file()
+
+
+# --- a node whose reply does not come -------------------------------------------------------------
+
+def test_flower_replies_of_a_stopped_clientapp_are_lost_with_the_reason(monkeypatch):
+    """Flower's Grid answers a message whose ClientApp it stopped (no heartbeat) with an error reply
+    of code 8: lost, with Flower's words (said by the engine); codes 3-5 (expired, node
+    unavailable) are lost in silence, as before; a ClientApp that raised (2) is an error reply."""
+    pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
+    from types import SimpleNamespace
+
+    from flwr.app import Error
+
+    from fedpd.flower.transport import FlowerTransport
+    from fedpd.remote.engine import LOST, Lost
+
+    def reply(handle, code):
+        return SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=handle), has_error=lambda: True,
+                               error=Error(code=code, reason={8: "ClientApp stopped responding."}.get(code, "why")))
+
+    grid = SimpleNamespace(pull_messages=lambda ids: [reply(h, int(h)) for h in ids])
+    transport = FlowerTransport(grid, deployed=True)
+    out = transport.pull(["8", "5", "2"])
+    assert isinstance(out["8"], Lost) and out["8"] == LOST, out
+    assert out["8"].why == "Flower stopped its ClientApp (error 8: ClientApp stopped responding)"
+    assert out["5"] == LOST and not getattr(out["5"], "why", "")
+    assert out["2"].kind == "error" and "Flower error 2" in out["2"].config["error"]
+    assert transport.stall_after == 90 and "Task stopped" in transport.stall_hint  # said when a reply stalls
+
+
+class _Stopping(Counting):
+    """Loopback nodes whose node 1 never answers requests of ``kind`` from round ``after`` on:
+    ``why`` given, the transport reports each lost with it (as Flower's error 8); else nothing comes
+    (a ClientApp Flower keeps stopping at its launch, in silence)."""
+
+    def __init__(self, root: Path, kind: str, why: str = "", stall_after: float | None = None, after: int = 1):
+        super().__init__(root)
+        self.kind, self.why, self.after, self.sent = kind, why, after, 0
+        if stall_after is not None:
+            self.stall_after, self.stall_hint = stall_after, "the transport's hint"
+
+    def push(self, node, request):
+        if node == 1 and request.kind == self.kind and request.config.get("round", self.after) >= self.after:
+            self.sent += 1
+            self._count += 1
+            if self.why:
+                from fedpd.remote.engine import Lost
+
+                self._replies[self._count] = Lost(self.why)
+            return self._count
+        return super().push(node, request)
+
+
+def test_a_clientapp_flower_stops_again_and_again_is_said_and_not_waited_for(tmp_path, capsys):
+    """Each reply of round 2's train on node 1 is lost as Flower stopped its ClientApp: the server
+    says so each time, sends the work at most three times, and its clients drop out of the round
+    at once (node_timeout is 600 s), the reason named."""
+    from fedpd.remote.engine import LOSSES
+
+    why = "Flower stopped its ClientApp (error 8: ClientApp stopped responding)"
+    nodes = _Stopping(tmp_path / "nodes", "train", why=why)
+    cfg = {**CFG, "run": {**CFG["run"], "rounds": 2}}
+    start = time.monotonic()
+    result = fedpd.run(cfg, tmp_path / "run", transport=nodes)
+    assert time.monotonic() - start < 60 and nodes.sent == LOSSES == 3
+    err = capsys.readouterr().err
+    assert err.count(f"the node of clients 3-5 (node id 1): {why} during train; sent again") == 2, err
+    assert f"{why}, 3 times during train: not sent again" in err, err
+    dropped = re.search(rf"no reply to train in round 2 \({re.escape(why)}, 3 times\); its (\d+) client\(s\) dropped out",
+                        err)
+    assert dropped and result.history[-1]["dropouts"] == int(dropped.group(1)) > 0, err
+    notices = [n["text"] for n in json.loads((tmp_path / "run" / STATUS).read_text())["notices"]]
+    assert sum(why in n for n in notices) == 4, notices
+
+
+def test_a_connected_node_that_does_not_answer_is_said_before_the_timeout(tmp_path, capsys):
+    """Node 1 never answers round 2's train (its messages lost on the node, with no word from
+    Flower): after the transport's stall time one line says so, with the transport's hint, while
+    the server still waits run.node_timeout for it; then its clients drop out, as before."""
+    nodes = _Stopping(tmp_path / "nodes", "train", stall_after=0.5)
+    cfg = {**CFG, "run": {**CFG["run"], "rounds": 2, "node_timeout": 4.0}}
+    result = fedpd.run(cfg, tmp_path / "run", transport=nodes)
+    err = capsys.readouterr().err
+    stalled = [line for line in err.splitlines() if "no reply to train after" in line]
+    assert len(stalled) == 1, err
+    assert stalled[0] == ("fedpd: the node of clients 3-5 (node id 1): no reply to train after 0.5 s, though it is "
+                          "connected: the transport's hint; waiting up to 4 s (run.node_timeout) in all"), stalled
+    dropped = re.search(r"no reply to train in round 2; its (\d+) client\(s\) dropped out", err)
+    assert dropped and result.history[-1]["dropouts"] == int(dropped.group(1)) > 0, err
+
+
+def test_the_runs_last_commit_is_not_waited_for_past_the_stall(tmp_path, capsys):
+    """The run's end sends its last round's commit (deployments defer it); a node that does not
+    answer it is said after the stall time and not waited for up to run.node_timeout: the run is
+    done, and a resume commits it."""
+    nodes = _Stopping(tmp_path / "nodes", "commit", stall_after=0.5, after=0)
+    cfg = {**CFG, "run": {**CFG["run"], "rounds": 2}}  # node_timeout: 600 s
+    start = time.monotonic()
+    fedpd.run(cfg, tmp_path / "run", transport=nodes)
+    assert time.monotonic() - start < 60
+    err = capsys.readouterr().err
+    assert "no reply to commit after 0.5 s, though it is connected: the transport's hint: not waited for any longer" in err
+    assert "the commit of round 2 did not reach it (no reply after 0.5 s); its clients' states" in err, err
+
+
+def test_the_docs_command_tells_a_run_that_finished_with_notices(tmp_path, monkeypatch, capsys):
+    """docs/deployment.md's command for a script, as written: a run that finished with notices (a
+    train of node 1 that never came back: its clients dropped out) exits 0 like a run nothing
+    happened to, and the JSON's ``notices`` tell the two apart."""
+    import shlex
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    commands = set(re.findall(r"`(fedpd status deploy/run --format json)`", doc))
+    assert len(commands) == 1, commands
+    argv = shlex.split(commands.pop())[1:]
+    cfg = {**CFG, "run": {**CFG["run"], "rounds": 2, "node_timeout": 1.0}}
+    said = {}
+    for name, nodes in (("quiet", Counting(tmp_path / "n0")), ("noticed", _Stopping(tmp_path / "n1", "train"))):
+        fedpd.run(cfg, tmp_path / name / "deploy" / "run", transport=nodes)
+        monkeypatch.chdir(tmp_path / name)
+        capsys.readouterr()
+        assert main(argv) == 0
+        said[name] = json.loads(capsys.readouterr().out)[0]
+    assert said["quiet"]["state"] == said["noticed"]["state"] == "finished"
+    assert said["quiet"]["notices"] == [] and "dropped out" in said["noticed"]["notices"][-1]["text"], said

@@ -76,6 +76,22 @@ def hosting_advice(clients: list[int]) -> str:
 LOST = "lost"
 
 
+class Lost(str):
+    """:data:`LOST` with the transport's word for why, where it is worth saying (Flower stopped the
+    ClientApp that had the message): said on stderr and in the run's record each time, and such
+    work is sent again at most :data:`LOSSES` times in all."""
+
+    def __new__(cls, why: str):
+        lost = super().__new__(cls, LOST)
+        lost.why = why
+        return lost
+
+
+#: sends of one request whose reply was lost with a reason, before it is sent no more: a fault
+#: that recurs (a ClientApp stopped on every try) ends the wait with a word, not after the timeout
+LOSSES = 3
+
+
 def refused(replies: dict) -> None:
     """Stop the run where a node refused the config's algorithm (a hook that failed its check,
     :mod:`fedpd.hooks`): the line the in-process engine raises, not rejected uploads — every node
@@ -226,6 +242,11 @@ class RemoteEngine:
         self.replies: dict[int, State] = {}
         self.rounds = 0  # rounds the nodes' states have seen
         self.node_of: dict[int, int] = {}
+        # a connected node that has not answered for this long is said (a deployment's transport
+        # sets it: Flower may have lost the message on the node); 3x the slowest reply seen, at least
+        self.stall_after: float | None = getattr(transport, "stall_after", None)
+        self._slowest = 0.0
+        self.no_reply: dict[int, str] = {}  # why the last exchange got no reply from a request (when known)
         self.node_of = self._federation()
         self.hosted = {n: sorted(i for i, m in self.node_of.items() if m == n) for n in set(self.node_of.values())}
         self._trained: dict[int, list[int]] = {}
@@ -305,6 +326,9 @@ class RemoteEngine:
         replies = self.exchange(requests, timeout=timeout)
         refused(replies)
         for node, reply in replies.items():
+            if reply is None and node in self.no_reply:
+                raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} ({self.no_reply[node]}): "
+                                  f"{hosting_advice(self.hosted.get(node, []))}, then resume")
             if reply is None:
                 raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
                                   f"(run.node_timeout): {hosting_advice(self.hosted.get(node, []))}, then resume")
@@ -336,7 +360,7 @@ class RemoteEngine:
         self.replies = {r: v for r, v in self.replies.items() if r in needed}
 
     def exchange(self, requests: dict[int, Envelope], timeout: float | None = None,
-                 reroute: bool = True, drop_gone: bool = False) -> dict[int, Envelope | None]:
+                 reroute: bool = True, drop_gone: bool = False, stall_ends: bool = False) -> dict[int, Envelope | None]:
         """Send every node its request; the replies by node (None: none within the deadline).
 
         A node that is lost on the way (it vanished from the node list, or the transport says
@@ -344,17 +368,27 @@ class RemoteEngine:
         now — a restarted SuperNode comes back under a new id with the same clients and files,
         and the work is deterministic, so the result is the same. ``drop_gone``: a request whose
         clients' node is not listed (Flower marks a node that left, or missed its heartbeats, as
-        offline) is not waited for: None at once, and the node is said to be gone (once)."""
+        offline) is not waited for: None at once, and the node is said to be gone (once).
+
+        A reply lost with a reason (:class:`Lost`) is said, and such a request is sent at most
+        :data:`LOSSES` times; a connected node that has not answered after ``stall_after`` is said
+        once (``stall_ends``: and not waited for any longer). :attr:`no_reply` then says why a
+        request got None."""
         for env in requests.values():
             env.config.update(self.context, config=self.config_toml)
         # whose work each request is: the clients asked for (train, commit) or all the node hosts
         clients = {key: list(self._asked.get(key) or self.hosted.get(key, [])) for key in requests}
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        wait = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
         known = nodes = set(self.transport.nodes())
         listed_at = time.monotonic()
         outstanding: dict[Hashable, tuple[int, int]] = {}  # handle -> (request key, node it went to)
+        sent: dict[Hashable, float] = {}  # handle -> when
         replies: dict[int, Envelope | None] = {}
         lost: list[int] = []
+        losses: dict[int, int] = {}
+        stalled: set[int] = set()
+        self.no_reply = {}
 
         def send(pairs: list[tuple[int, int]]) -> None:  # (request key, node to send it to)
             handles = self.transport.push_many([(node, requests[key]) for key, node in pairs])
@@ -362,7 +396,7 @@ class RemoteEngine:
                 if handle is None:
                     lost.append(key)
                 else:
-                    outstanding[handle] = (key, node)
+                    outstanding[handle], sent[handle] = (key, node), time.monotonic()
 
         # to the node that hosts the request's clients now (a restart moves them); nothing to a
         # node that is not listed (it would find stale work when it comes back)
@@ -371,11 +405,19 @@ class RemoteEngine:
         send([(key, node) for key, node in targets if node in known])
         while outstanding or lost:
             for handle, reply in self.transport.pull(list(outstanding)).items():
-                key, _ = outstanding.pop(handle)
+                key, node = outstanding.pop(handle)
+                took = time.monotonic() - sent.pop(handle)
                 if isinstance(reply, str):  # LOST
-                    lost.append(key)
+                    if self._lost_for_good(key, node, requests[key].kind, getattr(reply, "why", ""), losses,
+                                           reroute):
+                        replies[key] = None
+                    else:
+                        lost.append(key)
                 else:
                     replies[key] = reply
+                    self._slowest = max(self._slowest, took)
+            if self.stall_after is not None:
+                self._stalls(requests, outstanding, sent, nodes, stalled, wait, stall_ends, replies)
             if time.monotonic() >= listed_at + self.list_every:  # (the node list changes slowly)
                 nodes, listed_at = set(self.transport.nodes()), time.monotonic()
             for handle, (key, node) in list(outstanding.items()):
@@ -409,6 +451,41 @@ class RemoteEngine:
         for key in requests:
             replies.setdefault(key, None)
         return replies
+
+    def _lost_for_good(self, key: int, node: int, kind: str, why: str, losses: dict[int, int], reroute: bool) -> bool:
+        """Say a reply lost with a reason (``why``; a plain loss is not said: the work goes again
+        in silence); whether the request is sent no more (:data:`LOSSES`)."""
+        if not why:
+            return False
+        losses[key] = losses.get(key, 0) + 1
+        if not reroute:  # (a hello: asked again on the next turn)
+            self.no_reply[key] = why
+            self.notice(f"{self.node_name(node)}: {why} during {kind}")
+            return True
+        if losses[key] >= LOSSES:
+            self.no_reply[key] = f"{why}, {losses[key]} times"
+            self.notice(f"{self.node_name(node)}: {self.no_reply[key]} during {kind}: not sent again")
+            return True
+        self.notice(f"{self.node_name(node)}: {why} during {kind}; sent again")
+        return False
+
+    def _stalls(self, requests, outstanding, sent, nodes, stalled, wait, stall_ends, replies) -> None:
+        """Say (once a request) that a connected node has not answered for a while, and why that
+        may be (the transport's ``stall_hint``); with ``stall_ends`` its request is waited for no more."""
+        limit, now = max(float(self.stall_after), 3 * self._slowest), time.monotonic()
+        for handle, (key, node) in list(outstanding.items()):
+            if key in stalled or node not in nodes or now - sent[handle] <= limit:
+                continue
+            stalled.add(key)
+            hint = getattr(self.transport, "stall_hint", "")
+            more = (": not waited for any longer" if stall_ends
+                    else f"; waiting up to {wait:g} s (run.node_timeout) in all")
+            self.notice(f"{self.node_name(node)}: no reply to {requests[key].kind} after {limit:.3g} s, though it is "
+                        f"connected{': ' + hint if hint else ''}{more}")
+            if stall_ends:
+                del outstanding[handle]
+                replies[key] = None
+                self.no_reply[key] = f"no reply after {limit:.3g} s"
 
     def node_name(self, node: int) -> str:
         """A node as its operator knows it: the clients it hosts (its node config's hosted-clients),
@@ -502,8 +579,9 @@ class RemoteEngine:
             if reply is None:  # no reply in time, or the node is gone: its clients dropped out of the round
                 self.comm.dropouts += len(asked)
                 if node not in self.gone:  # (a gone node was said once)
-                    self.notice(f"{self.node_name(node)}: no reply to train in round {round + 1}; its {len(asked)} "
-                                f"client(s) dropped out", round + 1)
+                    why = f" ({self.no_reply[node]})" if node in self.no_reply else ""
+                    self.notice(f"{self.node_name(node)}: no reply to train in round {round + 1}{why}; its "
+                                f"{len(asked)} client(s) dropped out", round + 1)
                 continue
             problem = self._problem(reply, asked)
             if problem:  # an error, a malformed or an oversized reply: rejected, state kept
@@ -562,13 +640,15 @@ class RemoteEngine:
         if not requests:
             return
         self._asked = asked
-        replies = self.exchange(requests, drop_gone=True)
+        # (the run is over: a node that does not answer is not waited for past the stall; a resume commits)
+        replies = self.exchange(requests, drop_gone=True, stall_ends=True)
         self._asked = {}
         refused(replies)
         for node, reply in replies.items():
             if reply is None or "error" in reply.config:
-                self.notice(f"{self.node_name(node)}: the commit of round {rounds[node] + 1} did not reach it; its "
-                            f"clients' states of that round stay on it, and a resume commits them")
+                why = f" ({self.no_reply[node]})" if reply is None and node in self.no_reply else ""
+                self.notice(f"{self.node_name(node)}: the commit of round {rounds[node] + 1} did not reach it{why}; "
+                            f"its clients' states of that round stay on it, and a resume commits them")
             else:
                 del self.pending[tuple(asked[node])]
 
