@@ -30,10 +30,11 @@ from fedpd.reproduce.spec import BUDGETS, Experiment
 def experiments() -> dict[str, Experiment]:
     """Every reproduction, by name (imported on demand: the CLI stays fast)."""
     from fedpd.reproduce import (afedpd_paper, feddyn_note, fedpd_paper, fedplus_paper, fedplus_standard,
-                                 fedplus_sweep, robustness)
+                                 fedplus_sweep, robustness, time_claims)
 
     found: dict[str, Experiment] = {}
-    for module in (fedpd_paper, feddyn_note, fedplus_paper, fedplus_sweep, fedplus_standard, afedpd_paper, robustness):
+    for module in (fedpd_paper, feddyn_note, fedplus_paper, fedplus_sweep, fedplus_standard, afedpd_paper, robustness,
+                   time_claims):
         for exp in module.EXPERIMENTS:
             found[exp.name] = exp
     return found

@@ -455,6 +455,8 @@ def write_configs(specs: Sequence[RunSpec], folder: Path) -> int:
 RESULT_KEYS = ("round", "comm_rounds", "uplink_floats", "train_loss", "grad_norm_sq", "test_loss", "test_acc",
                "personal_acc", "personal_acc_worst10", "personal_mse", "personal_mse_worst10", "backdoor_acc",
                "sample_grads", "wall_s")
+#: columns results.csv has only when some run's records hold them (a report without them is unchanged)
+OPTIONAL_RESULT_KEYS = ("sim_time_s",)
 
 
 def write_results_csv(results: Results, path: Path, commits: dict[str, str] | None = None) -> None:
@@ -463,15 +465,16 @@ def write_results_csv(results: Results, path: Path, commits: dict[str, str] | No
     label_keys: list[str] = []
     for r in results.runs:
         label_keys += [k for k in r.labels if k not in label_keys]
-    if set(label_keys) & {"run", "group", "seed", "commit", *RESULT_KEYS}:
+    keys = RESULT_KEYS + tuple(k for k in OPTIONAL_RESULT_KEYS if any(k in r.last for r in results.runs))
+    if set(label_keys) & {"run", "group", "seed", "commit", *RESULT_KEYS, *OPTIONAL_RESULT_KEYS}:
         raise ValueError(f"run labels {label_keys} reuse a results.csv column name")
     commits = commits or {}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["run", "group", "seed", *label_keys, *RESULT_KEYS, "commit"])
+    w.writerow(["run", "group", "seed", *label_keys, *keys, "commit"])
     for r in results.runs:
         w.writerow([r.spec.key, r.spec.group, r.spec.seed, *(r.labels.get(k, "") for k in label_keys),
-                    *(_csv(r.last.get(k)) for k in RESULT_KEYS), commits.get(r.spec.key, "")])
+                    *(_csv(r.last.get(k)) for k in keys), commits.get(r.spec.key, "")])
     atomic_write_text(path, buf.getvalue())
 
 
