@@ -15,7 +15,7 @@ from fedpd import aggregators, attacks, models, sampling, solvers
 from fedpd.algorithms import (fedavg, fedcm, fednova, fedopt, fedpd_vr, fedplus, personalized, primal_dual, qffl, sam,
                               scaffold, xu)
 from fedpd.algorithms.base import Algorithm
-from fedpd.data.loaders import arrays
+from fedpd.data.loaders import user
 from fedpd.names import Kind, table as _table, what
 from fedpd.problems import dataset, fedplus as fedplus_problems, synthetic
 
@@ -72,4 +72,4 @@ KINDS = {"problem": Kind("problem", PROBLEMS, declared=True,
                          "generator) and per_round"),
          "attack": Kind("attack", ATTACKS, check=_an_attack,
                         plugin="an attack plug-in is an Attack subclass constructed with its options as keywords"),
-         "aggregator": aggregators.KIND, "model": models.KIND, "dataset": arrays.KIND}
+         "aggregator": aggregators.KIND, "model": models.KIND, "dataset": user.KIND}

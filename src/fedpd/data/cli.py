@@ -106,7 +106,7 @@ def installed_loaders() -> dict[str, tuple[str, str]]:
     """name -> (import path, where it comes from) of the dataset loaders installed distributions
     declare (entry points ``dataset.<name>`` of ``fedpd.plugins``)."""
     from fedpd import names, plugins
-    from fedpd.data.loaders.arrays import KIND
+    from fedpd.data.loaders.user import KIND
 
     plugins.search(plugins.default_path())
     return {name: (ep.value, f"entry point of {plugins.dist(ep)}") for name, ep in names.entry_points(KIND).items()}
@@ -178,7 +178,7 @@ def _load_for_split(args):
     """(the dataset's key, the dataset) of ``fedpd data split NAME``: one of fedpd's, an installed
     loader (entry point) or a loader's import path."""
     from fedpd.data.loaders import canonical_name, dataset_options
-    from fedpd.data.loaders.arrays import load_user_dataset
+    from fedpd.data.loaders.user import load_user_dataset
 
     if args.name in installed_loaders() or ":" in args.name:
         for option, given in (("--path", args.path), ("--label-mode", args.label_mode),

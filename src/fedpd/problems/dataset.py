@@ -41,7 +41,7 @@ from torch import Tensor
 from fedpd.data import (load_glove, partition as make_partition, random_crop_flip, resolve_data_dir,
                         train_test_split_per_client)
 from fedpd.data.loaders import DATASETS, canonical_name, dataset_options as loader_options
-from fedpd.data.loaders.arrays import check_options, load_user_dataset, user_loader
+from fedpd.data.loaders.user import check_options, load_user_dataset, user_loader
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import MODELS, build_model, check_outputs, model_factory, model_options
