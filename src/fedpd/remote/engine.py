@@ -479,13 +479,13 @@ class RemoteEngine:
             stalled.add(key)
             hint = getattr(self.transport, "stall_hint", "")
             more = (": not waited for any longer" if stall_ends
-                    else f"; waiting up to {wait:g} s (run.node_timeout) in all")
-            self.notice(f"{self.node_name(node)}: no reply to {requests[key].kind} after {limit:.3g} s, though it is "
-                        f"connected{': ' + hint if hint else ''}{more}")
+                    else f"; waiting up to {round(wait, 1):g} s (run.node_timeout) in all")
+            self.notice(f"{self.node_name(node)}: no reply to {requests[key].kind} after {round(limit, 1):g} s, though "
+                        f"it is connected{': ' + hint if hint else ''}{more}")
             if stall_ends:
                 del outstanding[handle]
                 replies[key] = None
-                self.no_reply[key] = f"no reply after {limit:.3g} s"
+                self.no_reply[key] = f"no reply after {round(limit, 1):g} s"
 
     def node_name(self, node: int) -> str:
         """A node as its operator knows it: the clients it hosts (its node config's hosted-clients),
