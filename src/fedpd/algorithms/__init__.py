@@ -18,20 +18,23 @@ by its import path (``algorithm.name = "my_algorithms:MyFedAvg"``). The pieces a
   order does not depend on the thread count (:mod:`fedpd.ordered`): a rule that sums over a long
   axis uses them, so its numbers are the same at any thread count.
 
-The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`) is
-written with these public names only, as a user's algorithm is; so are q-FFL
-(:mod:`fedpd.algorithms.qffl`) and FedNova (:mod:`fedpd.algorithms.fednova`). They import this
-package, so they are not re-exported here (``from fedpd.algorithms.fedopt import FedAdam``).
+The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`), q-FFL
+(:mod:`fedpd.algorithms.qffl`) and FedNova (:mod:`fedpd.algorithms.fednova`) are written with
+these names only, as a user's algorithm is (imported from the modules that define them, so that
+this package exports them too). Every registered algorithm is exported here.
 """
 
 from fedpd.algorithms.base import Algorithm, ClientStates, State, expand, mean_sq_dist, sq_dist, with_metrics
 from fedpd.algorithms.fedavg import FedAvg, FedProx
 from fedpd.algorithms.fedcm import FedCM
+from fedpd.algorithms.fednova import FedNova
+from fedpd.algorithms.fedopt import FedAdagrad, FedAdam, FedAvgM, FedYogi
 from fedpd.algorithms.fedpd_vr import FedPDVR
 from fedpd.algorithms.fedplus import (FedAvgPlus, FedCoMedPlus, FedGeoMedPlus, FedPlus, FedPlusCoMed, FedPlusFedAvg,
                                       FedPlusFedProx, FedPlusLocal, FedPlusRFA)
 from fedpd.algorithms.personalized import APFL, Ditto, LocalOnly, PerFedAvg, PFedMe
 from fedpd.algorithms.primal_dual import AFedPD, FedADMM, FedDyn, FedPD, PrimalDual
+from fedpd.algorithms.qffl import QFFL
 from fedpd.algorithms.sam import AFedPDSAM, FedSAM, FedSpeed
 from fedpd.algorithms.scaffold import Scaffold
 from fedpd.algorithms.xu import ParallelADMM, ParallelSAGA, StochasticADMM, StochasticSAGA
@@ -47,5 +50,6 @@ __all__ = [
     "FedAvg", "FedProx", "Scaffold", "FedPD", "FedDyn", "FedADMM", "AFedPD", "PrimalDual", "FedSAM", "AFedPDSAM",
     "FedSpeed", "FedCM", "FedPDVR", "ParallelSAGA", "StochasticSAGA", "ParallelADMM", "StochasticADMM", "FedPlus",
     "FedAvgPlus", "FedGeoMedPlus", "FedCoMedPlus", "FedPlusLocal", "FedPlusFedAvg", "FedPlusRFA", "FedPlusCoMed",
-    "FedPlusFedProx", "LocalOnly", "Ditto", "APFL", "PFedMe", "PerFedAvg",
+    "FedPlusFedProx", "LocalOnly", "Ditto", "APFL", "PFedMe", "PerFedAvg", "FedAvgM", "FedAdagrad", "FedAdam", "FedYogi",
+    "FedNova", "QFFL",
 ]

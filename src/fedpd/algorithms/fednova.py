@@ -41,7 +41,9 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedpd.algorithms import Algorithm, LocalObjective, Options, expand, sq_dist
+from fedpd.algorithms.base import Algorithm, expand, sq_dist
+from fedpd.options import Options
+from fedpd.solvers import LocalObjective
 from fedpd.errors import ConfigError  # fedpd.ConfigError, from where it is defined (fedpd imports the built-ins)
 
 

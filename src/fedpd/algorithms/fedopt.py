@@ -1,7 +1,8 @@
 """The FedOpt family: FedAvg whose server takes an optimiser step on the pseudo-gradient.
 
-Written with fedpd's public names only (it subclasses :class:`fedpd.algorithms.FedAvg` and
-extends its options), as a user's algorithm is written (docs/extending.md).
+Written as a user's algorithm is (docs/extending.md): it subclasses FedAvg
+(:class:`fedpd.algorithms.FedAvg`, imported from its own module so that :mod:`fedpd.algorithms`
+can export this family too) and extends its options.
 
 The participants train from the server model x_t exactly as in FedAvg and upload x_i; FedAvg's
 aggregate (the mean, or ``algorithm.aggregator``, weighted with ``weights = "samples"``) gives
@@ -34,7 +35,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from fedpd.algorithms import FedAvg
+from fedpd.algorithms.fedavg import FedAvg
 
 
 class ServerOptimiser(FedAvg):

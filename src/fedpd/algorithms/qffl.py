@@ -31,7 +31,10 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from fedpd.algorithms import Algorithm, LocalObjective, Options, expand, ordered_sq_norm, sq_dist
+from fedpd.algorithms.base import Algorithm, expand, sq_dist
+from fedpd.options import Options
+from fedpd.ordered import ordered_sq_norm
+from fedpd.solvers import LocalObjective
 
 #: the floor of F_k (the authors' code adds 1e-10 to the loss before the powers)
 LOSS_FLOOR = 1e-10
