@@ -4,11 +4,13 @@ upload screen (NaN/Inf or wrong-shaped rows rejected, counted in ``rejected_uplo
 import pytest
 import torch
 
-from fedpd.attacks import make_attack, party_count, screen, transform_parties
+from fedpd.attacks import make_attack
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.problems.base import ClientSplit
 from fedpd.problems.fedplus import outlier_parties
+from fedpd.problems.poisoning import party_count, transform_parties
+from fedpd.screen import screen
 from tests.helpers import ls_hessian, simulation
 
 DT = torch.float64
@@ -286,3 +288,46 @@ def test_ipm_with_large_epsilon_breaks_the_mean_but_not_the_median():
     start, mean_loss = final_loss("mean")
     _, median_loss = final_loss("coordinate_median")
     assert mean_loss > 100 * start and median_loss < start
+
+
+@pytest.mark.parametrize("kind", ["alie", "ipm", "mimic"])
+def test_a_forging_attack_leaves_a_round_without_honest_uploads_alone(kind):
+    """Parties 1 and 3 of 4 misbehave and are the round's only participants: there is no honest
+    update to forge from, so nothing is changed — while an attack on each row's own update
+    (sign flip) changes both rows of the same round."""
+    up, msg = _upload(k=2, d=3)
+    ids = torch.tensor([1, 3])
+    out, n = _corrupt(_bound(kind), up, msg, ids, model_keys=("w",))
+    assert n == 0 and out is up
+    flipped, n = _corrupt(_bound("sign_flip"), up, msg, ids, model_keys=("w",))
+    assert n == 2 and torch.equal(flipped["w"], msg["x0"] - (up["w"] - msg["x0"]))
+
+
+# the names fedpd.attacks exported when it was one module, and where the moved ones went
+KEPT = ["ALIE", "ALIEOptions", "ATTACKS", "Attack", "Backdoor", "BackdoorOptions", "DEFAULT_FRACTION", "DataAttack",
+        "DataAttackOptions", "Dropout", "Gaussian", "GaussianOptions", "IPM", "IPMOptions", "InfUpload", "LabelFlip",
+        "Mimic", "MimicOptions", "NaNUpload", "NegateInputs", "OmniscientAttack", "OptimalALIE", "OptimalAttack",
+        "OptimalIPM", "OptimalOptions", "RoundAttackOptions", "Scale", "ScaleOptions", "SignFlip", "SignFlipOptions",
+        "State", "TargetOptions", "UpdateAttack", "line_search", "make_attack", "top_direction_row"]
+MOVED = {"party_count": "fedpd.problems.poisoning", "num_classes": "fedpd.problems.poisoning",
+         "transform_parties": "fedpd.problems.poisoning", "trigger_count": "fedpd.problems.poisoning",
+         "apply_trigger": "fedpd.problems.poisoning", "poisoned_rows": "fedpd.problems.poisoning",
+         "screen": "fedpd.screen", "finite_rows": "fedpd.screen"}
+
+
+def test_every_name_fedpd_attacks_exported_still_imports_and_a_moved_one_says_where_it_went():
+    import importlib
+    import warnings
+
+    import fedpd.attacks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a kept name warns of nothing
+        for name in KEPT:
+            assert getattr(fedpd.attacks, name) is not None
+    for name, module in MOVED.items():
+        with pytest.warns(DeprecationWarning, match=rf"fedpd\.attacks\.{name} moved to {module}\.{name}"):
+            old = getattr(fedpd.attacks, name)
+        assert old is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        fedpd.attacks.nothing  # noqa: B018

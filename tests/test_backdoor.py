@@ -10,12 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from fedpd.attacks import apply_trigger, make_attack, trigger_count
+from fedpd.attacks import make_attack
 from fedpd.errors import ConfigError
 from fedpd.evaluation import evaluate_test
 from fedpd.flat import FlatModel
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
+from fedpd.problems.poisoning import apply_trigger, trigger_count
 
 DT = torch.float64
 

@@ -22,9 +22,10 @@ import torch
 from fedpd.aggregators import (centered_clipping, coordinate_median, geometric_median, krum, make_aggregator, mean,
                                norm_bounding, trimmed_mean)
 from fedpd.algorithms import FedAvg
-from fedpd.attacks import ALIE, make_attack, transform_parties
+from fedpd.attacks import ALIE, make_attack
 from fedpd.preaggregators import arc, bucketing, nnm
 from fedpd.problems.base import ClientSplit
+from fedpd.problems.poisoning import transform_parties
 from fedpd.streams import ClientStreams
 
 

@@ -98,6 +98,22 @@ def test_the_run_is_built_below_the_engines():
         "fedpd.reproduce.verify", "fedpd.results.figures", "fedpd.sweep"}
 
 
+def test_the_data_and_the_upload_screen_are_read_without_the_attacks():
+    """Data poisoning lives beside the data (problems/poisoning.py) and the upload screen beside
+    the protocol (screen.py): no problem, nor the evaluation, nor the screen reaches the attack
+    catalogue, which imports them."""
+    graph = import_graph(SRC)
+    below = [m for m in graph if m.startswith("fedpd.problems.")] + ["fedpd.evaluation", "fedpd.screen"]
+    assert "fedpd.problems.poisoning" in graph["fedpd.attacks.data"]  # the walk sees the attacks' imports
+    for start in below:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        assert not {m for m in seen if m.split(".")[:2] == ["fedpd", "attacks"]}, start
+
+
 def _package(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = root / "pkg" / name

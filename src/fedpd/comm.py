@@ -34,7 +34,7 @@ class CommCounter:
         self.uplink_floats = 0
         self.downlink_floats = 0
         self.comm_rounds = 0
-        self.rejected_uploads = 0  # uploads the server refused (NaN/Inf, wrong shape): see fedpd.attacks
+        self.rejected_uploads = 0  # uploads the server refused (NaN/Inf, wrong shape): see fedpd.screen
         self.dropouts = 0  # participants that received the round's message and sent nothing back
         self._active = False
 

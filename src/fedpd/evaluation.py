@@ -23,6 +23,7 @@ from torch import Tensor
 
 from fedpd.ordered import ordered_mean, ordered_sq_norm, ordered_sum
 from fedpd.problems.base import Problem
+from fedpd.problems.poisoning import apply_trigger
 
 CHUNK = 8192  # the most samples a chunk holds
 #: what the activations a chunk's forward keeps for its backward may take (``run.eval_batch_size``
@@ -190,9 +191,8 @@ def evaluate_test(problem: Problem, x: Tensor, clients: Tensor | None = None, ba
 def _backdoor_hits(problem: Problem, x: Tensor, inputs: Tensor, y: Tensor, backdoor: dict) -> tuple[int, int]:
     """The backdoor attack's success on a chunk (:class:`fedpd.attacks.Backdoor`): of the test
     samples whose true label is not the target, (how many the model classifies as the target
-    once the trigger is stamped on them, how many there are). ``backdoor_acc`` = their ratio."""
-    from fedpd.attacks import apply_trigger  # the same trigger as the attackers' training data
-
+    once the trigger is stamped on them, how many there are). ``backdoor_acc`` = their ratio.
+    The trigger is the one stamped on the attackers' training data (:mod:`fedpd.problems.poisoning`)."""
     keep = y != backdoor["target"]
     if not bool(keep.any()):
         return 0, 0

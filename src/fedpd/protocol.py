@@ -34,12 +34,13 @@ import torch
 from torch import Tensor
 
 from fedpd.algorithms.base import Algorithm, State, UploadMean, streams_means
-from fedpd.attacks import Attack, finite_rows, screen
+from fedpd.attacks import Attack
 from fedpd.comm import WORK, CommCounter
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
 from fedpd.hooks import check_server, check_tensors, check_upload_models
 from fedpd.names import what
+from fedpd.screen import finite_rows, screen
 from fedpd.streams import server_generator
 from fedpd.system import Fleet, RoundTime
 

@@ -23,7 +23,6 @@ import torch
 from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from fedpd.attacks import party_count
 from fedpd.errors import ConfigError
 from fedpd.flat import FlatModel
 from fedpd.models import LogisticRegression
@@ -31,6 +30,7 @@ from fedpd.options import Options, SEED_MAX, declares, refuse
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
 from fedpd.problems.lazy import check_eager
+from fedpd.problems.poisoning import party_count
 
 
 def _laplace(shape, scale: float, g: torch.Generator, dtype=torch.float64) -> Tensor:
@@ -123,7 +123,7 @@ def split_equally(n: int, clients: int, generator: torch.Generator) -> list[Tens
 
 
 def outlier_parties(clients: int, fraction: float) -> list[int]:
-    """The last :func:`fedpd.attacks.party_count` (fraction, N) parties: fraction · N rounded half
+    """The last :func:`fedpd.problems.poisoning.party_count` (fraction, N) parties: fraction · N rounded half
     up, at least one when fraction > 0 (the attacks' rule)."""
     m = party_count(fraction, clients)
     return list(range(clients - m, clients))

@@ -22,7 +22,7 @@ attacker). Against it the report reads ``backdoor_acc`` (the share of non-0 test
 trigger classified 0; lower is better), against the others test accuracy.
 
 NaN / Inf uploads and drop-outs are not in the grid: they are screened or missing before any
-aggregator sees the round (:func:`fedpd.attacks.screen`), so every defence meets the same honest
+aggregator sees the round (:func:`fedpd.screen.screen`), so every defence meets the same honest
 rows and the column would tell the defences nothing apart.
 
 **Defences.** FedAvg (the mean), the coordinate median and trimmed mean (Yin et al. 2018), Krum
