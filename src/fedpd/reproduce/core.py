@@ -506,6 +506,12 @@ def _other_seeds(specs, seeds) -> str:
     other = [g for g, got in by_group.items() if got != set(seeds)]
     if not other:
         return ""
+    sets: dict[tuple[int, ...], int] = {}
+    for on in (tuple(sorted(by_group[g])) for g in other):
+        sets[on] = sets.get(on, 0) + 1
+    if len(sets) > 1:  # settings on several other seed sets (more seeds where a few left a claim undecided)
+        return "other seeds: " + "; ".join(f"{n} of them on seed{'s' * (len(on) > 1)} {', '.join(map(str, on))}"
+                                           for on, n in sets.items()) + "; "
     on = sorted(set().union(*(by_group[g] for g in other)))
     return f"{len(other)} of them on seed{'s' * (len(on) > 1)} {', '.join(map(str, on))} only; "
 
