@@ -158,3 +158,23 @@ def test_a_run_without_a_directory_leaves_no_node_files_behind(tmp_path, monkeyp
     del sim
     gc.collect()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_node_that_comes_back_and_refuses_the_run_is_said(tmp_path, capsys, monkeypatch):
+    """A restarted node whose hello is refused (e.g. its store-dir is another node's) is named on
+    the server, with the node's reason — not only in the node's own log."""
+    sim = Simulation(load_config(CFG), workdir=tmp_path)
+    sim.step()
+    handle = NodeRuntime.handle
+
+    def refusing(self, request):
+        if request.kind == "hello" and self is not sim.engine.transport.runtimes.get(0):
+            return Envelope("hello", {"error": "store-dir '/x' is held by the node of clients 3-5"})
+        return handle(self, request)
+
+    monkeypatch.setattr(NodeRuntime, "handle", refusing)
+    sim.engine.timeout = 1.0  # node 1's clients are then nobody's: they drop out after it
+    sim.engine.transport.crash_on = {1: "train"}
+    sim.step()
+    err = capsys.readouterr().err
+    assert "joined and refused the run: store-dir '/x' is held by the node of clients 3-5" in err

@@ -526,6 +526,8 @@ class RemoteEngine:
             return
         replies = self.exchange({n: Envelope("hello") for n in new_nodes}, reroute=False)
         for node, reply in replies.items():
+            if reply is not None and "error" in reply.config:  # e.g. another node holds its store-dir
+                self.notice(f"{self.node_name(node)} joined and refused the run: {reply.config['error']}")
             if reply is None or "error" in reply.config:
                 continue
             for i in reply.config.get("hosted", []):
@@ -536,6 +538,9 @@ class RemoteEngine:
     # --- the engine contract ----------------------------------------------------------------
     #: the clients' devices, links and clock (``[system]``: fedpd.system.Fleet), set by the run; None: no clock
     fleet = None
+    #: what takes the server step in the algorithm's place ([privacy]: fedpd.privacy.PrivateAggregation),
+    #: set by the run; None: the algorithm itself
+    aggregation = None
 
     @property
     def sample_grads(self) -> int:
@@ -543,7 +548,8 @@ class RemoteEngine:
 
     def run_round(self, server: State, ids: Tensor, round: int) -> State:
         server = run_round(self.algorithm, server, ids, round, clients=self, comm=self.comm, attack=self.attack,
-                           seed=self.seed, num_clients=self.num_clients, fleet=self.fleet)
+                           seed=self.seed, num_clients=self.num_clients, fleet=self.fleet,
+                           aggregation=self.aggregation)
         self.rounds = round + 1
         return server
 
