@@ -1,7 +1,8 @@
-"""Client-level differential privacy (``[privacy]``, :mod:`fedpd.privacy`; issue 32): the clipped,
-noised sum of DP-FedAvg and adaptive clipping, its accountant against dp-accounting called
-directly and against a published figure, the one-line refusals, and the same numbers after a
-resume and on the loopback engine (the noise comes from the run's counter-based streams)."""
+"""Client-level differential privacy (``[privacy]``, :mod:`fedpd.privacy`): the clipped, noised sum
+of DP-FedAvg and adaptive clipping as a wrapper around the algorithm's server step, its accountant
+against dp-accounting called directly and against a published figure, the one-line refusals read
+from what the algorithm declares, and the same numbers after a resume and on the loopback engine
+(the noise comes from the run's counter-based streams)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def xi(seed: int, round: int, n: int) -> torch.Tensor:
 def test_fixed_clipping_noises_the_sum_of_the_clipped_updates():
     """McMahan et al. 2018, Alg. 1: x0 + (Σ_i Δ_i·min(1, S/‖Δ_i‖) + N(0, z²S²I)) / m."""
     sim = Simulation(load_config(config(privacy={"clip_norm": 1.0, "noise_multiplier": 0.7})))
-    alg, server = sim.algorithm, sim.server
+    alg, server = sim.aggregation, sim.server
     d = server["x0"].numel()
     gen = torch.Generator().manual_seed(0)
     x = server["x0"] + torch.randn(3, d, generator=gen, dtype=server["x0"].dtype) * torch.tensor([[0.1], [2.0], [5.0]])
@@ -80,7 +81,7 @@ def test_adaptive_clipping_steps_toward_the_target_quantile():
     opts = {"clip": "adaptive", "clip_norm": 1.0, "noise_multiplier": 1.0, "quantile_noise": 2.0,
             "target_quantile": 0.5, "clip_lr": 0.2}
     sim = Simulation(load_config(config(privacy=opts)))
-    alg, server = sim.algorithm, sim.server
+    alg, server = sim.aggregation, sim.server
     d = server["x0"].numel()
     x = server["x0"] + torch.ones(3, d, dtype=server["x0"].dtype) * torch.tensor([[0.01], [0.02], [10.0]])
     new, _ = alg.aggregate(server, {"x": x}, ServerContext(torch.tensor([0, 1, 3]), 0, 12))
@@ -97,7 +98,7 @@ def test_adaptive_clipping_steps_toward_the_target_quantile():
 def test_scaffold_clips_its_two_updates_jointly():
     """SCAFFOLD uploads (Δx, Δc): one vector for the clip, so the pair's sum has sensitivity S."""
     sim = Simulation(load_config(config(algorithm={"name": "scaffold"})))
-    alg, server = sim.algorithm, sim.server
+    alg, server = sim.aggregation, sim.server
     d = server["x0"].numel()
     dx, dc = torch.full((1, d), 3.0, dtype=torch.float64), torch.full((1, d), 4.0, dtype=torch.float64)
     new, _ = alg.aggregate(server, {"dx": dx, "dc": dc}, ServerContext(torch.tensor([2]), 0, 12))
@@ -167,7 +168,7 @@ def measure(sim) -> dict:
 
     Clients 0-2 and 4 upload x0 + 1e-3 (unclipped: bit 1), client 3 a step of norm 100 along ±v
     (clipped to S: bit 0)."""
-    alg, server = sim.algorithm, sim.server
+    alg, server = sim.aggregation, sim.server
     x0, S = server["x0"], float(server["dp_clip"])
     d = x0.numel()
     v = torch.linspace(-1, 1, d, dtype=x0.dtype)
@@ -300,7 +301,7 @@ def test_the_counts_sensitivity_measured_is_what_the_accounting_assumes(sampler)
     assert parts["replace_count"] * m == pytest.approx(1.0, rel=1e-9)
     assert parts["add_update"] * m == pytest.approx(S, rel=1e-9)
     assert parts["replace_update"] * m == pytest.approx(2 * S, rel=1e-9)
-    mech = sim.algorithm._dp.mechanism()
+    mech = sim.privacy.dp.mechanism()
     assumed = "replace" if mech["dp_neighbouring"] == "replace_one" else "add"
     assert assumed == ("replace" if sampler == "uniform" else "add")
     assert mech["dp_count_sensitivity"] == pytest.approx(parts[f"{assumed}_count"] * m, rel=1e-9)
@@ -344,7 +345,7 @@ def test_the_run_reports_epsilon_says_where_the_target_stops_it_and_shows_epsilo
                                                    "local_epochs": 2}},
      "with local epochs it uploads each client's step count"),
     ({"privacy": {"clip": "adaptive"}}, "privacy.quantile_noise"),  # default σ_b = 4/20 < z/2
-    # what the accountant cannot account for, refused before anything runs (issue 47)
+    # what the accountant cannot account for, refused before anything runs
     ({"privacy": {"noise_multiplier": 1e308}}, "privacy.noise_multiplier: input should be less than or equal to 1000000"),
     ({"privacy": {"noise_multiplier": 1e-5}}, "privacy.noise_multiplier: 1e-05 gives no guarantee"),
     ({"privacy": {"target_epsilon": 0.01}}, "privacy.target_epsilon: 0.01 is less than one round spends (ε = "),
@@ -376,7 +377,7 @@ def test_a_target_under_pld_computes_no_epsilon_far_past_it():
     cfg = config(sampler={"name": "all"}, privacy={"accountant": "pld", "target_epsilon": 15}, run={"rounds": 10_000})
     with pytest.raises(ConfigError, match="the run's 10000 rounds spend ε ≈"):
         Simulation(load_config(config(sampler={"name": "all"}, privacy={"accountant": "pld"}, run={"rounds": 10_000})))
-    dp = Simulation(load_config(cfg)).algorithm._dp
+    dp = Simulation(load_config(cfg)).privacy.dp
     limit = dp.round_limit(10_000)
     assert dp.epsilon(limit) <= 15 < dp.epsilon(limit + 1) and 1 < limit < 100
     assert max(dp._eps) <= 2 * limit and len(dp._eps) <= 2 * math.log2(limit) + 2
@@ -438,6 +439,101 @@ def test_privacy_off_leaves_the_resolved_config_as_before():
     on = load_config(config()).resolved()
     assert on["privacy"]["clip"] == "fixed" and on["privacy"]["delta"] == 1e-5
 
+
+
+# --- a wrapper around the server step, deciding from what the algorithm declares -----------------
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "feddyn", "fedadam"])
+def test_a_private_run_keeps_the_algorithms_own_class_and_wraps_its_server_step(name):
+    """No class is replaced at run time: the run's algorithm is the one its class built, and the
+    round takes its server step through the mechanism wrapped around it (Flower's DP strategies'
+    shape), which the engine is handed too."""
+    from fedpd import algorithms
+    from fedpd.privacy import PrivateAggregation
+
+    own = {"fedavg": algorithms.FedAvg, "scaffold": algorithms.Scaffold, "feddyn": algorithms.FedDyn,
+           "fedadam": algorithms.FedAdam}[name]
+    sim = Simulation(load_config(config(algorithm={"name": name})))
+    assert type(sim.algorithm) is own and type(sim.algorithm).__mro__ == own.__mro__
+    assert isinstance(sim.privacy, PrivateAggregation) and sim.privacy.algorithm is sim.algorithm
+    assert sim.aggregation is sim.privacy and sim.engine.aggregation is sim.privacy
+    sim.step()
+    assert type(sim.algorithm) is own and int(sim.server["dp_rounds"]) == 1
+    assert "dp_epsilon" in sim.metrics() and "dp_clip" in sim.server
+    public = Simulation(load_config(config(algorithm={"name": name}, privacy=None)))
+    assert public.privacy is None and public.aggregation is public.algorithm and public.engine.aggregation is None
+    assert "dp_clip" not in public.server
+
+
+#: each declaration of :class:`fedpd.Algorithm` [privacy] reads, set on a plain FedAvg, and the refusal it brings
+DECLARED = [
+    ({"weighs_by_samples": True}, {}, "weights = \"samples\" uploads each client's sample count unclipped"),
+    ({"robust_aggregate": True}, {}, "a robust aggregator (or Fed+'s aggregate) reads every upload"),
+    ({"means_only": False}, {}, "(its means_only is False"),
+    ({"statistic_uploads": ("s",)}, {}, "it uploads 's', a per-client statistic"),
+    ({"uploads_step_counts": True}, {"solver": {**BASE["solver"], "straggler_fraction": 0.5}}, "with stragglers"),
+    ({"reads_participant_count": True}, {"sampler": {"name": "bernoulli", "q": 0.4}}, "how many clients took part"),
+    ({"own_anchor": True, "broadcast": lambda self, server: {}}, {}, "it sends nothing; FedPD's clients keep their "
+                                                                     "own anchors"),
+]
+
+
+@pytest.mark.parametrize("declared, change, words", DECLARED)
+def test_what_privacy_refuses_is_what_the_algorithm_declares(declared, change, words):
+    """The same FedAvg passes with the base's defaults and is refused, for that reason, once one
+    declaration says otherwise — what a plug-in declares is what [privacy] reads."""
+    from fedpd import Algorithm
+    from fedpd.algorithms import FedAvg
+    from fedpd.build import build, build_problem
+    from fedpd.privacy import PrivateAggregation, private_aggregation
+
+    cfg = load_config(config(**change))
+    problem = build_problem(cfg)
+    _, solver, sampler = build(cfg, problem)
+
+    def wrap(algorithm):
+        return private_aggregation(cfg.options["privacy"], algorithm, algorithm_name="declared",
+                                   sampler_name=cfg.names["sampler"], sampler=sampler, num_clients=problem.num_clients,
+                                   solver=solver, x0=problem.x_init, seed=5, rounds=6)
+
+    assert isinstance(wrap(FedAvg()), PrivateAggregation)
+    for key in declared:
+        assert key in Algorithm.__doc__ and (key == "broadcast" or key in Algorithm.__annotations__), key
+    with pytest.raises(ConfigError) as err:
+        wrap(type("Declared", (FedAvg,), declared)())
+    assert str(err.value).startswith("privacy.clip: algorithm 'declared': ") and words in str(err.value)
+
+
+def test_privatise_is_a_deprecated_name_for_the_wrapper():
+    from fedpd.algorithms import FedAvg
+    from fedpd.build import build, build_problem
+    from fedpd.privacy import PrivateAggregation, privatise
+
+    cfg = load_config(config())
+    problem = build_problem(cfg)
+    algorithm, _, sampler = build(cfg, problem)
+    with pytest.warns(DeprecationWarning, match="use fedpd.privacy.private_aggregation"):
+        private = privatise(cfg, algorithm, sampler, problem.num_clients, problem.x_init)
+    assert isinstance(private, PrivateAggregation) and private.algorithm is algorithm and type(algorithm) is FedAvg
+    with pytest.warns(DeprecationWarning):
+        assert privatise(load_config(config(privacy=None)), algorithm, sampler, 12, problem.x_init) is algorithm
+
+
+def test_a_private_plugins_failing_hook_is_named_in_one_line(user_algorithms, monkeypatch):
+    """A plug-in's hook that raises under [privacy] is the plug-in's error, named as without it
+    (the probe of its broadcast, and its rounds, call it through fedpd.hooks)."""
+    directory, module = user_algorithms
+    monkeypatch.chdir(directory)
+    (directory / f"{module}_boom.py").write_text(
+        "from fedpd.algorithms import FedAvg\n\n\nclass Boom(FedAvg):\n    def init_server(self, x0):\n"
+        "        raise ValueError('no server for you')\n\n\nclass LateBoom(FedAvg):\n"
+        "    def local(self, message, clients, ctx):\n        raise ValueError('no training for you')\n")
+    with pytest.raises(ConfigError) as err:
+        Simulation(load_config(config(algorithm={"name": f"{module}_boom:Boom"})))
+    assert f"the plug-in {module}_boom:Boom failed in its init_server hook" in str(err.value)
+    assert "no server for you" in str(err.value) and "\n" not in str(err.value)
+    sim = Simulation(load_config(config(algorithm={"name": f"{module}_boom:LateBoom"})))
+    with pytest.raises(ConfigError, match=f"the plug-in {module}_boom:LateBoom failed in its local hook"):
+        sim.step()
 
 # --- the same numbers everywhere ----------------------------------------------------------------
 def _metrics(history):

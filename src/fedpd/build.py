@@ -22,7 +22,7 @@ from fedpd.disk_store import DiskStore, choose_store, log, state_bytes, store_bu
 from fedpd.errors import ConfigError
 from fedpd.hooks import call
 from fedpd.names import what
-from fedpd.privacy import privatise
+from fedpd.privacy import PrivateAggregation, private_aggregation
 from fedpd.problems.base import Problem
 from fedpd.solvers import GradientSolver
 from fedpd.store import ClientStore, MemoryStore, State
@@ -189,8 +189,15 @@ def build(cfg: Config, problem: Problem):
                               f"least {need} uploads per round; the sampler gives {sampler.per_round} (allowed: "
                               f"fewer Byzantine clients or more participants)")
     call(algorithm, "setup", federation_info(problem), solver)  # e.g. Fed+'s layer groups: fail before anything runs
-    algorithm = privatise(cfg, algorithm, sampler, num_clients, problem.x_init)  # [privacy]: DP-FedAvg's clipped, noised sum
     return algorithm, solver, sampler
+
+
+def build_privacy(cfg: Config, algorithm: Algorithm, solver, sampler, problem: Problem) -> PrivateAggregation | None:
+    """``[privacy]``: DP-FedAvg's clipped, noised mean wrapped around the algorithm's server step
+    (None: off), refused in one line where its guarantee would not hold (after :func:`build`)."""
+    return private_aggregation(cfg.options["privacy"], algorithm, algorithm_name=cfg.names["algorithm"],
+                               sampler_name=cfg.names["sampler"], sampler=sampler, num_clients=problem.num_clients,
+                               solver=solver, x0=problem.x_init, seed=cfg.run.seed, rounds=cfg.run.rounds)
 
 
 def from_toml(config_toml: str):

@@ -101,6 +101,9 @@ class InProcessEngine:
 
     #: the clients' devices, links and clock (``[system]``: fedpd.system.Fleet), set by the run; None: no clock
     fleet = None
+    #: what takes the server step in the algorithm's place ([privacy]: fedpd.privacy.PrivateAggregation),
+    #: set by the run; None: the algorithm itself
+    aggregation = None
 
     @property
     def sample_grads(self) -> int:
@@ -108,7 +111,8 @@ class InProcessEngine:
 
     def run_round(self, server: State, ids: Tensor, round: int) -> State:
         return run_round(self.algorithm, server, ids, round, clients=self, comm=self.comm, attack=self.attack,
-                         seed=self.seed, num_clients=self.store.num_clients, fleet=self.fleet)
+                         seed=self.seed, num_clients=self.store.num_clients, fleet=self.fleet,
+                         aggregation=self.aggregation)
 
     # --- the client half (fedpd.protocol.Clients) ------------------------------------------
     #: chunks are trained in ascending id order and given as each is done (fedpd.protocol sums a

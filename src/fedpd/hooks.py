@@ -58,7 +58,7 @@ def call(algorithm, hook: str, *args):
     except Exception as err:
         if not is_plugin(algorithm):
             raise
-        cls = type(algorithm).__mro__[2] if "_dp" in vars(algorithm) else type(algorithm)  # [privacy]'s subclass
+        cls = type(algorithm)
         raise HookError(f"algorithm.name: the plug-in {cls.__module__}:{cls.__qualname__} failed in its {hook} hook"
                         f"{_where(err, cls)}: {reason(err, 300)}") from err  # (the cause: the traceback, in Python)
 
@@ -129,7 +129,7 @@ def check_upload_models(algorithm, shapes: Mapping[str, tuple], message: Mapping
     x0 = message.get("x0")
     if not isinstance(x0, Tensor):
         return
-    for key in (*getattr(algorithm, "model_uploads", ()), *getattr(algorithm, "update_uploads", ())):
+    for key in (*algorithm.model_uploads, *algorithm.update_uploads):  # (what fedpd.Algorithm declares)
         if key in shapes and tuple(shapes[key]) != tuple(x0.shape):
             raise _refuse(algorithm, "local", f"returned upload {key!r} of shape {tuple(shapes[key])} per client "
                                               f"(allowed: {tuple(x0.shape)}, the broadcast model x0's: {key!r} is "

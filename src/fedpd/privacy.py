@@ -1,7 +1,7 @@
 """Client-level differential privacy: DP-FedAvg's clipped, noised sum and its accountant.
 
-``[privacy]`` (off unless ``clip`` is set) turns the server step of any algorithm that reads its
-uploads only through their means (``means_only``, :mod:`fedpd.algorithms.base`) into the
+``[privacy]`` (off unless ``clip`` is set) wraps the server step of any algorithm that reads its
+uploads only through their means (``means_only``, :mod:`fedpd.algorithms.base`) in the
 Gaussian mechanism of McMahan, Ramage, Talwar, Zhang, "Learning differentially private recurrent
 language models", ICLR 2018 (DP-FedAvg, Alg. 1 with the fixed-denominator estimator f̃_f):
 
@@ -10,10 +10,17 @@ language models", ICLR 2018 (DP-FedAvg, Alg. 1 with the fixed-denominator estima
     ū    = x0 + (Σ_{i∈P} Δ̃_i + N(0, z_Δ² S² I)) / m   (m: the sampler's expected participants)
 
 and hands the algorithm's own server step the one "noisy mean upload" ū in place of the mean of
-the uploads — the step is post-processing of the noised sum. ``clip = "adaptive"`` moves S each
-round toward the ``target_quantile`` γ of the update norms (Andrew, Thakkar, McMahan, Ramaswamy,
-"Differentially private learning with adaptive clipping", NeurIPS 2021, Alg. 1), the bits
-b_i = 1[‖Δ_i‖ ≤ S] centred, b_i − ½, as in the authors' implementation:
+the uploads — the step is post-processing of the noised sum. :class:`PrivateAggregation` is that
+wrapper (as Flower's DP strategies wrap a strategy): the round takes its server step through it and
+the algorithm object is left as it is. Whether the guarantee holds is read from what the algorithm
+declares (:class:`~fedpd.algorithms.base.Algorithm`: ``means_only``, its model, update and
+statistic uploads, ``weighs_by_samples``, ``robust_aggregate``, ``reads_participant_count``,
+``own_anchor``, ``uploads_step_counts``); :func:`private_aggregation` refuses the rest in one line.
+
+``clip = "adaptive"`` moves S each round toward the ``target_quantile`` γ of the update norms
+(Andrew, Thakkar, McMahan, Ramaswamy, "Differentially private learning with adaptive clipping",
+NeurIPS 2021, Alg. 1), the bits b_i = 1[‖Δ_i‖ ≤ S] centred, b_i − ½, as in the authors'
+implementation:
 
     b̄ = (Σ_i (b_i − ½) + N(0, σ_b²)) / m + ½,   S ← S · exp(−η_C (b̄ − γ)).
 
@@ -43,15 +50,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import warnings
 from typing import Literal
 
 import torch
 from pydantic import Field, model_validator
 
-from fedpd.algorithms.base import DIAGNOSTICS, METRIC_PREFIX, Algorithm, streams_means
+from fedpd.algorithms.base import DIAGNOSTICS, METRIC_PREFIX, Algorithm, UploadMean, streams_means
 from fedpd.errors import ConfigError
+from fedpd.hooks import call
 from fedpd.options import Options, refuse
 from fedpd.ordered import ordered_sq_norm
+from fedpd.solvers import GradientSolver
 from fedpd.streams import ClientStreams
 
 SAMPLERS = ("all", "uniform", "bernoulli")
@@ -268,47 +278,59 @@ def epsilon(mechanism: dict, rounds: int) -> float:
         return float(accountant.get_epsilon(m["dp_delta"]))
 
 
-# --- the mechanism, as a subclass of the run's algorithm ------------------------------------
+# --- the mechanism, wrapped around the algorithm's server step --------------------------------
 _SUM, _DIAG, _BELOW = "dp_sum_", "dp_diag_", "dp_below"
 
 
-class _Private:
-    """Placed before the algorithm's class in the MRO (:func:`privatise`): clips each accepted
-    upload in ``mean_terms``, noises the sum in ``aggregate_means`` and hands the algorithm's own
-    ``mean_terms``/``aggregate_means`` the one noisy mean upload ū (module docstring)."""
+class PrivateAggregation:
+    """The mechanism around ``algorithm``'s server step, as Flower's
+    ``DifferentialPrivacyServerSideFixedClipping`` wraps a strategy: the round takes its server step
+    here in the algorithm's place (``aggregation`` of :func:`fedpd.protocol.run_round`), and this
+    clips each accepted upload in :meth:`mean_terms`, noises their sum in :meth:`aggregate_means`
+    and hands the algorithm's own ``mean_terms`` and ``aggregate_means`` the one noisy mean upload
+    ū (module docstring). The algorithm object is not changed: its clients' rules run as they are.
+    The server state gains the clip norm in force and the rounds composed (``dp_clip``,
+    ``dp_rounds``), so a resume continues the mechanism and its accountant."""
 
-    _dp: ClientDP
+    means_only = True  # (a round may stream the means: the clipped terms are summed as they come)
+
+    def __init__(self, algorithm: Algorithm, dp: ClientDP):
+        self.algorithm, self.dp = algorithm, dp
 
     def init_server(self, x0):
-        server = super().init_server(x0)
-        server["dp_clip"] = torch.tensor(self._dp.opts.clip_norm, dtype=torch.float64, device=x0.device)
+        server = call(self.algorithm, "init_server", x0)
+        server["dp_clip"] = torch.tensor(self.dp.opts.clip_norm, dtype=torch.float64, device=x0.device)
         server["dp_rounds"] = torch.tensor(0, dtype=torch.int64, device=x0.device)
         return server
 
+    def _is_model(self, key: str) -> bool:
+        return key in self.algorithm.model_uploads
+
     def _keys(self, uploads) -> list[str]:
+        alg = self.algorithm
         keys = [k for k in uploads if not k.startswith(METRIC_PREFIX)]
-        other = [k for k in keys if k not in self.model_uploads and k not in self.update_uploads]
+        other = [k for k in keys if k not in alg.model_uploads and k not in alg.update_uploads]
         if other:
-            raise ConfigError(f"privacy.clip: algorithm '{self.name}' uploads '{other[0]}', neither a model nor an "
+            raise ConfigError(f"privacy.clip: algorithm '{alg.name}' uploads '{other[0]}', neither a model nor an "
                               f"update, which cannot be clipped (allowed: privacy.clip = \"none\")")
         return keys
 
     def mean_terms(self, server, uploads):
         keys, x0, S = self._keys(uploads), server["x0"], server["dp_clip"]
-        deltas = {k: uploads[k] - x0 if k in self.model_uploads else uploads[k] for k in keys}
+        deltas = {k: uploads[k] - x0 if self._is_model(k) else uploads[k] for k in keys}
         norm = torch.sqrt(sum(ordered_sq_norm(d.double(), 1) for d in deltas.values()))  # joint norm, [k]
         scale = torch.clamp(S / torch.clamp(norm, min=1e-300), max=1.0)
         clipped = {k: d * scale[:, None].to(d.dtype) for k, d in deltas.items()}
         terms = {_SUM + k: v for k, v in clipped.items()}
         terms[_BELOW] = (norm <= S).to(torch.float64) - 0.5  # centred: one client moves the count by ½
-        row = {k: x0 + c if k in self.model_uploads else c for k, c in clipped.items()}
+        row = {k: x0 + c if self._is_model(k) else c for k, c in clipped.items()}
         row.update({k: v for k, v in uploads.items() if k.startswith(METRIC_PREFIX)})
-        own = super().mean_terms(server, row)  # the diagnostics of the clipped upload
+        own = self.algorithm.mean_terms(server, row)  # the diagnostics of the clipped upload
         terms.update({_DIAG + k: v for k, v in own.items() if k in DIAGNOSTICS or k.startswith(METRIC_PREFIX)})
         return terms
 
     def aggregate_means(self, server, means, ctx):
-        dp, count, S = self._dp, ctx.ids.numel(), server["dp_clip"]
+        dp, count, S = self.dp, ctx.ids.numel(), server["dp_clip"]
         keys = [k[len(_SUM):] for k in means if k.startswith(_SUM)]
         sizes = [means[_SUM + k].numel() for k in keys]
         server_row = torch.zeros(1, dtype=torch.int64)  # one stream: the server's ("privacy", round)
@@ -319,11 +341,11 @@ class _Private:
             total = means[_SUM + k] * count
             e = noise[k].to(total.device).reshape(total.shape)
             noisy = (total + (dp.z_update * S * e).to(total.dtype)) / dp.m
-            row[k] = (server["x0"] + noisy if k in self.model_uploads else noisy).unsqueeze(0)
-        step = {k: v[0] for k, v in super().mean_terms(server, row).items()
+            row[k] = (server["x0"] + noisy if self._is_model(k) else noisy).unsqueeze(0)
+        step = {k: v[0] for k, v in self.algorithm.mean_terms(server, row).items()
                 if not (k in DIAGNOSTICS or k.startswith(METRIC_PREFIX))}
         step.update({k[len(_DIAG):]: v for k, v in means.items() if k.startswith(_DIAG)})
-        new, reply = super().aggregate_means(server, step, ctx)
+        new, reply = self.algorithm.aggregate_means(server, step, ctx)
         clip = S
         if dp.opts.clip == "adaptive":  # Andrew et al. Alg. 1: the noised fraction of unclipped updates
             below = (means[_BELOW] * count + dp.sigma_b * xi[-1].to(S.device)) / dp.m + 0.5
@@ -331,21 +353,29 @@ class _Private:
         new = {**new, "dp_clip": clip, "dp_rounds": torch.tensor(ctx.round + 1, dtype=torch.int64, device=S.device)}
         return new, reply
 
+    def aggregate(self, server, uploads, ctx):
+        """The same step from the stacked uploads (a round with an update attack): the clipped terms
+        summed one client at a time in id order, as a streamed round sums them."""
+        mean = UploadMean(self, server)
+        mean.add(uploads)
+        return self.aggregate_means(server, mean.means(), ctx)
+
     def diagnostics(self, server):
-        out = super().diagnostics(server)
+        out = self.algorithm.diagnostics(server)
         rounds = int(server["dp_rounds"])
-        out["dp_epsilon"] = self._dp.epsilon(rounds)
+        out["dp_epsilon"] = self.dp.epsilon(rounds)
         out["dp_rounds"] = rounds  # T: the rounds dp_epsilon composes
-        out.update(self._dp.mechanism())
+        out.update(self.dp.mechanism())
         out["dp_clip_norm"] = float(server["dp_clip"])
         return out
 
 
-def _refusal(algorithm: Algorithm, sampler_name: str, x0: torch.Tensor) -> str:
-    """Why client-level DP's guarantee would not hold for this algorithm ("" when it does)."""
-    if getattr(algorithm, "weights", "uniform") == "samples":
+def _refusal(algorithm: Algorithm, sampler_name: str, solver, x0: torch.Tensor) -> str:
+    """Why client-level DP's guarantee would not hold for this algorithm ("" when it does), read from
+    what :class:`~fedpd.algorithms.base.Algorithm` declares of its server step and uploads."""
+    if algorithm.weighs_by_samples:
         return "weights = \"samples\" uploads each client's sample count unclipped (allowed: weights = \"uniform\")"
-    if getattr(algorithm, "robust", None) is not None:
+    if algorithm.robust_aggregate:
         return ("a robust aggregator (or Fed+'s aggregate) reads every upload, not their sum: the clipped sum's "
                 "sensitivity bound does not hold (allowed: algorithm.aggregator = \"mean\" on a FedAvg-type rule)")
     if not algorithm.means_only:
@@ -359,44 +389,53 @@ def _refusal(algorithm: Algorithm, sampler_name: str, x0: torch.Tensor) -> str:
                 f"docs/extending.md)")
     if type(algorithm).participants is not Algorithm.participants:
         return "its rounds choose their own participants, outside the sampler the accountant assumes"
-    probe = algorithm.broadcast(algorithm.init_server(x0))
+    probe = call(algorithm, "broadcast", call(algorithm, "init_server", x0))  # a plug-in's failure: one line
     if "x0" not in probe:
         sent = ", ".join(repr(k) for k in probe) or "nothing"
-        anchors = "; FedPD's clients keep their own anchors" if getattr(algorithm, "own_anchor", False) else ""
+        anchors = "; FedPD's clients keep their own anchors" if algorithm.own_anchor else ""
         return (f"its broadcast holds no model 'x0' (it sends {sent}{anchors}), so its uploads are not relative to a "
                 f"model the server sent and their change cannot be clipped")
-    statistics = getattr(algorithm, "statistic_uploads", ())  # e.g. q-FFL's h_k
-    if statistics:
-        return f"it uploads {statistics[0]!r}, a per-client statistic that is neither a model nor an update, unclipped"
-    if getattr(getattr(algorithm, "local_solver", None), "straggler_fraction", 0) > 0:
+    if algorithm.statistic_uploads:  # e.g. q-FFL's h_k
+        return (f"it uploads {algorithm.statistic_uploads[0]!r}, a per-client statistic that is neither a model nor "
+                f"an update, unclipped")
+    steps = algorithm.uploads_step_counts and isinstance(solver, GradientSolver)
+    if steps and solver.straggler_fraction > 0:
         return "with stragglers it uploads each client's step count unclipped (allowed: solver.straggler_fraction = 0)"
-    if getattr(getattr(algorithm, "local_solver", None), "local_epochs", 0) > 0:
+    if steps and solver.local_epochs > 0:
         return ("with local epochs it uploads each client's step count, which follows its data size, unclipped "
                 "(allowed: solver.local_epochs = 0)")
-    if sampler_name == "bernoulli" and getattr(algorithm, "reads_participant_count", False):
+    if sampler_name == "bernoulli" and algorithm.reads_participant_count:
         return ("its server step uses how many clients took part, which Poisson sampling makes private (allowed: "
                 "sampler.name = \"uniform\" or \"all\")")
     return ""
 
 
-def privatise(cfg, algorithm: Algorithm, sampler, num_clients: int, x0: torch.Tensor) -> Algorithm:
-    """``algorithm`` with ``[privacy]`` applied (itself when ``privacy.clip = "none"``; ``x0``: the
-    model's initial point, to see what the algorithm broadcasts); a
-    combination whose guarantee would not hold is refused in one line (ConfigError)."""
-    opts: PrivacyOptions = cfg.options["privacy"]
+def private_aggregation(opts: PrivacyOptions, algorithm: Algorithm, *, algorithm_name: str, sampler_name: str,
+                        sampler, num_clients: int, solver, x0: torch.Tensor, seed: int,
+                        rounds: int) -> PrivateAggregation | None:
+    """``[privacy]``'s mechanism around ``algorithm``'s server step (None when ``opts.clip`` is
+    "none"; ``x0``: the model's initial point, to see what the algorithm broadcasts). A combination
+    whose guarantee would not hold, or whose ε cannot be accounted for, is refused in one line
+    (ConfigError), before anything runs."""
     if opts.clip == "none":
-        return algorithm
-    name = cfg.names["sampler"]
-    if name not in SAMPLERS:
-        raise ConfigError(f"privacy.clip: sampler '{name}' has no accountant (allowed samplers: {', '.join(SAMPLERS)})")
-    why = _refusal(algorithm, name, x0)
+        return None
+    if sampler_name not in SAMPLERS:
+        raise ConfigError(f"privacy.clip: sampler '{sampler_name}' has no accountant (allowed samplers: "
+                          f"{', '.join(SAMPLERS)})")
+    why = _refusal(algorithm, sampler_name, solver, x0)
     if why:
-        raise ConfigError(f"privacy.clip: algorithm '{cfg.names['algorithm']}': {why}")
-    if isinstance(algorithm, _Private):
-        return algorithm
-    dp = ClientDP(opts, name, sampler, num_clients, cfg.run.seed, cfg.run.rounds)  # refuses what cannot be accounted
-    cls = type(algorithm)
-    algorithm.__class__ = type(f"Private{cls.__name__}", (_Private, cls), {"__module__": cls.__module__})
-    algorithm._dp = dp
-    return algorithm
+        raise ConfigError(f"privacy.clip: algorithm '{algorithm_name}': {why}")
+    return PrivateAggregation(algorithm, ClientDP(opts, sampler_name, sampler, num_clients, seed, rounds))
 
+
+def privatise(cfg, algorithm: Algorithm, sampler, num_clients: int, x0: torch.Tensor):
+    """Deprecated (it changed the algorithm's class): :func:`private_aggregation`, whose mechanism
+    wraps the server step instead. Returns that wrapper, or ``algorithm`` when privacy is off."""
+    warnings.warn("fedpd.privacy.privatise is deprecated: use fedpd.privacy.private_aggregation, the mechanism "
+                  "around the algorithm's server step (the algorithm keeps its class)", DeprecationWarning,
+                  stacklevel=2)
+    solver = cfg.entries["solver"].build(**cfg.options["solver"].model_dump())
+    private = private_aggregation(cfg.options["privacy"], algorithm, algorithm_name=cfg.names["algorithm"],
+                                  sampler_name=cfg.names["sampler"], sampler=sampler, num_clients=num_clients,
+                                  solver=solver, x0=x0, seed=cfg.run.seed, rounds=cfg.run.rounds)
+    return algorithm if private is None else private

@@ -65,11 +65,15 @@ class Clients(Protocol):
 
 
 def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, clients: Clients,
-              comm: CommCounter, attack: Attack, seed: int, num_clients: int, fleet: Fleet | None = None) -> State:
+              comm: CommCounter, attack: Attack, seed: int, num_clients: int, fleet: Fleet | None = None,
+              aggregation=None) -> State:
     """One round with participants ``ids``; returns the new server state. With a ``fleet``
     (``[system]``) the round also takes simulated time: uploads that arrive after the deadline,
     beyond the over-selection target or after their client's available period count as dropouts,
-    and the fleet's clock moves to the round's end (:class:`fedpd.system.RoundTime`)."""
+    and the fleet's clock moves to the round's end (:class:`fedpd.system.RoundTime`).
+    ``aggregation`` takes the server step in the algorithm's place (``aggregate``, or ``mean_terms``
+    and ``aggregate_means``): ``[privacy]``'s mechanism wrapped around the algorithm's own step
+    (:class:`fedpd.privacy.PrivateAggregation`); None: the algorithm itself."""
     if ids.numel() == 0:
         comm.end_round()
         return server
@@ -95,7 +99,7 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
     streamed = streams_means(algorithm) and attack.family != "update" and getattr(clients, "in_id_order", False)
     aggregate = _streamed if streamed else _stacked
     server, reply, accepted = aggregate(algorithm, server, groups, message, round, comm=comm, attack=attack,
-                                        seed=seed, num_clients=num_clients)
+                                        seed=seed, num_clients=num_clients, aggregation=aggregation or algorithm)
     if accepted.numel():
         comm.down(reply, accepted.numel())
     if clock is not None:
@@ -163,7 +167,7 @@ def _without_work(up: State | None) -> tuple[State | None, Tensor | None]:
 
 
 def _stacked(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
-             attack: Attack, seed: int, num_clients: int) -> tuple[State, State, Tensor]:
+             attack: Attack, seed: int, num_clients: int, aggregation) -> tuple[State, State, Tensor]:
     """Steps 6–7 over all K uploads at once (attacks and robust aggregators need them together):
     (new server state, reply, accepted senders)."""
     groups = list(groups)
@@ -192,17 +196,18 @@ def _stacked(algorithm: Algorithm, server: State, groups, message: State, round:
         return server, {}, accepted
     if not bool(keep.all()):
         upload = {k: v[keep.to(v.device)] for k, v in upload.items()}
-    step = server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients, seed))
+    step = server_step(algorithm, "aggregate", server, upload, ServerContext(accepted, round, num_clients, seed),
+                       aggregation)
     return step + (accepted,)
 
 
 def _streamed(algorithm: Algorithm, server: State, groups, message: State, round: int, *, comm: CommCounter,
-              attack: Attack, seed: int, num_clients: int) -> tuple[State, State, Tensor]:
+              attack: Attack, seed: int, num_clients: int, aggregation) -> tuple[State, State, Tensor]:
     """Steps 6–7 for a ``means_only`` rule with no update attack, on groups that arrive in ascending
     id order: each group is counted, screened and added into the mean as it arrives, then let go,
     so the round never holds K uploads. The same rows in the same order as :func:`_stacked`: the
     same aggregate, bitwise."""
-    running = _RunningMean(UploadMean(algorithm, server), comm, round)
+    running = _RunningMean(algorithm, UploadMean(aggregation, server), comm, round)
     for ids, up in groups:
         running.add(ids, up)
         del up  # let the group's uploads go before the engine trains the next
@@ -210,15 +215,16 @@ def _streamed(algorithm: Algorithm, server: State, groups, message: State, round
     if not accepted.numel():
         return server, {}, accepted
     return server_step(algorithm, "aggregate_means", server, running.mean.means(),
-                        ServerContext(accepted, round, num_clients, seed)) + (accepted,)
+                        ServerContext(accepted, round, num_clients, seed), aggregation) + (accepted,)
 
 
-def server_step(algorithm: Algorithm, hook: str, server: State, given: State,
-                 ctx: ServerContext) -> tuple[State, State]:
-    """(new server state, reply) of the hook ``aggregate`` or ``aggregate_means``, checked to keep
-    the server model's shape (:mod:`fedpd.hooks`)."""
+def server_step(algorithm: Algorithm, hook: str, server: State, given: State, ctx: ServerContext,
+                aggregation=None) -> tuple[State, State]:
+    """(new server state, reply) of the hook ``aggregate`` or ``aggregate_means`` — the algorithm's, or
+    that of the ``aggregation`` wrapped around it (:func:`run_round`) — checked to keep the server
+    model's shape (:mod:`fedpd.hooks`)."""
     x0_shape = server["x0"].shape if "x0" in server else None
-    out = getattr(algorithm, hook)(server, given, ctx)
+    out = getattr(aggregation or algorithm, hook)(server, given, ctx)
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ConfigError(f"algorithm.name: {type(algorithm).__qualname__}.{hook} returned {what(out)} (allowed: "
                           f"(new server state, reply), two dicts of tensors)")
@@ -231,8 +237,8 @@ class _RunningMean:
     """The streamed round's screen and sum: a group is rejected whole when it is unusable or laid
     out unlike the first group (keys, trailing shapes, dtypes), a row when it is not finite."""
 
-    def __init__(self, mean: UploadMean, comm: CommCounter, round: int):
-        self.mean, self.comm, self.round = mean, comm, round
+    def __init__(self, algorithm: Algorithm, mean: UploadMean, comm: CommCounter, round: int):
+        self.algorithm, self.mean, self.comm, self.round = algorithm, mean, comm, round
         self.accepted: list[Tensor] = []
         self.last, self.layout = -1, None
 
@@ -246,7 +252,7 @@ class _RunningMean:
         self.last = int(ids[-1])
         if self.layout is None:  # the first group's: a later group laid out otherwise is rejected
             self.layout = {k: (v.shape[1:], v.dtype) for k, v in up.items()}
-            check_upload_models(self.mean.algorithm, {k: s for k, (s, _) in self.layout.items()}, self.mean.server)
+            check_upload_models(self.algorithm, {k: s for k, (s, _) in self.layout.items()}, self.mean.server)
         if {k: (v.shape, v.dtype) for k, v in up.items()} != {k: ((ids.numel(), *s), d) for k, (s, d) in self.layout.items()}:
             self.comm.rejected_uploads += ids.numel()
             return

@@ -319,7 +319,7 @@ class _Written:
 def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], progress: bool, label: str,
           on_checkpoint=None, status: StatusFile | None = None) -> RunResult:
     rounds, every = cfg.run.rounds, cfg.run.eval_every
-    dp = getattr(sim.algorithm, "_dp", None)  # [privacy]: stop before a round would pass target_epsilon
+    dp = sim.privacy.dp if sim.privacy is not None else None  # [privacy]: stop before a round passes target_epsilon
     if dp is not None:
         limit = dp.round_limit(rounds)
         if limit < rounds and sim.round < rounds:  # said plainly, not a silent early finish

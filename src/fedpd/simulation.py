@@ -14,7 +14,8 @@ from torch import Tensor
 
 from fedpd import handover
 from fedpd.algorithms.base import Algorithm
-from fedpd.build import build, build_attack, build_problem, build_store, exact_float32, resolve_device
+from fedpd.build import (build, build_attack, build_privacy, build_problem, build_store, exact_float32,
+                         resolve_device)
 from fedpd.checks import check_against_problem
 from fedpd.config import Config, load_config
 from fedpd.disk_store import DiskStore, default_store_dir
@@ -58,10 +59,12 @@ class Simulation:
         self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
+        # [privacy]: the mechanism the round takes its server step through (None: the algorithm's own step)
+        self.privacy = build_privacy(cfg, self.algorithm, self.solver, self.sampler, self.problem)
         check_against_problem(cfg, self.problem, self.algorithm)  # e.g. a batch larger than every client
         self.algorithm: Algorithm
         x0 = self.problem.x_init
-        self.server: State = call(self.algorithm, "init_server", x0)
+        self.server: State = call(self.aggregation, "init_server", x0)
         check_init_server(self.algorithm, self.server, x0.shape)
         init = call(self.algorithm, "init_client", x0)
         check_tensors(self.algorithm, "init_client", init, "client state")
@@ -75,10 +78,17 @@ class Simulation:
                                           transport=transport, store=store)
         self.fleet = build_fleet(cfg, self.problem, self.sampler, self.algorithm, transport)
         self.engine.fleet = self.fleet
+        self.engine.aggregation = self.privacy
         self.asynchronous = build_asynchronous(cfg, self.problem, self.algorithm, self.solver, self.fleet)
         self.round = 0
         self.elapsed = 0.0
         self._left_behind: list[Path] = []
+
+    @property
+    def aggregation(self):
+        """What takes the server step (its state, diagnostics): [privacy]'s mechanism around the
+        algorithm's step, or the algorithm."""
+        return self.algorithm if self.privacy is None else self.privacy
 
     def close(self) -> None:
         """Release what the engine holds besides memory (``run.workers``' processes); a later
@@ -175,7 +185,7 @@ class Simulation:
         if samples is not None:
             record["eval_train_samples"] = int(samples.numel())
         record.update(evaluate(self.problem, self.model(), clients, batch, self.cfg.run.eval_metrics, samples))
-        record.update(self.algorithm.diagnostics(self.server))
+        record.update(self.aggregation.diagnostics(self.server))
         if self.cfg.run.personal_eval != "never":
             personal = self.algorithm.personal_models(self.server, self.store, self.problem)
             if personal is not None:

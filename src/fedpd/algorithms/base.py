@@ -98,6 +98,14 @@ class Algorithm:
     (:func:`streams_means`), so its step is never skipped; one that overrides ``aggregate_means``
     while it is not ``means_only`` would be skipped, and is refused (:func:`unused_server_step`).
 
+    What the rule declares of its uploads and server step (typed class attributes, defaults below;
+    one whose answer follows the options is a property, as FedAvg's ``means_only``), which attacks
+    and ``[privacy]`` read instead of guessing: ``model_uploads``, ``update_uploads`` and
+    ``statistic_uploads`` (what each upload key is), ``means_only``, ``weighs_by_samples``,
+    ``robust_aggregate``, ``reads_participant_count``, ``own_anchor`` and ``uploads_step_counts``.
+    ``[privacy]`` wraps the server step of a rule whose declarations allow it and refuses the others
+    in one line (:mod:`fedpd.privacy`).
+
     The evaluation path (never counted, not part of a round): ``evaluation_model(server, clients)``
     (the point the metrics are taken at; default x0), ``personal_models(server, clients,
     problem=None)`` (each client's own model [N, d], or None) and ``diagnostics(server)`` (extra
@@ -121,6 +129,9 @@ class Algorithm:
     #: Other uploads (a sample count, a step count) are left alone by attacks. See fedpd.attacks.
     model_uploads: ClassVar[tuple[str, ...]] = ("x", "z", "w")
     update_uploads: ClassVar[tuple[str, ...]] = ()
+    #: upload keys that are per-client statistics, neither a model nor an update (q-FFL's h_k):
+    #: attacks leave them alone, and ``[privacy]`` refuses the rule, as it cannot clip them
+    statistic_uploads: ClassVar[tuple[str, ...]] = ()
     #: the local rule runs the ``[solver]`` (False: Xu's methods; a changed solver option is refused)
     uses_solver: ClassVar[bool] = True
     #: the local rule takes gradient steps (solver gd or sgd; not the exact solver)
@@ -165,6 +176,22 @@ class Algorithm:
     #: accepted clients (the step itself: :meth:`aggregate_means`), so a round may add each
     #: client's terms in as it arrives instead of holding all K uploads (:mod:`fedpd.protocol`)
     means_only: bool = False
+
+    #: What the server step is, as ``[privacy]`` (:mod:`fedpd.privacy`) reads it to decide whether
+    #: its guarantee holds; a rule whose answer follows its options overrides one with a property.
+    #: the server weighs the clients by their sample counts, which they upload (``weights = "samples"``)
+    weighs_by_samples: bool = False
+    #: the server step is a robust aggregate of every upload (a robust aggregator, Fed+'s), not their mean
+    robust_aggregate: bool = False
+    #: the server step uses how many clients took part (SCAFFOLD's |P|/N; the primal-dual rules'
+    #: ``dual_mean = "all"``), a number Poisson sampling keeps private
+    reads_participant_count: bool = False
+    #: the clients train from anchors x0_i of their own, kept on the clients, not from a model the
+    #: server broadcasts (FedPD)
+    own_anchor: bool = False
+    #: each client uploads its number of local steps when the solver's vary (stragglers, local
+    #: epochs): FedNova's ‖a_i‖₁, FedCM's Q_i
+    uploads_step_counts: ClassVar[bool] = False
 
     def aggregate(self, server: State, uploads: State, ctx: ServerContext) -> tuple[State, State]:
         """(new server state, reply to the senders) from the accepted uploads (rows by ascending id).

@@ -44,6 +44,7 @@ class FedCM(Algorithm):
     Options = FedCMOptions
     needs_gradient_solver = True
     means_only = True  # the server step reads means only (mean_terms, aggregate_means)
+    uploads_step_counts = True  # Q_i when the solver's steps vary
 
     def __init__(self, alpha: float = 0.1, server_lr: float = 1.0):
         self.alpha, self.server_lr = alpha, server_lr

@@ -75,6 +75,7 @@ class FedNova(Algorithm):
     Options = FedNovaOptions
     needs_gradient_solver = True  # a_i are the weights of the gradient steps
     means_only = True  # τ_eff and Σ_i p_i Δ_i/‖a_i‖₁ are means over the participants
+    uploads_step_counts = True  # ‖a_i‖₁ when the solver's steps vary
 
     def __init__(self, mu: float = 0.0):
         self.mu = mu

@@ -164,6 +164,14 @@ class FedPlus(Algorithm):
     Options = FedPlusOptions
     unused_solver_options = ("momentum", "clip_norm")  # eq. (14) has no momentum; its own loop
 
+    @property
+    def weighs_by_samples(self) -> bool:  # (Algorithm's capabilities)
+        return self.weights == "samples"
+
+    @property
+    def robust_aggregate(self) -> bool:
+        return self.robust is not None
+
     def __init__(self, psi: str = "l2", sigma: float = 1.0, delta: float = 0.1, lam: float = 0.0,
                  groups: list | tuple = (), aggregator: str = "fedplus", aggregator_options: dict | None = None,
                  aggregate_over: str = "all", weights: str = "uniform", party_steps: list | tuple = (),

@@ -200,6 +200,14 @@ class RobustAveraging:
     weights: str = "uniform"
     client_momentum: float = 0.0  # β of client momentum (0: off)
 
+    @property
+    def weighs_by_samples(self) -> bool:  # (Algorithm's capabilities)
+        return self.weights == "samples"
+
+    @property
+    def robust_aggregate(self) -> bool:
+        return self.robust is not None
+
     def use_aggregator(self, aggregator: str = "mean", aggregator_options: dict | None = None,
                        weights: str = "uniform", client_momentum: float = 0.0) -> None:
         robust = ServerAggregator(aggregator, aggregator_options, weights)

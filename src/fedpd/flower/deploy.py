@@ -75,7 +75,7 @@ def check_config(cfg: Config) -> None:
     (one line says so)."""
     import sys
 
-    from fedpd.build import build, build_problem
+    from fedpd.build import build, build_privacy, build_problem
     from fedpd.checks import check_against_problem
     from fedpd.errors import DataError
 
@@ -85,7 +85,8 @@ def check_config(cfg: Config) -> None:
         print(f"fedpd: the app is not checked against its problem here ({reason(err, 200)}); the server checks it "
               f"when the run starts", file=sys.stderr, flush=True)
         return
-    algorithm, _, _ = build(cfg, problem)
+    algorithm, solver, sampler = build(cfg, problem)
+    build_privacy(cfg, algorithm, solver, sampler, problem)
     check_against_problem(cfg, problem, algorithm)
 
 
