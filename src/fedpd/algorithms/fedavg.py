@@ -37,8 +37,8 @@ class FedAvg(RobustAveraging, Algorithm):
     Options = AggregatorOptions
 
     def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform",
-                 client_momentum: float = 0.0):
-        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)
+                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
 
     def objective(self, message, clients, k: int) -> LocalObjective:
         return LocalObjective()
@@ -79,8 +79,8 @@ class FedProx(FedAvg):
     Options = FedProxOptions
 
     def __init__(self, mu: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform", client_momentum: float = 0.0):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum)
+                 weights: str = "uniform", client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
         self.mu = mu
 
     def objective(self, message, clients, k):

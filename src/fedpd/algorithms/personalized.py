@@ -105,8 +105,8 @@ class Ditto(FedAvg):
 
     def __init__(self, lam: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
                  weights: str = "uniform",
-                 client_momentum: float = 0.0):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum)
+                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
         self.lam = lam
 
     def init_client(self, x0):
@@ -146,9 +146,9 @@ class APFL(_OwnLoop, RobustAveraging, Algorithm):
 
     def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0, aggregator: str = "mean",
                  aggregator_options: dict | None = None, weights: str = "uniform",
-                 client_momentum: float = 0.0):
+                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
         self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
-        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)
+        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
 
     def init_client(self, x0):
         return self.client_state(x0, {"v": x0.clone(), "alpha": torch.full((1,), self.alpha, dtype=x0.dtype)})
@@ -199,9 +199,9 @@ class PFedMe(_OwnLoop, RobustAveraging, Algorithm):
 
     def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
                  aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform",
-                 client_momentum: float = 0.0):
+                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
         self.lam, self.inner_steps, self.personal_lr, self.beta = lam, inner_steps, personal_lr, beta
-        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)
+        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
 
     def init_client(self, x0):
         return self.client_state(x0, {"theta": x0.clone()})
@@ -250,8 +250,8 @@ class PerFedAvg(_OwnLoop, FedAvg):
 
     def __init__(self, alpha: float = 0.01, aggregator: str = "mean", aggregator_options: dict | None = None,
                  weights: str = "uniform",
-                 client_momentum: float = 0.0):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum)
+                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
         self.alpha = alpha
 
     def local(self, message, clients, ctx: ClientContext):

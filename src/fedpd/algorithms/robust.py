@@ -43,6 +43,30 @@ the rule and its chain see is x0 + v). The algorithms whose uploads are not mode
 x0 (FedPD, FedDyn and the primal-dual family, SCAFFOLD's corrections, Fed+'s) have no
 ``client_momentum`` option: a momentum of their uploads would not be a momentum of updates, so
 the key is refused there as any unknown key is, in one line.
+
+**Where the momentum starts** (``client_momentum_start``). ``"zero"`` (the default, ByzFL's
+client): m_i = 0 before a client's first upload, so with constant updates its t-th momentum is
+(1 − β^t) Δ_i — 10 times smaller than the update at first for β = 0.9. That is Karimireddy et
+al.'s worker momentum in other units: their workers keep a heavy-ball buffer m ← β m + g started at
+the first gradient (their released code), 1/(1 − β) times this m at every step. ``"update"``:
+m_i = Δ_i at a client's first upload, then the same recursion — torch.optim.SGD's buffer with
+dampening β; for constant updates it equals Adam's bias-corrected m_i / (1 − β^t) (Kingma and Ba,
+"Adam: a method for stochastic optimization", ICLR 2015, §3). The momenta then have the updates'
+scale from the first round.
+
+Why it matters: centered clipping's τ is a fixed radius, and each row farther than τ from the
+centre moves the aggregate by τ/n, whatever the rows' scale. Against f rows of IPM with a large ε,
+one iteration gives v + (1/n) Σ_honest (m_i − v) − (f/n) τ u (the honest rows within τ; u the
+direction of the honest mean). Zero-started momenta make the honest part (1 − β^t) times smaller;
+in the first rounds it is below fτ/n and the aggregate momentum points away from the honest mean.
+This happens from round 0 on, where v = 0 and the centre is x0 with or without momentum, so the
+centre is not the cause (the tests work it by hand). ``"update"`` removes the (1 − β^t) factor;
+a τ on the momenta's own scale (τ(1 − β): Karimireddy et al.'s fixed τ on their heavy-ball
+momenta) shrinks the attacker's pull with it. The rules without a radius (median, trimmed mean,
+Krum, NNM) scale with their rows (rule(s·w) = s·rule(w)), so for them zero-started momentum only
+makes the first steps smaller. With
+``"update"`` a client's state also holds ``m_started`` (0, then 1 once it has uploaded), kept and
+checkpointed with m_i.
 """
 
 from __future__ import annotations
@@ -61,6 +85,10 @@ from fedpd.options import Options, refuse
 
 #: the client state key of a client's momentum, and the server state key of the aggregate momentum
 MOMENTUM, AGGREGATE_MOMENTUM = "m", "v"
+#: the client state key, with client_momentum_start = "update", of whether the momentum has begun (1) or not (0)
+STARTED = "m_started"
+#: where a client's momentum starts: 0, or its first update (module docstring)
+MOMENTUM_STARTS = Literal["zero", "update"]
 #: the server stream's purpose for pre-aggregation's randomness (bucketing's permutation)
 PRE_STREAM = "pre_aggregation"
 
@@ -95,10 +123,16 @@ class AggregatorOptions(Options):
     weights: WEIGHTS = Field("uniform", description="uniform, or samples: by each client's data size (sent with the upload)")
     client_momentum: float = Field(0.0, ge=0, lt=1, description="β: each client uploads x0 + m_i, m_i = (1 − β)(x_i − "
                                    "x0) + β m_i (Karimireddy et al. 2021); 0: off")
+    client_momentum_start: MOMENTUM_STARTS = Field("zero", description="m_i before a client's first upload: zero "
+                                                   "(ByzFL's; its first momentum is (1 − β)(x_i − x0)), or update "
+                                                   "(m_i = x_i − x0 at its first upload: torch SGD's buffer)")
 
     @model_validator(mode="after")
     def _aggregator_options(self):
         check_aggregator_options(self.aggregator, self.aggregator_options)
+        if self.client_momentum == 0 and self.given("client_momentum_start"):
+            raise refuse("client_momentum_start", "where client momentum starts, and client_momentum = 0 keeps none, "
+                         "so it would be ignored (allowed: client_momentum > 0, or no client_momentum_start)")
         if self.weights == "samples" and self.aggregator_options.get("pre"):
             raise refuse("weights", "pre-aggregation mixes the clients' rows, so per-client weights mean nothing "
                          "after it (allowed: uniform)")
@@ -182,7 +216,7 @@ def counter_metrics(server: dict) -> dict[str, int]:
 class RobustAveraging:
     """Mixin for an algorithm whose server averages models. Its calls, as FedAvg makes them:
 
-    ``self.use_aggregator(aggregator, aggregator_options, weights, client_momentum)``
+    ``self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)``
         in ``__init__``, with the :class:`AggregatorOptions` fields
     ``self.client_state(x0, state)``
         in ``init_client``: the client's ``state`` plus its momentum (when client momentum is on)
@@ -199,6 +233,7 @@ class RobustAveraging:
     robust: ServerAggregator | None = None  # None: the plain mean
     weights: str = "uniform"
     client_momentum: float = 0.0  # β of client momentum (0: off)
+    client_momentum_start: str = "zero"  # m_i before a client's first upload: 0, or its first update
 
     @property
     def weighs_by_samples(self) -> bool:  # (Algorithm's capabilities)
@@ -209,11 +244,13 @@ class RobustAveraging:
         return self.robust is not None
 
     def use_aggregator(self, aggregator: str = "mean", aggregator_options: dict | None = None,
-                       weights: str = "uniform", client_momentum: float = 0.0) -> None:
+                       weights: str = "uniform", client_momentum: float = 0.0,
+                       client_momentum_start: str = "zero") -> None:
         robust = ServerAggregator(aggregator, aggregator_options, weights)
         self.robust = None if robust.is_mean else robust
         self.weights = weights
         self.client_momentum = client_momentum
+        self.client_momentum_start = client_momentum_start
 
     def min_uploads(self) -> int:
         """The fewest uploads the configured aggregator accepts (checked against the sampler)."""
@@ -228,8 +265,13 @@ class RobustAveraging:
         return {**server, **initial_counters()}
 
     def client_state(self, x0: Tensor, state: dict) -> dict:
-        """A client's initial ``state`` plus its momentum m_i = 0 when client momentum is on."""
-        return {**state, MOMENTUM: torch.zeros_like(x0)} if self.client_momentum > 0 else state
+        """A client's initial ``state`` plus its momentum m_i = 0 when client momentum is on (and,
+        when it starts at the first update, the flag ``m_started`` = 0)."""
+        if self.client_momentum == 0:
+            return state
+        if self.client_momentum_start == "update":
+            return {**state, MOMENTUM: torch.zeros_like(x0), STARTED: x0.new_zeros(1)}
+        return {**state, MOMENTUM: torch.zeros_like(x0)}
 
     def init_client(self, x0: Tensor) -> dict:
         return self.client_state(x0, super().init_client(x0))
@@ -247,8 +289,13 @@ class RobustAveraging:
             return upload, after
         x0 = message["x0"]
         beta = self.client_momentum
-        m = (1 - beta) * (upload["x"] - x0) + beta * before[MOMENTUM]
-        return {**upload, "x": x0 + m}, {**after, MOMENTUM: m}
+        delta = upload["x"] - x0
+        m = (1 - beta) * delta + beta * before[MOMENTUM]
+        if self.client_momentum_start == "zero":
+            return {**upload, "x": x0 + m}, {**after, MOMENTUM: m}
+        started = before[STARTED]  # [K, 1]: 0 until a client's first upload
+        m = torch.where(started > 0, m, delta)
+        return {**upload, "x": x0 + m}, {**after, MOMENTUM: m, STARTED: torch.ones_like(started)}
 
     def average(self, server: dict, uploads: dict, ctx: ServerContext | None = None, *,
                 key: str = "x") -> tuple[Tensor, dict]:

@@ -56,8 +56,8 @@ class FedSAM(_SAM, FedAvg):
     Options = FedSAMOptions
 
     def __init__(self, sam_radius: float = 0.05, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform", client_momentum: float = 0.0):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum)
+                 weights: str = "uniform", client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
         self.sam_radius = sam_radius
 
 
