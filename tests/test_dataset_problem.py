@@ -57,6 +57,8 @@ def config(data_dir: Path, rounds: int = 2, model: str | None = None, **problem)
         "sampler": {"name": "all"},
         "run": {"rounds": rounds, "eval_every": 1},
     }
+    if problem.get("partition") == "natural":  # one client per user: the count is the data set's
+        del cfg["problem"]["clients"]
     if model:
         cfg["model"] = {"name": model}
     return cfg
@@ -284,6 +286,8 @@ def test_bad_options_exit_2_with_one_line(tmp_path, data_dir, capsys, overrides,
     cfg.write_text('[problem]\nname = "dataset"\ndataset = "mnist"\nclients = 3\nverify = false\n'
                    '[algorithm]\nname = "fedavg"\n[run]\nrounds = 1\n')
     sets = [a for o in [f"problem.data_dir={data_dir}", *overrides] for a in ("--set", o)]
+    if "problem.partition=natural" in overrides:  # (the file's clients = 3 is the natural partition's to refuse)
+        sets += ["--unset", "problem.clients"]
     code = main(["run", str(cfg), "--out", str(tmp_path / "out"), "--quiet", *sets])
     err = capsys.readouterr().err.strip()
     assert code == 2

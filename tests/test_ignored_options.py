@@ -16,6 +16,8 @@ from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from helpers import run_cli
 
+#: a data set's problem (its options are checked when the config is, before any file is read)
+DATASET = {"name": "dataset", "dataset": "mnist"}
 BASE = {"problem": {"name": "least_squares", "clients": 5, "samples_per_client": 8, "dim": 3},
         "algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 2},
         "run": {"rounds": 1}}
@@ -151,6 +153,18 @@ def test_a_resume_checks_what_it_sets(tmp_path, capsys):
                                                                  'classes, and variant = "robust" adds none'),
     ({"attack": {"name": "sign_flip", "parties": [1], "seed": 3}}, "attack.seed: chooses the parties, and "
                                                                    "attack.parties names them ([1])"),
+    # a data set's partition reads only its own options
+    ({"problem": {**DATASET, "alpha": 0.1}}, 'problem.alpha: partition = "iid" does not read it (allowed: no alpha, '
+                                             'or partition = dirichlet)'),
+    ({"problem": {**DATASET, "partition": "dirichlet", "classes_per_client": 3}},
+     'problem.classes_per_client: partition = "dirichlet" does not read it'),
+    ({"problem": {**DATASET, "partition": "shards", "exponent": 2.0}}, 'problem.exponent: partition = "shards"'),
+    ({"problem": {**DATASET, "partition": "shards", "min_size": 5}},
+     'problem.min_size: partition = "shards" does not read it (allowed: no min_size, or partition = dirichlet, '
+     'power_law, label_power_law)'),
+    ({"problem": {**DATASET, "test_fraction": 0.3}}, 'problem.test_fraction: is the per_client test split\'s share'),
+    ({"problem": {**DATASET, "partition": "natural", "clients": 50}}, "problem.clients: the natural partition has one "
+                                                                      "client per user"),
 ])
 def test_options_the_chosen_rule_does_not_read_are_refused(sections, needle, tmp_path, capsys):
     cfg = {k: dict(v) for k, v in BASE.items()}
@@ -166,7 +180,9 @@ def test_the_same_options_at_their_defaults_are_not_refused():
                 {"problem": {"name": "fedpd_logreg", "heterogeneity": 0.5, "non_iid": "strong"}},
                 {"algorithm": {"name": "fedpd", "skip": "random"}, "sampler": {"name": "all"}},
                 {"solver": {"name": "sgd", "local_epochs": 2, "local_steps": 8}},
-                {"attack": {"name": "backdoor", "parties": [1], "seed": 3}}):  # its seed picks the samples too
+                {"attack": {"name": "backdoor", "parties": [1], "seed": 3}},  # its seed picks the samples too
+                {"problem": {**DATASET, "alpha": 0.5, "test_fraction": 0.2, "classes_per_client": 2}},
+                {"problem": {**DATASET, "partition": "natural", "clients": 100}}):
         resolved = load_config({**BASE, **cfg}).resolved()  # every key stated, as in a run's config.toml
         load_config(resolved)
 

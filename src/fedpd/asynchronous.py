@@ -56,7 +56,7 @@ from fedpd.algorithms.base import sq_dist
 from fedpd.comm import WORK
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
-from fedpd.options import Options, refuse, set_apart_from_defaults
+from fedpd.options import Options, refuse
 from fedpd.sampling import UniformK
 from fedpd.streams import server_generator
 
@@ -80,7 +80,7 @@ class AsynchronousOptions(Options):
 
     @model_validator(mode="after")
     def _no_ignored_option(self):
-        given = set_apart_from_defaults(self)
+        given = set(self.given(*type(self).model_fields))
         for server, keys in OWN.items():
             for key in sorted(keys & given):
                 if self.name != server:

@@ -103,13 +103,6 @@ def _too_large(value, depth: int = 0):
     return None
 
 
-def set_apart_from_defaults(options: BaseModel) -> set[str]:
-    """The keys given a value other than their default: what a user chose (a resolved config, which
-    restates every default, chooses nothing more)."""
-    fields = type(options).model_fields
-    return {k for k in options.model_fields_set if getattr(options, k) != fields[k].default}
-
-
 class NoOptions(Options):
     pass
 

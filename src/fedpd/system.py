@@ -45,7 +45,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from torch import Tensor
 
 from fedpd.errors import ConfigError
-from fedpd.options import Options, refuse, set_apart_from_defaults
+from fedpd.options import Options, refuse
 from fedpd.streams import ClientStreams
 
 #: simulated time is kept in integer microseconds
@@ -129,7 +129,7 @@ class SystemOptions(Options):
 
     @model_validator(mode="after")
     def _no_ignored_option(self):
-        given = set_apart_from_defaults(self)
+        given = set(self.given(*type(self).model_fields))
         if self.profile:
             overridden = [q for q in QUANTITIES if q in given]
             if overridden:

@@ -125,6 +125,13 @@ FILE_OPTIONS = ("path", "test_path", "label_column", "client_column", "holdout",
                 "glove_path")
 
 
+#: the partitions' own options (fedpd.data.partition): each reads these and no others
+PARTITION_READS = {"iid": set(), "dirichlet": {"alpha", "min_size", "balanced"}, "shards": {"classes_per_client"},
+                   "power_law": {"exponent", "min_size"}, "label_power_law": {"classes_per_client", "min_size"},
+                   "natural": set()}
+PARTITION_READS["all"] = set().union(*PARTITION_READS.values())
+
+
 class DatasetOptions(Options):
     dataset: str = Field(description="dataset name (fedpd data list), or a loader's import path module:function "
                          "(or an installed entry point's name)")
@@ -173,6 +180,21 @@ class DatasetOptions(Options):
         except PluginError as err:
             raise ValueError(str(err)) from None
         return value
+
+    @model_validator(mode="after")
+    def _read_by_the_partition(self):
+        """An option the chosen partition (or test split) does not read is refused: it would be ignored."""
+        for key in self.given(*PARTITION_READS["all"] - PARTITION_READS[self.partition]):
+            readers = ", ".join(p for p, keys in PARTITION_READS.items() if key in keys and p != "all")
+            raise refuse(key, f"partition = \"{self.partition}\" does not read it (allowed: no {key}, or "
+                         f"partition = {readers})")
+        if self.partition == "natural" and self.given("clients"):
+            raise refuse("clients", "the natural partition has one client per user of the data set (allowed: no "
+                         "clients; keep_clients = K for the first K of them)")
+        if self.test != "per_client" and self.given("test_fraction"):
+            raise refuse("test_fraction", f"is the per_client test split's share; test = \"{self.test}\" (allowed: "
+                         f"no test_fraction, or test = \"per_client\")")
+        return self
 
     @model_validator(mode="after")
     def _balanced_dirichlet(self):
