@@ -28,7 +28,8 @@ def honest_rows(spread: float, h: int = N - F, seed: int = 0) -> torch.Tensor:
     """h honest updates: μ = e_1 plus Gaussian noise of norm about ``spread``."""
     mu = torch.zeros(D, dtype=torch.float64)
     mu[0] = 1.0
-    return mu + spread * torch.randn(h, D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) / D ** 0.5
+    noise = torch.randn(h, D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    return mu + spread * noise / D ** 0.5
 
 
 def with_forged(honest: torch.Tensor, forged: torch.Tensor, f: int = F) -> torch.Tensor:
