@@ -1,5 +1,6 @@
 """Client momentum and centered clipping under IPM with a large ε, worked out by hand on two honest
-clients and one attacker in 2-D, against fedpd's own momentum, attack and rule.
+clients and one attacker in 2-D, against fedpd's own momentum, attack and rule, and against
+ByzFL's centered clipping, which keeps the paper's centre (its last output).
 
 What goes wrong is a property of the method, not a bug in fedpd's reference point. Each forged row
 farther than τ from the centre moves centered clipping's aggregate by τ/n, however small the honest
@@ -101,6 +102,21 @@ def test_fedpds_steps_are_the_ones_written_out_by_hand(beta, start, tau):
     ours, hand = by_fedpd(6, beta, start, tau), by_hand(6, beta, start, tau)
     for t, (a, b) in enumerate(zip(ours, hand)):
         torch.testing.assert_close(a, torch.tensor(b, dtype=torch.float64), msg=f"round {t}")
+
+
+def test_the_centre_is_byzfls_centered_clipping_which_starts_each_call_from_its_last_output():
+    """ByzFL's CenteredClipping keeps its last output and starts the next call from it — the paper's
+    centre. Fed the same momenta (and the forged row) each round, it gives fedpd's steps."""
+    from test_byzfl_reference import _byzfl
+
+    theirs = _byzfl().CenteredClipping(tau=TAU, L=1)
+    beta, m = 0.9, torch.zeros(2, 2, dtype=torch.float64)
+    g = torch.tensor(G, dtype=torch.float64)
+    for t, ours in enumerate(by_fedpd(6, beta)):
+        m = (1 - beta) * g + beta * m
+        rows = torch.cat([m, -EPS * m.mean(0, keepdim=True)])
+        their = theirs(rows)  # ByzFL computes in float32
+        torch.testing.assert_close(ours, their.to(ours.dtype), atol=1e-6, rtol=1e-6, msg=f"round {t}")
 
 
 def test_zero_started_momentum_turns_centered_clippings_first_steps_backwards():
