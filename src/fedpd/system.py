@@ -429,13 +429,11 @@ class RoundTime:
 
     def __init__(self, fleet: Fleet, ids: Tensor, message: dict[str, Tensor], target: int | None):
         self.fleet, self.start, self.target = fleet, fleet.now, target
-        self.selected = ids.numel()
         ids_np = ids.cpu().numpy()
         _, until = fleet.available(self.start)
         self.until = dict(zip(ids_np.tolist(), until[ids_np].tolist()))
         self.down = dict(zip(ids_np.tolist(), fleet.down(ids_np, fleet.bytes(message)).tolist()))
         self.deadline = self.start + int(to_ticks(fleet.opts.deadline_s)) if fleet.opts.deadline_s else None
-        self.arrived: list[int] = []  # arrival ticks of the uploads the server received in time
         self.finished: list[int] = []  # when each client that trained finished its local work
 
     def trained(self, ids: Tensor, work: Tensor | None) -> np.ndarray:
