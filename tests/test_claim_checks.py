@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedpd.reproduce import (afedpd_paper, feddyn_note, fedplus_paper, fedplus_standard, fedplus_sweep, fedpd_paper,
-                             robustness)
+                             robustness, time_claims)
 from fedpd.reproduce import report as rep
 from fedpd.reproduce.spec import RunSpec
 
@@ -823,20 +823,128 @@ def test_feddyn_inexact_solves_differ_and_meet_again(tmp_path):
     assert feddyn_note._inexact(rep.Results([]))[0] is None
 
 
+# --- time to a target on a simulated fleet -------------------------------------------------------
+
+def timed(reach: float | None, end: float = 100.0) -> list[dict]:
+    """A run's records: it meets test_acc >= 0.88 first at simulated second ``reach`` (None, or a
+    ``reach`` past ``end``: never), its floats sent up 10 per simulated second, and it ends at ``end``."""
+    rows = [{"round": 0, "sim_time_s": 0.0, "uplink_floats": 0, "test_acc": 0.1}]
+    if reach is not None and reach < end:
+        rows.append({"round": 1, "sim_time_s": reach, "uplink_floats": 10 * reach, "test_acc": 0.88})
+    rows.append({"round": 2, "sim_time_s": end, "uplink_floats": 10 * end, "test_acc": 0.9 if rows[1:] else 0.5})
+    return [dict(r, comm_rounds=r["round"]) for r in rows]
+
+
+def fleet(times: dict, ends: dict | None = None) -> rep.Results:
+    """times {(part, profile, method): (seconds to the target per seed, ...)}, None: never reached."""
+    ends = ends or {}
+    return rep.Results([run({"part": part, "profile": profile, "method": method}, seed,
+                            timed(t, ends.get((part, profile, method), 100.0)))
+                        for (part, profile, method), values in times.items() for seed, t in enumerate(values)])
+
+
+def test_time_to_target_is_the_first_record_that_meets_it():
+    r = run({"part": "a"}, 0, timed(12.5))
+    assert time_claims.time_to(r, time_claims.parse_target(time_claims.TARGET)) == 12.5  # 0.88 meets >= 0.88
+    assert time_claims.time_to(r, time_claims.parse_target(time_claims.TARGET), "uplink_floats") == 125.0
+    assert time_claims.time_to(run({"part": "a"}, 0, timed(None)), time_claims.parse_target("test_acc>=0.88")) \
+        == float("inf")
+    assert time_claims.time_to(run({"part": "a"}, 0, []), time_claims.parse_target("test_acc>=0.88")) is None
+
+
+def test_a_model_no_server_holds_does_not_reach_the_target():
+    """FedPD's model after a round that skipped communication is the mean of the clients' anchors: its
+    target counts at the next communicating round."""
+    rows = [{"round": 0, "comm_rounds": 0, "sim_time_s": 0.0, "test_acc": 0.1},
+            {"round": 1, "comm_rounds": 0, "sim_time_s": 0.1, "test_acc": 0.89},  # skipped: nobody holds it
+            {"round": 2, "comm_rounds": 1, "sim_time_s": 15.0, "test_acc": 0.885},
+            {"round": 12, "comm_rounds": 10, "sim_time_s": 90.0, "test_acc": 0.9}]  # one of 10 rounds skipped
+    assert time_claims.held(rows) == rows[:1] + rows[2:3]
+    r = run({"part": "b"}, 0, rows)
+    assert time_claims.time_to(r, time_claims.parse_target("test_acc>=0.88")) == 15.0
+    assert time_claims.time_to(r, time_claims.parse_target("test_acc>=0.88"), every=True) == 0.1
+
+
+def test_fedbuff_faster_holds_fails_and_needs_seeds():
+    check = time_claims.CLAIMS[0].check  # FedBuff sooner than FedAvgM, in simulated time
+    fast = {("a", "lognormal", "fedbuff"): (10.0, 11.0, 12.0), ("a", "lognormal", "fedavgm"): (30.0, 31.0, 37.0)}
+    verdict, text = check(fleet(fast))
+    assert verdict is True and "FedAvgM (synchronous) / FedBuff = ×2.9" in text and "95 % CI" in text
+    slow = {("a", "lognormal", "fedbuff"): (30.0, 31.0, 37.0), ("a", "lognormal", "fedavgm"): (10.0, 11.0, 12.0)}
+    assert check(fleet(slow))[0] is False
+    assert check(fleet({k: v[:1] for k, v in fast.items()}))[0] is None  # one seed
+    noisy = {("a", "lognormal", "fedbuff"): (10.0, 40.0, 12.0), ("a", "lognormal", "fedavgm"): (30.0, 11.0, 37.0)}
+    assert check(fleet(noisy))[0] is None
+    # in uploads: the same runs, the floats sent up by then (10 per second here)
+    assert time_claims.CLAIMS[1].check(fleet(fast))[0] is True
+
+
+def test_a_run_that_never_reaches_the_target_is_censored_at_its_end():
+    check = time_claims.CLAIMS[2].check  # FedBuff sooner than FedAsync
+    never = {("a", "lognormal", "fedbuff"): (10.0, 11.0, 12.0), ("a", "lognormal", "fedasync"): (None, None, None)}
+    verdict, text = check(fleet(never))  # FedAsync ran 100 s without reaching it: slower, by an unknown factor
+    assert verdict is True and "not finite" in text and "FedAsync 3/3" in text
+    short = {("a", "lognormal", "fedasync"): 5.0}  # ...but it ended at 5 s: whether it would have is unknown
+    verdict, text = check(fleet(never, short))
+    assert verdict is None and "unknown on 3 of 3 seeds (censored)" in text
+    both = {("a", "lognormal", "fedbuff"): (None,) * 3, ("a", "lognormal", "fedasync"): (None,) * 3}
+    assert check(fleet(both))[0] is None
+    mixed = dict(never) | {("a", "lognormal", "fedasync"): (None, 5.0, None)}  # faster than FedBuff on one seed
+    assert check(fleet(mixed))[0] is None
+
+
+def test_the_papers_factors_are_not_testable_here_and_the_ratios_are_shown():
+    times = {("a", "lognormal", m): v for m, v in (("fedbuff", (10.0, 11.0, 12.0)), ("fedavgm", (20.0, 22.0, 24.0)),
+                                                   ("fedasync", (15.0, 16.5, 18.0)))}
+    verdict, text = time_claims.CLAIMS[4].check(fleet(times))
+    assert verdict == rep.NOT_TESTABLE and "FedAvgM (synchronous) / FedBuff in simulated time: ×2.00" in text
+    assert "FedAsync / FedBuff in simulated time: ×1.50" in text
+    assert time_claims.CLAIMS[4].check(rep.Results([]))[0] is None
+
+
+def test_own_checks_compare_with_fedavg_per_fleet():
+    checks = {c.text: c.check for c in time_claims.OWN_CHECKS}
+    name = ("FedPD (p = 0.5) reaches the target in less simulated time than FedAvg (bandwidth-bound, 30 % slow links "
+            "by label group)")
+    times = {("b", "bandwidth", "fedpd"): (10.0, 11.0, 12.0), ("b", "bandwidth", "fedavg"): (20.0, 23.0, 25.0)}
+    assert checks[name](fleet(times))[0] is True
+    assert checks[name](fleet({("b", "bandwidth", "fedpd"): (20.0, 23.0, 25.0),
+                               ("b", "bandwidth", "fedavg"): (10.0, 11.0, 12.0)}))[0] is False
+    assert "compute-bound" not in name and any("compute-bound" in t for t in checks)
+
+
+def test_fedpds_saving_grows_where_communication_dominates():
+    check = time_claims.OWN_CHECKS[-1].check
+    ratio = {"bandwidth": (0.5, 0.55, 0.45), "compute": (1.5, 1.4, 1.6)}  # T_FedPD / T_FedAvg per seed
+
+    def results(r):
+        times = {}
+        for profile, rs in r.items():
+            times[("b", profile, "fedavg")] = (20.0, 20.0, 20.0)
+            times[("b", profile, "fedpd")] = tuple(20.0 * x for x in rs)
+        return fleet(times)
+    verdict, text = check(results(ratio))
+    assert verdict is True and "(claimed: below ×1)" in text
+    assert check(results({"bandwidth": ratio["compute"], "compute": ratio["bandwidth"]}))[0] is False
+    assert check(results({"bandwidth": (0.5, 1.5, 1.0), "compute": (1.5, 0.5, 1.0)}))[0] is None
+
+
 # --- every claim has a test here -----------------------------------------------------------------
 
 ALL_CLAIMS = {"fedpd_fig2": fedpd_paper.FIG2_CLAIMS, "fedpd_p_heterogeneity": fedpd_paper.P_CLAIMS,
               "feddyn_fedpd": feddyn_note.CLAIMS, "fedplus_table2": fedplus_paper.CLAIMS,
               "fedplus_standard": fedplus_standard.CLAIMS, "fedplus_standard, own": fedplus_standard.OWN_CHECKS,
               "fedplus_kappa": fedplus_sweep.CLAIMS,
-              "afedpd_table2": afedpd_paper.CLAIMS, "robustness": robustness.CLAIMS}
+              "afedpd_table2": afedpd_paper.CLAIMS, "robustness": robustness.CLAIMS,
+              "time_to_target": time_claims.CLAIMS, "time_to_target, own": time_claims.OWN_CHECKS}
 
 
 def test_every_claim_has_its_test_above():
     """The claims tested in this file, per report: a new claim needs its test here first."""
     assert {name: len(claims) for name, claims in ALL_CLAIMS.items()} == {
         "fedpd_fig2": 6, "fedpd_p_heterogeneity": 3, "feddyn_fedpd": 4, "fedplus_table2": 8, "fedplus_standard": 9,
-        "fedplus_standard, own": 8, "fedplus_kappa": 2, "afedpd_table2": 4, "robustness": 14}
+        "fedplus_standard, own": 8, "fedplus_kappa": 2, "afedpd_table2": 4, "robustness": 14,
+        "time_to_target": 5, "time_to_target, own": 11}
 
 
 def test_every_claim_runs_on_empty_results_as_inconclusive():

@@ -27,7 +27,7 @@ DATA_DIR = str(resolve_data_dir(None))
 #: every experiment of issue 15, parts 2 and 3
 EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "fedplus_standard", "fedplus_kappa",
             "afedpd_table2", "feddyn_fedpd",
-            "robustness"}
+            "robustness", "time_to_target"}
 
 
 def _has(dataset: str) -> bool:
@@ -97,7 +97,7 @@ def _check_report(name: str, out: Path) -> str:
 @pytest.mark.parametrize("name, dataset", [
     ("fedpd_fig2", None), ("fedpd_p_heterogeneity", None), ("feddyn_fedpd", None), ("robustness", "mnist"),
     ("fedplus_table2", "mnist"), ("fedplus_standard", "mnist"), ("fedplus_kappa", None), ("fedpd_femnist", "femnist"),
-    ("afedpd_table2", "cifar10"),
+    ("afedpd_table2", "cifar10"), ("time_to_target", None),
 ])
 def test_smoke_reproduction_end_to_end(name, dataset, tmp_path, smoke_report):
     if dataset and not _has(dataset):
@@ -320,6 +320,34 @@ def test_runs_go_seed_by_seed(tmp_path, monkeypatch):
         core.reproduce("fedpd_fig2", "reduced", out=tmp_path / "r", jobs=1, progress=False)
     assert len(order) == 28 and set(order) == {0, 1}
     assert order == sorted(order)
+
+
+def test_time_to_target_compares_like_with_like():
+    """Part (a): one concurrency for the three methods and the same uploads per run (FedAvgM 30 a
+    round, FedBuff K = 10 of 30 in flight, FedAsync one at a time), FedAvgM and FedBuff one server
+    optimiser; part (b): every fleet's slow class placed by label group, over-selection for the
+    sampled synchronous methods only; every config valid before anything runs, on any budget."""
+    from fedpd.reproduce import time_claims as T
+
+    exp = core.get("time_to_target")
+    specs = exp.runs(exp.budgets["medium"])
+    cfgs = {s.key: load_config(s.config) for s in specs}
+    a = {s.labels["method"]: s.config for s in specs if s.labels["part"] == "a" and s.seed == 0}
+    uploads = {m: c["run"]["rounds"] * {"fedavgm": c.get("sampler", {}).get("clients_per_round"),
+                                        "fedbuff": c.get("asynchronous", {}).get("buffer"), "fedasync": 1}[m]
+               for m, c in a.items()}
+    assert set(uploads.values()) == {6000}
+    assert a["fedavgm"]["sampler"]["clients_per_round"] == a["fedbuff"]["asynchronous"]["concurrency"] == \
+        a["fedasync"]["asynchronous"]["concurrency"] == 30
+    assert a["fedavgm"]["algorithm"] == a["fedbuff"]["algorithm"] == T.MOMENTUM
+    assert all(c["system"] == a["fedavgm"]["system"] for c in a.values())
+    b = [s for s in specs if s.labels["part"] == "b"]
+    assert all(cfgs[s.key].system.classes_by == "label" for s in b)
+    assert {s.labels["method"] for s in b if cfgs[s.key].system.overselect > 1} == {"fedavg", "feddyn", "afedpd"}
+    assert {s.labels["profile"] for s in specs} == {"lognormal", "bandwidth", "compute"}
+    assert exp.datasets_for(exp.budgets["smoke"]) == () and exp.datasets_for(exp.budgets["medium"]) == ("mnist",)
+    for budget in exp.budgets.values():
+        execute.validate(exp.runs(budget))
 
 
 def test_robustness_runs_every_defence_against_every_attack():
