@@ -215,9 +215,6 @@ class AsyncServer:
         self.exact = exact_work(algorithm, solver)
         model = problem.x_init
         self.upload_bytes = model.numel() * (fleet.opts.bytes_per_float or model.element_size())
-        ids = np.arange(self.num_clients)
-        # the earliest a client could arrive after its model arrives: its fewest sample gradients and the upload
-        self.least = fleet.compute(ids, self.work) + fleet.up(ids, self.upload_bytes)
         self.dispatches = 0  # dispatch calls so far: each one's draw
         self.sequence = 0  # clients sent so far: the events' last tie-break
         self.events: list[tuple[int, int, int]] = []  # heap of (arrival tick, client, sequence)
@@ -305,12 +302,16 @@ class AsyncServer:
         message = self.messages[version]
         engine.comm.down(message, ids.size)
         sent = self.sent.setdefault(version, {})
-        arrives = self.fleet.now + self.fleet.down(ids, self.fleet.bytes(message))  # when the model is there
-        for client, t in zip(ids.tolist(), arrives.tolist()):
+        nbytes = self.fleet.bytes(message)
+        for client in ids.tolist():
             repeat = sent.get(client, 0)
             sent[client] = repeat + 1
-            entry = {"client": client, "version": version, "label": version + (repeat << 32), "model_at": t,
-                     "earliest": t + int(self.least[client]), "until": int(until[client])}
+            label = version + (repeat << 32)
+            one, factor = np.array([client]), self.fleet.jitter(np.array([client]), label)
+            t = self.fleet.now + int(self.fleet.down(one, nbytes, factor)[0])  # when the model is there
+            least = self.fleet.compute(one, self.work[one], factor) + self.fleet.up(one, self.upload_bytes, factor)
+            entry = {"client": client, "version": version, "label": label, "model_at": t,
+                     "earliest": t + int(least[0]), "until": int(until[client])}
             if self.exact:
                 self._arrives(entry, entry["earliest"], self.sequence)
             self.flight[self.sequence] = entry
@@ -362,8 +363,9 @@ class AsyncServer:
                                    f"{self.work[client]:g} were predicted (fedpd.asynchronous.exact_work is wrong)")
             if "arrival" in entry:
                 continue
-            tick = int(entry["model_at"] + self.fleet.compute(p[r:r + 1], work_np[r:r + 1])[0] +
-                       self.fleet.up(p[r:r + 1], self.fleet.bytes(up, p.size))[0])
+            factor = self.fleet.jitter(p[r:r + 1], entry["label"])
+            tick = int(entry["model_at"] + self.fleet.compute(p[r:r + 1], work_np[r:r + 1], factor)[0] +
+                       self.fleet.up(p[r:r + 1], self.fleet.bytes(up, p.size), factor)[0])
             if tick < self.fleet.now or tick < entry["earliest"]:
                 raise RuntimeError(f"client {client} arrives at tick {tick}, before the bound of its training "
                                    f"({entry['earliest']}) or the clock ({self.fleet.now}): work_bound is wrong")

@@ -83,7 +83,7 @@ def run_round(algorithm: Algorithm, server: State, ids: Tensor, round: int, *, c
     dropped = attack.dropouts(ids, round, seed)
     comm.dropouts += int(dropped.sum())
     working = ids[~dropped]
-    clock = RoundTime(fleet, ids, message, fleet.target) if fleet is not None else None
+    clock = RoundTime(fleet, ids, message, fleet.target, round) if fleet is not None else None
     trained = clients.train(message, working, round) if working.numel() else []
     if not communicates:
         for ids, up in trained:  # every client trains (an engine may train a group as it is read)
@@ -127,9 +127,11 @@ class _OnTime:
                     yield ids, up
             return
         timed = [self._delivered(ids, up) for ids, up in self.groups]  # the first K need every arrival
-        order = sorted((t, i) for ids, _, times in timed for i, t in zip(ids.tolist(), times.tolist()))
-        first = {i for _, i in order[:self.clock.target]}
-        self.kept.append(np.array([t for t, i in order[:self.clock.target]], dtype=np.int64))
+        arrivals = [(t, i) for ids, _, times in timed for i, t in zip(ids.tolist(), times.tolist())]
+        ties = self.clock.tie_breaks([i for _, i in arrivals])
+        order = sorted((t, ties[i], i) for t, i in arrivals)[:self.clock.target]
+        first = {i for _, _, i in order}
+        self.kept.append(np.array([t for t, _, _ in order], dtype=np.int64))
         for ids, up, _ in timed:
             keep = torch.tensor([i in first for i in ids.tolist()], dtype=torch.bool)
             if up is not None and not bool(keep.all()):

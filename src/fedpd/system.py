@@ -107,6 +107,8 @@ class SystemOptions(Options):
     mean_off_s: float = Field(3600.0, gt=0, description="markov: mean length of an unavailable period, s")
     availability_file: str = Field("", description="availability = \"file\": a CSV of client,start_s,end_s "
                                    "on-intervals (every client at least once; start_s = end_s: never on)")
+    jitter: float = Field(0.0, ge=0, le=5, description="σ of each exchange's own lognormal factor on its durations "
+                          "(median 1): a client is not equally fast every round; 0: the same every round")
     deadline_s: float = Field(0.0, ge=0, description="synchronous rounds: uploads that arrive later than this after "
                               "the round starts are dropped (dropouts); 0: no deadline")
     overselect: float = Field(1.0, ge=1, le=10, description="synchronous rounds: select this many times the sampler's "
@@ -143,6 +145,10 @@ class SystemOptions(Options):
             if isinstance(value, Distribution) and q != "latency":
                 if (value.dist == "constant" and value.value == 0) or (value.values and min(value.values) == 0):
                     raise refuse(q, "a client with 0 would never finish (allowed: values more than 0)")
+        if "classes_by" in given and not any(isinstance(getattr(self, q), Distribution) and
+                                             getattr(self, q).dist == "classes" for q in QUANTITIES):
+            raise refuse("classes_by", "places a client in a 'classes' distribution, and no quantity has one "
+                         "(allowed: no classes_by, or a quantity with dist = \"classes\")")
         for key, mode in (("mean_on_s", "markov"), ("mean_off_s", "markov"), ("availability_file", "file")):
             if key in given and self.availability != mode:
                 raise refuse(key, f"is availability = \"{mode}\"'s (availability is \"{self.availability}\")")
@@ -367,7 +373,7 @@ class Fleet:
 
     def __init__(self, opts: SystemOptions, problem, seed: int, flops_per_sample: float):
         n = problem.num_clients
-        self.opts, self.num_clients = opts, n
+        self.opts, self.num_clients, self.seed = opts, n, seed
         if opts.profile:
             drawn = read_profile(opts.profile, n)
         else:
@@ -399,16 +405,29 @@ class Fleet:
             total += t.numel() * (self.opts.bytes_per_float or t.element_size())
         return total / max(rows, 1)
 
-    def down(self, ids: np.ndarray, nbytes: float) -> np.ndarray:
-        """Ticks to deliver ``nbytes`` to each client of ``ids``."""
-        return to_ticks(self.latency[ids] + nbytes / self.downlink[ids])
+    def down(self, ids: np.ndarray, nbytes: float, factor: np.ndarray | float = 1.0) -> np.ndarray:
+        """Ticks to deliver ``nbytes`` to each client of ``ids`` (nothing sent: no message, no time);
+        ``factor``: the exchanges' :meth:`jitter`."""
+        if not nbytes:
+            return np.zeros(len(ids), dtype=np.int64)
+        return to_ticks(factor * (self.latency[ids] + nbytes / self.downlink[ids]))
 
-    def up(self, ids: np.ndarray, nbytes: float) -> np.ndarray:
-        return to_ticks(self.latency[ids] + nbytes / self.uplink[ids])
+    def up(self, ids: np.ndarray, nbytes: float, factor: np.ndarray | float = 1.0) -> np.ndarray:
+        if not nbytes:
+            return np.zeros(len(ids), dtype=np.int64)
+        return to_ticks(factor * (self.latency[ids] + nbytes / self.uplink[ids]))
 
-    def compute(self, ids: np.ndarray, work: np.ndarray) -> np.ndarray:
+    def compute(self, ids: np.ndarray, work: np.ndarray, factor: np.ndarray | float = 1.0) -> np.ndarray:
         """Ticks for clients ``ids`` to evaluate ``work`` sample gradients each."""
-        return to_ticks(work * self.flops_per_sample / self.speed[ids])
+        return to_ticks(factor * work * self.flops_per_sample / self.speed[ids])
+
+    def jitter(self, ids: np.ndarray, label: int) -> np.ndarray | float:
+        """Each exchange's own factor on its durations, exp(σ z) with z drawn from the client's stream
+        (run seed, "jitter", ``label``: the round, or an asynchronous dispatch's label); 1 when σ = 0."""
+        if not self.opts.jitter:
+            return 1.0
+        z = ClientStreams.of(self.seed, "jitter", label, torch.as_tensor(ids, dtype=torch.int64)).normal(1)[:, 0]
+        return np.exp(self.opts.jitter * z.numpy())
 
     def available(self, now: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         return self.availability.at(self.now if now is None else now)
@@ -427,12 +446,14 @@ class RoundTime:
     which uploads the server keeps (the deadline, the over-selection target, availability), and
     when the round ends (:meth:`end` moves the fleet's clock there)."""
 
-    def __init__(self, fleet: Fleet, ids: Tensor, message: dict[str, Tensor], target: int | None):
-        self.fleet, self.start, self.target = fleet, fleet.now, target
+    def __init__(self, fleet: Fleet, ids: Tensor, message: dict[str, Tensor], target: int | None, round: int):
+        self.fleet, self.start, self.target, self.round = fleet, fleet.now, target, round
         ids_np = ids.cpu().numpy()
         _, until = fleet.available(self.start)
         self.until = dict(zip(ids_np.tolist(), until[ids_np].tolist()))
-        self.down = dict(zip(ids_np.tolist(), fleet.down(ids_np, fleet.bytes(message)).tolist()))
+        factor = fleet.jitter(ids_np, round)
+        self.factor = dict(zip(ids_np.tolist(), np.broadcast_to(factor, ids_np.shape).tolist()))
+        self.down = dict(zip(ids_np.tolist(), fleet.down(ids_np, fleet.bytes(message), factor).tolist()))
         self.deadline = self.start + int(to_ticks(fleet.opts.deadline_s)) if fleet.opts.deadline_s else None
         self.finished: list[int] = []  # when each client that trained finished its local work
 
@@ -442,14 +463,25 @@ class RoundTime:
         ids_np = ids.cpu().numpy()
         work_np = np.zeros(ids_np.size) if work is None else work.cpu().numpy()
         done = self.start + np.array([self.down[i] for i in ids_np.tolist()], dtype=np.int64) + \
-            self.fleet.compute(ids_np, work_np)
+            self.fleet.compute(ids_np, work_np, self._factor(ids_np))
         self.finished.extend(done.tolist())
         return done
+
+    def _factor(self, ids_np: np.ndarray) -> np.ndarray:
+        return np.array([self.factor[i] for i in ids_np.tolist()])
+
+    def tie_breaks(self, ids: list[int]) -> dict[int, int]:
+        """A seeded draw per client of the round that orders uploads arriving at the same tick
+        (over-selection keeps the first K: by id, a fleet of equal devices would always keep the
+        lowest ids)."""
+        bits = ClientStreams.of(self.fleet.seed, "ties", self.round, torch.tensor(ids, dtype=torch.int64)).bits(1)
+        return dict(zip(ids, bits[:, 0].tolist()))
 
     def arrivals(self, ids: Tensor, uploads: dict[str, Tensor], work: Tensor | None) -> tuple[np.ndarray, np.ndarray]:
         """(arrival ticks, delivered: in time and within the client's available period) of a group."""
         ids_np = ids.cpu().numpy()
-        arrival = self.trained(ids, work) + self.fleet.up(ids_np, self.fleet.bytes(uploads, ids_np.size))
+        arrival = self.trained(ids, work) + self.fleet.up(ids_np, self.fleet.bytes(uploads, ids_np.size),
+                                                          self._factor(ids_np))
         delivered = arrival <= np.array([self.until[i] for i in ids_np.tolist()], dtype=np.int64)
         if self.deadline is not None:
             delivered &= arrival <= self.deadline
@@ -469,7 +501,7 @@ class RoundTime:
             end = self.start + max(self.down.values(), default=0)
         if reply and reply_to is not None and reply_to.numel():
             ids_np = reply_to.cpu().numpy()
-            end += int(self.fleet.down(ids_np, self.fleet.bytes(reply)).max())
+            end += int(self.fleet.down(ids_np, self.fleet.bytes(reply), self._factor(ids_np)).max())
         self.fleet.now = max(end, self.start)
 
     def end_without_uploads(self) -> None:
@@ -495,6 +527,9 @@ def build_fleet(cfg, problem, sampler, algorithm, transport=None) -> Fleet | Non
     if (opts.overselect > 1 or opts.availability != "always") and sampler_name not in ("all", "uniform", "bernoulli"):
         raise ConfigError(f"sampler.name: {sampler_name!r} cannot draw among the available clients (allowed with "
                           f"system.availability or system.overselect: all, uniform, bernoulli)")
+    if opts.overselect > 1 and cfg.asynchronous is not None:
+        raise ConfigError("system.overselect: over-selection closes a synchronous round; the asynchronous server "
+                          "has none (allowed: overselect = 1 with [asynchronous])")
     if opts.overselect > 1 and sampler_name != "uniform":
         raise ConfigError(f"system.overselect: selects {opts.overselect:g} × K and keeps the first K, which needs "
                           f"a K (allowed: sampler.name = \"uniform\", or overselect = 1)")

@@ -1,7 +1,8 @@
 """The simulated clock of synchronous rounds, pinned by hand: a round lasts until its slowest kept
 upload; a deadline drops later uploads and is waited out; over-selection keeps the first K to
-arrive (ties: the lower id); an exchange that outlives its client's available period is lost, and
-an unavailable client is not selected. Without [system] nothing changes."""
+arrive; an exchange that outlives its client's available period is lost, and
+an unavailable client is not selected; equal arrivals are ordered by a seeded draw, each exchange
+may have its own duration, an empty message costs nothing. Without [system] nothing changes."""
 
 from __future__ import annotations
 
@@ -96,16 +97,6 @@ def test_over_selection_keeps_the_first_k_to_arrive(tmp_path):
     assert history[1]["uplink_floats"] == 2 * 3  # the third upload is not read
 
 
-def test_equal_arrivals_are_ordered_by_client_id(tmp_path):
-    same = {k: (1e5, 1e3, 1e3, 0.01) for k in range(3)}
-    cfg = _cfg(tmp_path, {"overselect": 3.0, "profile": _profile(tmp_path, same, "same.csv")},
-               sampler={"name": "uniform", "clients_per_round": 1})
-    sim = Simulation(load_config(cfg))
-    x0 = sim.server["x0"].clone()
-    sim.step()
-    assert torch.allclose(sim.server["x0"], _local_models(sim, x0, [0])[0], atol=1e-12)  # client 0 kept
-
-
 def test_an_exchange_that_outlives_availability_is_lost_and_the_client_not_selected(tmp_path):
     avail = tmp_path / "on.csv"
     first_round = max(_exchange(k) for k in (0, 1))  # client 2 is gone before its upload, and at round 1
@@ -161,6 +152,65 @@ def test_bad_system_options_are_refused_in_one_line(tmp_path, system, message):
         path.write_text("client,start_s,end_s\n0,2,1\n1,0,1\n2,0,1\n")
         system = {**system, "availability_file": str(path)}
     cfg = {"problem": PROBLEM, "algorithm": {"name": "fedavg"}, "system": {"uplink": 1e3, "downlink": 1e3, **system}}
+    with pytest.raises(ConfigError) as err:
+        Simulation(load_config(cfg))
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_over_selection_breaks_equal_arrivals_by_a_seeded_draw_not_by_id(tmp_path):
+    """Equal devices finish at the same tick: keeping the lowest ids would bias every round toward
+    them; a seeded draw per (round, client) orders them instead — the same on every run."""
+    same = {k: (1e5, 1e3, 1e3, 0.01) for k in range(3)}
+    cfg = _cfg(tmp_path, {"overselect": 3.0, "profile": _profile(tmp_path, same, "same.csv")},
+               sampler={"name": "uniform", "clients_per_round": 1})
+    cfg["run"]["rounds"] = 12
+    kept = []
+    sim = Simulation(load_config(cfg))
+    for _ in range(12):
+        x0 = sim.server["x0"].clone()
+        sim.step()
+        models = _local_models(sim, x0, [0, 1, 2])
+        kept.append(next(k for k in range(3) if torch.allclose(sim.server["x0"], models[k], atol=1e-12)))
+    assert len(set(kept)) > 1  # not always client 0
+    again = Simulation(load_config(cfg))
+    for _ in range(12):
+        again.step()
+    assert torch.equal(again.server["x0"], sim.server["x0"])
+
+
+def test_jitter_gives_each_exchange_its_own_duration(tmp_path):
+    plain = run(_cfg(tmp_path)).history
+    slowest = max(_exchange(k) for k in FLEET)
+    cfg = _cfg(tmp_path, {"jitter": 0.5})
+    cfg["run"]["rounds"] = 4
+    history = run(cfg).history
+    lengths = [b["sim_time_s"] - a["sim_time_s"] for a, b in zip(history, history[1:])]
+    assert len(set(round(x, 6) for x in lengths)) == len(lengths)  # every round its own length
+    assert plain[1]["sim_time_s"] == round(slowest, 6) != history[1]["sim_time_s"]
+    assert [m["sim_time_s"] for m in run(cfg).history] == [m["sim_time_s"] for m in history]  # seeded
+
+
+def test_a_round_that_sends_nothing_costs_no_transfer_time():
+    """FedPD's skipped rounds broadcast nothing and upload nothing: only the local work takes time."""
+    cfg = {"problem": {"name": "least_squares", "clients": 3, "dim": 3, "samples_per_client": 6},
+           "algorithm": {"name": "fedpd", "p": 0.5, "eta": 1.0}, "solver": {"name": "gd", "lr": 0.01, "local_steps": Q},
+           "run": {"rounds": 10}, "system": {"speed": 1e5, "latency": 0.5, "flops_per_sample": F}}
+    sim = Simulation(load_config(cfg))
+    skipped = []
+    for _ in range(10):
+        before, t0 = sim.comm.comm_rounds, sim.fleet.now
+        sim.step()
+        if sim.comm.comm_rounds == before:
+            skipped.append(sim.fleet.now - t0)
+    assert 0 < len(skipped) < 10 and set(skipped) == {round(Q * 6 * F / 1e5 * 1e6)}  # ticks of the local work
+
+
+@pytest.mark.parametrize("system, extra, message", [
+    ({"classes_by": "label"}, {}, "system.classes_by: places a client in a 'classes' distribution, and no quantity"),
+    ({"overselect": 1.5}, {"asynchronous": {}}, "system.overselect: over-selection closes a synchronous round"),
+])
+def test_options_the_fleet_would_not_read_are_refused(system, extra, message):
+    cfg = {"problem": PROBLEM, "algorithm": {"name": "fedavg"}, "system": system, **extra}
     with pytest.raises(ConfigError) as err:
         Simulation(load_config(cfg))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
