@@ -107,8 +107,10 @@ def test_personal_metrics_on_pooled_slices_of_a_non_iid_split_are_one_note(tmp_p
                                                                           partition, test, personal_eval, noted):
     module = write_module(tmp_path, LOADER, "loader")
     monkeypatch.chdir(tmp_path)
-    cfg = {"problem": {"name": "dataset", "dataset": f"{module}:load", "clients": 3, "partition": partition,
-                       "classes_per_client": 1, "test": test},
+    problem = {"name": "dataset", "dataset": f"{module}:load", "clients": 3, "partition": partition, "test": test}
+    if partition == "shards":  # (the only partition here that reads it)
+        problem["classes_per_client"] = 1
+    cfg = {"problem": problem,
            "algorithm": {"name": algorithm}, "run": {"personal_eval": personal_eval}}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
