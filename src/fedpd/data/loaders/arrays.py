@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fedpd.data.loaders.base import Dataset
-from fedpd.errors import ConfigError
+from fedpd.errors import ConfigError, reason
 
 ARRAYS = ("x_train", "y_train", "x_test", "y_test")
 CLIENTS = ("client_train", "client_test")
