@@ -15,6 +15,7 @@ import torch
 
 from fedpd import registry
 from fedpd.algorithms.base import Algorithm, unused_server_step
+from fedpd.algorithms.robust import algorithm_keywords
 from fedpd.attacks import Attack
 from fedpd.config import Config, load_config, tomllib  # tomllib: tomli before Python 3.11
 from fedpd.context import FederationInfo
@@ -164,7 +165,8 @@ def federation_info(problem: Problem) -> FederationInfo:
 def build(cfg: Config, problem: Problem):
     """(algorithm, solver, sampler) of a config, every cross-check done before anything runs."""
     num_clients = problem.num_clients
-    algorithm = cfg.entries["algorithm"].build(**cfg.options["algorithm"].model_dump())
+    # the defence keys arrive as one Defence, read once with the config (fedpd.algorithms.robust)
+    algorithm = cfg.entries["algorithm"].build(**algorithm_keywords(cfg.options["algorithm"]))
     unused = unused_server_step(algorithm)
     if unused:  # an override that would be skipped without a word
         raise ConfigError(f"algorithm.name: {unused}")

@@ -150,6 +150,11 @@ def check_aggregator_options(name: str, options: dict) -> None:
         raise refuse("aggregator_options", text) from None
 
 
+def algorithm_keywords(options: Options) -> dict:
+    """The keywords an algorithm is constructed with, from its validated options."""
+    return options.model_dump()
+
+
 class ServerAggregator:
     """``agg(rows [K, d], weights [K] or None) -> (aggregate [d], info)`` for a named aggregator.
 
