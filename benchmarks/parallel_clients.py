@@ -22,7 +22,7 @@ own, its whole process tree (workers, Ray) sampled every 0.1 s for resident memo
 
 ``--break-even``: FedAvg with ``run.workers = 1`` and ``2`` held open side by side and stepped
 alternately, on workloads from a few milliseconds of local work per round to a LeNet round: the
-round's estimated FLOPs (``fedpd.threads.round_flops``, what ``run.workers = "auto"`` decides
+round's estimated FLOPs (``fedpd.threads.LocalWork.round_flops``, what ``run.workers = "auto"`` decides
 by), the median seconds per round of each, their ratio, and the seconds the pool took to start.
 This sets ``fedpd.workers.PARALLEL_ROUND_FLOPS``. Needs MNIST (and, for the LeNet workload,
 CIFAR-10) in $FEDPD_DATA.
@@ -168,7 +168,6 @@ def break_even_cases() -> dict[str, dict]:
 def break_even(repeats: int, rounds: int, names: list[str] | None) -> None:
     from fedpd.config import load_config
     from fedpd.simulation import Simulation
-    from fedpd.threads import round_flops
 
     for name, case in break_even_cases().items():
         if names and not any(n in name for n in names):
@@ -192,7 +191,7 @@ def break_even(repeats: int, rounds: int, names: list[str] | None) -> None:
                 sim.step()
                 times[key].append(time.perf_counter() - t)
         s1, s2 = statistics.median(times["1"]), statistics.median(times["2"])
-        print(f"{name:>36}: round {round_flops(one.cfg, one.problem):8.2e} FLOPs  workers=1 {s1 * 1e3:8.1f} ms  "
+        print(f"{name:>36}: round {one.work.round_flops:8.2e} FLOPs  workers=1 {s1 * 1e3:8.1f} ms  "
               f"workers=2 {s2 * 1e3:8.1f} ms  ratio {s2 / s1:5.2f}  pool start {start:5.1f} s  "
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
         two.close()

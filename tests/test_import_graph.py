@@ -114,6 +114,54 @@ def test_the_data_and_the_upload_screen_are_read_without_the_attacks():
         assert not {m for m in seen if m.split(".")[:2] == ["fedpd", "attacks"]}, start
 
 
+#: docs/architecture.md's picture of the layers, top first: a module imports only its own layer and those above
+LAYERS = (
+    ("fedpd.config", "fedpd.registry", "fedpd.options", "fedpd.names", "fedpd.plugins"),
+    ("fedpd.build",),
+    ("fedpd.engines", "fedpd.engine", "fedpd.workers", "fedpd.remote.engine", "fedpd.remote.node",
+     "fedpd.flower.transport", "fedpd.flower.clientapp", "fedpd.flower.warm", "fedpd.flower.simulation"),
+    ("fedpd.simulation", "fedpd.handover"),
+    ("fedpd.runner",),
+    ("fedpd.flower.serverapp",),
+)
+#: above the run loop: the package's front door, the command line and its tools, reading runs back
+TOOLS = ("fedpd", "fedpd.__main__", "fedpd.cli", "fedpd.demo", "fedpd.sweep", "fedpd.flower.deploy",
+         "fedpd.reproduce", "fedpd.results")
+
+
+def against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of ``graph`` against :data:`LAYERS`: a layer importing one below it, a module
+    beside the layers (protocol, store, checks, ...) importing a layer below the top box, anything
+    but the tools importing a tool."""
+    layer = {m: i for i, modules in enumerate(LAYERS) for m in modules}
+
+    def tool(m: str) -> bool:
+        return m in TOOLS or m.startswith(tuple(f"{t}." for t in TOOLS if t != "fedpd"))
+
+    out = []
+    for m, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            if tool(m):
+                continue
+            if tool(d) or (layer.get(d, 0) > layer[m] if m in layer else layer.get(d, 0) > 0):
+                out.append(f"{m} -> {d}")
+    return out
+
+
+def test_no_module_imports_against_the_layers():
+    """The composition root, its engines and the run loop import down the picture only: the checks,
+    the thread rule and the other modules beside the layers take values, not an engine; the run
+    loop does not read runs back through results/ (the run directory's names are rundir.py's)."""
+    graph = import_graph(SRC)
+    assert {m for layer in LAYERS for m in layer} <= set(graph)
+    assert against_the_layers(graph) == []
+    graph["fedpd.checks"].add("fedpd.engines")  # what the rule catches
+    graph["fedpd.runner"].add("fedpd.results.runs")
+    graph["fedpd.build"].add("fedpd.simulation")
+    assert against_the_layers(graph) == ["fedpd.build -> fedpd.simulation", "fedpd.checks -> fedpd.engines",
+                                         "fedpd.runner -> fedpd.results.runs"]
+
+
 def _package(root: Path, files: dict[str, str]) -> Path:
     for name, text in files.items():
         path = root / "pkg" / name

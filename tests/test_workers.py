@@ -207,9 +207,11 @@ def test_a_run_killed_with_its_workers_resumes_exactly(tmp_path):
 # --- run.workers = "auto" and bad input -------------------------------------------------------
 def plan(overrides, **sections):
     sim_cfg = load_config(config("fedavg", **sections), overrides)
-    from fedpd.build import build_problem
+    from fedpd.build import build, build_problem, local_work
 
-    return workers.plan_workers(sim_cfg, build_problem(sim_cfg))
+    problem = build_problem(sim_cfg)
+    work = local_work(sim_cfg, problem, build(sim_cfg, problem)[2])
+    return workers.plan_workers(sim_cfg.run.workers, sim_cfg.run.threads, work, problem.device)
 
 
 def test_auto_trains_a_small_round_in_the_run_process(monkeypatch):

@@ -27,6 +27,7 @@ from fedpd.privacy import PrivateAggregation, private_aggregation
 from fedpd.problems.base import Problem
 from fedpd.solvers import GradientSolver
 from fedpd.store import ClientStore, MemoryStore, State
+from fedpd.threads import LocalWork, forward_flops
 
 
 def resolve_device(name: str) -> torch.device:
@@ -152,9 +153,32 @@ def check_solver(cfg: Config, algorithm: Algorithm, solver, problem: Problem) ->
                               f"(allowed: {fields[key].default})")
 
 
-def client_chunk(cfg: Config, problem: Problem) -> int | None:
-    """Clients computed together (None: all of a group): one at a time for a per-client model."""
-    return 1 if problem.per_client else cfg.run.client_chunk or None
+def client_chunk(chunk: int, problem: Problem) -> int | None:
+    """Clients computed together (``run.client_chunk``; None: all of a group): one at a time for a
+    per-client model."""
+    return 1 if problem.per_client else chunk or None
+
+
+def expected_participants(sampler, num_clients: int) -> int:
+    """Clients that train in a round: the sampler's ``per_round``, or for one whose number varies
+    its ``expected_per_round`` (Bernoulli's q·N, at least 1), else every client."""
+    per_round = sampler.per_round
+    if per_round is None:
+        per_round = getattr(sampler, "expected_per_round", None) or num_clients
+    return min(num_clients, per_round)
+
+
+def local_work(cfg: Config, problem: Problem, sampler) -> LocalWork:
+    """A round's local training as the thread and worker rules weigh it (:class:`fedpd.threads.LocalWork`):
+    the sampler's participants, ``run.client_chunk`` of them at once, the solver's batch (every
+    sample of the largest client for full batches) and its local steps."""
+    participants = expected_participants(sampler, problem.num_clients)
+    sizes = problem.train.sizes
+    largest = int(sizes.max()) if sizes.numel() else 0
+    solver = cfg.options["solver"]
+    batch = min(getattr(solver, "batch_size", None) or largest, largest)
+    chunk = min(participants, cfg.run.client_chunk) if cfg.run.client_chunk else participants
+    return LocalWork(participants, chunk, batch, getattr(solver, "local_steps", 1), lambda: forward_flops(problem))
 
 
 def federation_info(problem: Problem) -> FederationInfo:

@@ -44,10 +44,11 @@ def nonfinite_keys(record: dict) -> list[str]:
             if k != "wall_s" and isinstance(v, float) and not math.isfinite(v)]
 
 
-def check_finite(cfg, record: dict, history: list[dict] | None = None, out_dir=None) -> None:
+def check_finite(record: dict, history: list[dict] | None = None, out_dir=None, *,
+                 allow_nonfinite: bool = False) -> None:
     """Raise :class:`NonFiniteMetrics` if a metric of ``record`` is NaN or ±Inf, unless the run
     allows it (``run.allow_nonfinite``)."""
-    if getattr(cfg.run, "allow_nonfinite", False):
+    if allow_nonfinite:
         return
     bad = nonfinite_keys(record)
     if not bad:
@@ -74,8 +75,10 @@ def _largest_client(split) -> int:
     return int(sizes.max()) if sizes.numel() else 0
 
 
-def check_against_problem(cfg, problem, algorithm=None) -> None:
-    """Refuse option values that make no sense for ``problem``, before the first round.
+def check_against_problem(cfg, problem, algorithm=None, *, participants: int | None = None) -> None:
+    """Refuse option values that make no sense for ``problem``, before the first round
+    (``participants``: the clients that train in a round, :func:`fedpd.build.expected_participants`;
+    None: every client).
 
     ``batch_size`` (of the solver, or of an algorithm that draws its own minibatches with
     replacement) above the largest client's number of training samples is refused: minibatches
@@ -102,24 +105,22 @@ def check_against_problem(cfg, problem, algorithm=None) -> None:
                               f"batches of {batch}) {steps} local steps a round (allowed: at most {STEPS_MAX} steps, "
                               f"as solver.local_steps: local_epochs <= {STEPS_MAX // -(-largest // batch)} here)")
     n = problem.num_clients
+    participants = n if participants is None else participants
     if cfg.run.eval_clients > n:
         raise ConfigError(f"run.eval_clients: {cfg.run.eval_clients} exceeds the problem's {n} clients (allowed: "
                           f"1..{n}, or 0 for every client)")
     if cfg.names["solver"] == "sgd":  # the draws of every local step's minibatch are made at once
         from fedpd.problems.lazy import check_memory
-        from fedpd.threads import participants
 
         solver = cfg.options["solver"]
-        chunk = 1 if getattr(problem, "per_client", False) else min(participants(cfg, problem),
-                                                                    cfg.run.client_chunk or problem.num_clients)
+        chunk = 1 if getattr(problem, "per_client", False) else min(participants, cfg.run.client_chunk or n)
         draws = 2 * 8 * chunk * solver.local_steps * solver.batch_size * problem.train.uniforms_per_sample
         check_memory("solver.local_steps", draws, f"the minibatch draws of a round ({solver.local_steps} local steps "
                      f"x {chunk} clients x {solver.batch_size} samples, made at once)")
     if cfg.names["solver"] == "exact":  # each chunk's Hessians H_i [chunk, d, d], and the solve's copies
         from fedpd.problems.lazy import check_memory
-        from fedpd.threads import participants
 
-        chunk = min(participants(cfg, problem), cfg.run.client_chunk or problem.num_clients)
+        chunk = min(participants, cfg.run.client_chunk or n)
         check_memory("problem.dim", 3 * 8 * chunk * problem.dim ** 2, f"the exact solver's Hessians ({chunk} clients "
                      f"x {problem.dim}^2)")
     if getattr(cfg.run, "tensorboard", False):
@@ -161,8 +162,9 @@ def personal_metrics(cfg, algorithm) -> bool:
     return algorithm is not None and type(algorithm).personal_models is not Algorithm.personal_models
 
 
-def check_run_options_used(cfg, transport=None, overrides=None) -> None:
-    """Refuse a ``[run]`` option the user set (to other than its default) that this run would ignore:
+def check_run_options_used(run, transport=None, overrides=None, *, on_nodes: bool) -> None:
+    """Refuse a ``[run]`` option (of the ``run`` options) the user set that this run would ignore
+    (``on_nodes``: whether its clients live on nodes, :func:`fedpd.engines.in_process`):
     ``store = "disk"`` and ``store_dir`` where the clients' states live on nodes (they keep them in
     their own files), ``store_dir`` with the memory store, ``node_timeout`` where nothing waits
     (loopback nodes answer at once; one worker process is no worker), ``client_chunk`` with
@@ -172,30 +174,26 @@ def check_run_options_used(cfg, transport=None, overrides=None) -> None:
     which states every option, and some hold what the run's first engine used (a disk store that a
     resume on loopback nodes reads the states from). So a fresh run checks what its config sets and a
     resume (``overrides``: its ``--set`` items) only what those set."""
-    from fedpd.engines import in_process
-
-    run = cfg.run
     given = set(run.given(*type(run).model_fields))
     if overrides is not None:
         given &= {item.partition("=")[0].strip().removeprefix("run.") for item in overrides
                   if item.strip().startswith("run.")}
-    nodes = not in_process(cfg, transport)
     engine = f'run.engine = "{run.engine}"' if transport is None else "a run on given nodes (a transport)"
     where = f"{engine} keeps the clients' states on its nodes, in their own files"
-    if nodes and "store" in given and run.store == "disk":
+    if on_nodes and "store" in given and run.store == "disk":
         raise ConfigError(f'run.store: "disk" is the inprocess engine\'s client store; {where} (allowed: no run.store, '
                           f'or run.engine = "inprocess")')
-    if nodes and "store_dir" in given:
+    if on_nodes and "store_dir" in given:
         raise ConfigError(f"run.store_dir: the inprocess engine's disk store directory; {where} (allowed: no "
                           f"run.store_dir, or run.engine = \"inprocess\")")
-    if not nodes and "store_dir" in given and run.store == "memory":
+    if not on_nodes and "store_dir" in given and run.store == "memory":
         raise ConfigError('run.store_dir: the disk store\'s directory, and run.store = "memory" keeps no files '
                           '(allowed: run.store = "disk" or "auto", or no run.store_dir)')
     if "node_timeout" in given and run.engine == "loopback" and transport is None:
         raise ConfigError("run.node_timeout: loopback nodes run in this process and answer at once, so there is "
                           "nothing to wait for (allowed: no run.node_timeout; it is for run.engine = \"flower\" and "
                           "run.workers)")
-    if "node_timeout" in given and not nodes and run.workers == 1:
+    if "node_timeout" in given and not on_nodes and run.workers == 1:
         raise ConfigError("run.node_timeout: the time to wait for a worker process, and run.workers = 1 starts none "
                           "(allowed: no run.node_timeout, or run.workers > 1 or \"auto\")")
     if "client_chunk" in given and run.execution == "per_client":

@@ -24,33 +24,35 @@ from typing import Iterator
 from fedpd.algorithms.base import Algorithm
 from fedpd.attacks import Attack
 from fedpd.build import client_chunk, hosted_clients
-from fedpd.config import Config
+from fedpd.config import Config, RunOptions
 from fedpd.engine import Engine, InProcessEngine
 from fedpd.errors import ConfigError
 from fedpd.problems.base import Problem
+from fedpd.rundir import NODES
 from fedpd.store import MemoryStore
+from fedpd.threads import LocalWork
 from fedpd.workers import WorkerPool, plan_workers
 
-NODES = "nodes"  # the remote engine's node stores, inside the run directory
+
+def in_process(run: RunOptions, transport=None) -> bool:
+    """Whether the clients of a run with these ``[run]`` options live in this process (then in a
+    client store of its own), rather than on nodes (``transport``: nodes already connected)."""
+    return transport is None and run.engine == "inprocess"
 
 
-def in_process(cfg: Config, transport=None) -> bool:
-    """Whether the clients of a run of ``cfg`` live in this process (then in a client store of its
-    own), rather than on nodes."""
-    return transport is None and cfg.run.engine == "inprocess"
-
-
-def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, attack: Attack, *,
+def make_engine(cfg: Config, algorithm: Algorithm, problem: Problem, solver, attack: Attack, *, work: LocalWork,
                 workdir: Path | None = None, transport=None, store=None) -> Engine:
     """The engine ``run.engine`` names; the in-process one keeps its clients in ``store`` (default
-    a fresh memory store), a remote one on its nodes (``transport``: nodes already connected)."""
+    a fresh memory store) and trains them here or on the worker processes ``run.workers`` and the
+    round's ``work`` call for, a remote one on its nodes (``transport``: nodes already connected)."""
     init = algorithm.init_client(problem.x_init)
-    if in_process(cfg, transport):
+    run = cfg.run
+    if in_process(run, transport):
         store = store if store is not None else MemoryStore(init, problem.num_clients)
-        workers, threads = plan_workers(cfg, problem)  # run.workers
-        pool = WorkerPool(cfg.to_toml(), workers, threads, cfg.run.node_timeout) if workers > 1 else None
-        return InProcessEngine(algorithm, problem, solver, store, seed=cfg.run.seed, chunk=client_chunk(cfg, problem),
-                               attack=attack, pool=pool)
+        workers, threads = plan_workers(run.workers, run.threads, work, problem.device)
+        pool = WorkerPool(cfg.to_toml(), workers, threads, run.node_timeout) if workers > 1 else None
+        return InProcessEngine(algorithm, problem, solver, store, seed=run.seed,
+                               chunk=client_chunk(run.client_chunk, problem), attack=attack, pool=pool)
     from fedpd.remote.engine import LoopbackTransport, RemoteEngine
     from fedpd.remote.node import NodeRuntime
 

@@ -24,9 +24,9 @@ from torch import Tensor
 
 from fedpd.disk_store import DiskStore, default_store_dir
 from fedpd.engine import InProcessEngine
-from fedpd.engines import NODES
 from fedpd.errors import ConfigError
 from fedpd.remote.filestore import RUNS, committed
+from fedpd.rundir import NODES
 from fedpd.store import MEAN_CHUNK_BYTES, MemoryStore, State
 
 

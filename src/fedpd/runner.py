@@ -39,25 +39,21 @@ from fedpd import advice, plugins
 from fedpd.checks import FedpdNotice, NonFiniteMetrics, check_finite, check_run_options_used
 from fedpd.config import RESUMABLE, Config, Unset, first_difference, load_config
 from fedpd.disk_store import default_store_dir
-from fedpd.engines import NODES, in_process, open_runtime
+from fedpd.engines import in_process, open_runtime
 from fedpd.errors import ConfigError, FedpdError, reason
 from fedpd.hooks import HookError
 from fedpd.io import append_jsonl, atomic_torch_save, atomic_write_text, read_jsonl, remove_leftover_temps
 from fedpd.progress import Progress
-from fedpd.results.runs import runs_below
+from fedpd.rundir import CHECKPOINT, CONFIG, METRICS, NODES, PLUGINS, runs_below
 from fedpd.simulation import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, Simulation
 from fedpd.status import StatusFile
 from fedpd.tensorboard import open_writer
 
-CHECKPOINT = "checkpoint.pt"
-METRICS = "metrics.jsonl"
-CONFIG = "config.toml"
-PLUGINS = "plugins.json"
 
-
-def read_checkpoint(path: Path, cfg: Config) -> dict:
+def read_checkpoint(path: Path, fingerprint: dict) -> dict:
     """The checkpoint at ``path``, loaded without executing code (``weights_only``) and checked to
-    belong to ``cfg``; otherwise one line naming the file and the reason (nothing is changed)."""
+    belong to the run whose config has this ``fingerprint`` (:meth:`Simulation.fingerprint`);
+    otherwise one line naming the file and the reason (nothing is changed)."""
     try:
         sd = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
@@ -70,7 +66,7 @@ def read_checkpoint(path: Path, cfg: Config) -> dict:
     if sd.get("version") != CHECKPOINT_VERSION:
         raise ConfigError(f"{path}: checkpoint format version {sd.get('version')!r}; this fedpd reads version "
                           f"{CHECKPOINT_VERSION} (start the run again with {advice.overwrite()})")
-    ours, theirs = cfg.fingerprint(), sd.get("config")
+    ours, theirs = {**fingerprint, "run": dict(fingerprint["run"])}, sd.get("config")
     if isinstance(theirs, dict) and isinstance(theirs.get("run"), dict) and theirs["run"].get("store") == "auto":
         ours["run"]["store"] = "auto"  # a remote engine's run: run.store (in process only) was never resolved
     differs = first_difference(theirs, ours)
@@ -118,7 +114,7 @@ def _warn_if_changed(out: Path, record: dict) -> None:
 def _restore(sim: Simulation, out: Path) -> None:
     """Load the run directory's checkpoint into ``sim`` (none yet: the run starts at round 0)."""
     if (out / CHECKPOINT).exists():
-        sim.load_state_dict(read_checkpoint(out / CHECKPOINT, sim.cfg))
+        sim.load_state_dict(read_checkpoint(out / CHECKPOINT, sim.fingerprint()))
 
 
 def _kept_history(out: Path, cfg: Config, round: int) -> list[dict]:
@@ -228,7 +224,8 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
         if config is None:
             raise ConfigError("no config given")
         cfg = load_config(config, overrides)
-    check_run_options_used(cfg, transport, overrides if resume is not None else None)  # e.g. a disk store on nodes
+    check_run_options_used(cfg.run, transport, overrides if resume is not None else None,  # e.g. a disk store on nodes
+                           on_nodes=not in_process(cfg.run, transport))
     out = Path(out) if out is not None else None
     if out is not None and resume is None:
         _check_out(out, overwrite)
@@ -245,7 +242,6 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
     sim = Simulation(cfg, workdir=out, transport=transport)  # every check first
     fresh = status = None
     try:
-        cfg = sim.cfg  # run.store = "auto" resolved
         if out is not None:
             sim.attach_store(out, resume=resume)  # the disk store's checks, before anything is written
         if out is not None and not resume:
@@ -255,7 +251,7 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
         history: list[dict] = []
         if out is not None:
             if not resume:
-                atomic_write_text(out / CONFIG, cfg.to_toml())
+                atomic_write_text(out / CONFIG, sim.config_toml())  # run.store as resolved
                 _write_plugins(out, cfg)
             else:
                 _restore(sim, out)  # every check first: a refused resume changes nothing
@@ -265,10 +261,10 @@ def execute(cfg: Config, out: Path | None, *, resume: bool = False, rewrite_conf
                 history = _kept_history(out, cfg, sim.round)
                 remove_leftover_temps(out, (CHECKPOINT, METRICS, CONFIG, PLUGINS))  # from a kill during a write
                 if rewrite_config:  # a new target: config.toml keeps saying what the run is
-                    atomic_write_text(out / CONFIG, cfg.to_toml())
+                    atomic_write_text(out / CONFIG, sim.config_toml())
                 atomic_write_text(out / METRICS, "".join(json.dumps(r) + "\n" for r in history))
                 _warn_if_changed(out, _read_plugins(out))
-        if out is not None and not in_process(cfg, transport):  # clients on nodes: how the run went, and its notices
+        if out is not None and not sim.in_process:  # clients on nodes: how the run went, and its notices
             status = StatusFile(out, round=sim.round, rounds=cfg.run.rounds, resume=advice.resume_command(out),
                                 resumed=resume)
             sim.engine.on_notice = status.note
@@ -329,7 +325,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
         rounds = max(min(rounds, limit), min(sim.round, rounds))
     ckpt_every = cfg.run.checkpoint_every or every
     bar = Progress(rounds, sim.round, label=label, enabled=progress)
-    tb = open_writer(cfg, out, sim.round)  # run.tensorboard: the metrics as TensorBoard scalars too
+    tb = open_writer(out, sim.round, enabled=cfg.run.tensorboard)  # the metrics as TensorBoard scalars too
 
     def record():
         m = sim.metrics()
@@ -339,7 +335,7 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
         if tb is not None:
             tb.add(m)
         bar.update(sim.round, m)
-        check_finite(cfg, m, history, out)  # NaN / Inf: the run stops unless run.allow_nonfinite
+        check_finite(m, history, out, allow_nonfinite=cfg.run.allow_nonfinite)  # NaN / Inf: the run stops
 
     def checkpoint():
         if out is not None:
@@ -375,7 +371,15 @@ def _loop(sim: Simulation, cfg: Config, out: Path | None, history: list[dict], p
             tb.close()
     if status is not None:
         status.end("finished", sim.round)
-    return RunResult(history, sim.model().detach(), sim, out, cfg)
+    return RunResult(history, sim.model().detach(), sim, out, _recorded_config(sim))
+
+
+def _recorded_config(sim: Simulation) -> Config:
+    """The config the run's directory records (``run.store`` resolved, :meth:`Simulation.recorded`)."""
+    cfg = sim.cfg
+    if sim.store_kind in (None, cfg.run.store):
+        return cfg
+    return load_config(sim.recorded(), plugin_path=cfg.plugin_path)
 
 
 def _why(err: BaseException) -> str:

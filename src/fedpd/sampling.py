@@ -62,6 +62,7 @@ class Bernoulli:
     def __init__(self, num_clients: int, q: float):
         self.num_clients, self.q = num_clients, q
         self.per_round: int | None = None
+        self.expected_per_round = max(1, round(q * num_clients))  # what the thread and worker rules weigh
 
     def sample(self, round: int, generator: torch.Generator) -> Tensor:
         return (torch.rand(self.num_clients, generator=generator) < self.q).nonzero().flatten()

@@ -1,6 +1,10 @@
 """One run's objects and state: :class:`Simulation` builds them from a config (:mod:`fedpd.build`),
 takes the engine :mod:`fedpd.engines` chooses, runs a round (``step``), evaluates (``metrics``)
 and gives its whole state for a checkpoint (``state_dict``, every tensor on the CPU).
+
+It is the run's composition root: the one place that reads the config whole and hands each layer
+below the values it uses; it never rewrites the config (``run.store = "auto"`` resolves to
+:attr:`Simulation.store_kind`, which :meth:`Simulation.recorded` records).
 """
 
 from __future__ import annotations
@@ -9,15 +13,16 @@ import shutil
 import time
 from pathlib import Path
 
+import tomli_w
 import torch
 from torch import Tensor
 
 from fedpd import handover
 from fedpd.algorithms.base import Algorithm
-from fedpd.build import (build, build_attack, build_privacy, build_problem, build_store, exact_float32,
+from fedpd.build import (build, build_attack, build_privacy, build_problem, build_store, exact_float32, local_work,
                          resolve_device)
 from fedpd.checks import check_against_problem
-from fedpd.config import Config, load_config
+from fedpd.config import Config
 from fedpd.disk_store import DiskStore, default_store_dir
 from fedpd.engine import Engine
 from fedpd.engines import in_process, make_engine
@@ -56,26 +61,29 @@ class Simulation:
         exact_float32(self.device)  # a GPU's record verifies against a CPU re-run
         sequential_blas()  # the data are built at any thread count with the same sums
         self.problem = build_problem(cfg, self.device)
-        self.threads = set_threads(cfg, self.problem)  # run.threads; 0: fedpd.threads' rule
         self.num_clients = self.problem.num_clients
         self.algorithm, self.solver, self.sampler = build(cfg, self.problem)
+        self.work = local_work(cfg, self.problem, self.sampler)  # what the thread and worker rules weigh
+        self.threads = set_threads(cfg.run.threads, self.work)  # run.threads; 0: fedpd.threads' rule
         # [privacy]: the mechanism the round takes its server step through (None: the algorithm's own step)
         self.privacy = build_privacy(cfg, self.algorithm, self.solver, self.sampler, self.problem)
-        check_against_problem(cfg, self.problem, self.algorithm)  # e.g. a batch larger than every client
+        check_against_problem(cfg, self.problem, self.algorithm,  # e.g. a batch larger than every client
+                              participants=self.work.participants)
         self.algorithm: Algorithm
         x0 = self.problem.x_init
         self.server: State = call(self.aggregation, "init_server", x0)
         check_init_server(self.algorithm, self.server, x0.shape)
         init = call(self.algorithm, "init_client", x0)
         check_tensors(self.algorithm, "init_client", init, "client state")
+        self.in_process = in_process(cfg.run, transport)
         store = None  # remote engines keep client states on their nodes
-        if in_process(cfg, transport):
-            store, kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init, self.num_clients)
-            if kind != cfg.run.store:  # auto, resolved: the run's config.toml says which
-                self.cfg = load_config(cfg, [f"run.store={kind}"])
+        self.store_kind: str | None = None  # run.store resolved (auto: by size); None on nodes
+        if self.in_process:
+            store, self.store_kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init,
+                                                                  self.num_clients)
         attack = build_attack(cfg).bind(self.num_clients).against(self.algorithm)
-        self.engine: Engine = make_engine(self.cfg, self.algorithm, self.problem, self.solver, attack, workdir=workdir,
-                                          transport=transport, store=store)
+        self.engine: Engine = make_engine(cfg, self.algorithm, self.problem, self.solver, attack, work=self.work,
+                                          workdir=workdir, transport=transport, store=store)
         self.fleet = build_fleet(cfg, self.problem, self.sampler, self.algorithm, transport)
         self.engine.fleet = self.fleet
         self.engine.aggregation = self.privacy
@@ -83,6 +91,25 @@ class Simulation:
         self.round = 0
         self.elapsed = 0.0
         self._left_behind: list[Path] = []
+
+    def recorded(self) -> dict:
+        """The run's resolved config as its directory records it (``config.toml``, the checkpoint):
+        ``run.store`` names the store its clients live in (``auto`` resolved), on nodes as given."""
+        return self._with_store(self.cfg.resolved())
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint of this run holds of its config (:meth:`fedpd.config.Config.fingerprint`,
+        ``run.store`` as :meth:`recorded` says it)."""
+        return self._with_store(self.cfg.fingerprint())
+
+    def config_toml(self) -> str:
+        """:meth:`recorded` as TOML: the run directory's ``config.toml``."""
+        return tomli_w.dumps(self.recorded())
+
+    def _with_store(self, resolved: dict) -> dict:
+        if self.store_kind is not None:
+            resolved["run"]["store"] = self.store_kind
+        return resolved
 
     @property
     def aggregation(self):
@@ -200,7 +227,7 @@ class Simulation:
 
     def state_dict(self) -> dict:
         """All run state, every tensor on the CPU (a checkpoint reads back on any device)."""
-        return _to({"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": self.cfg.fingerprint(),
+        return _to({"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "config": self.fingerprint(),
                     "round": self.round, "elapsed": self.elapsed, "server": self.server,
                     "engine": self.engine.state_dict(), **self._timing_state()}, "cpu")
 

@@ -52,9 +52,9 @@ class ScalarWriter:
         self._writer.close()
 
 
-def open_writer(cfg, out_dir, start: int = 0) -> ScalarWriter | None:
-    """The run's writer, or None when ``run.tensorboard`` is off or nothing is written."""
-    if out_dir is None or not getattr(cfg.run, "tensorboard", False):
+def open_writer(out_dir, start: int = 0, *, enabled: bool) -> ScalarWriter | None:
+    """The run's writer, or None when ``run.tensorboard`` (``enabled``) is off or nothing is written."""
+    if out_dir is None or not enabled:
         return None
     return ScalarWriter(out_dir, start)
 

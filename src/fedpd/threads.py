@@ -14,7 +14,8 @@ So ``run.threads = 0`` (automatic) means:
    reads it (an explicit choice for the whole process);
 2. otherwise 1 thread when one local step of the run does less than :data:`PARALLEL_FLOPS`
    floating-point operations (every participant's minibatch through the model, forward and
-   backward: participants × samples per step × 3 × forward FLOPs per sample);
+   backward: participants of a chunk × samples per step × 3 × forward FLOPs per sample;
+   :class:`LocalWork`, the estimate the run hands this module with ``run.threads``);
 3. otherwise (a large model or batch) one thread per idle core: the cores this process may use
    (CPU affinity and the cgroup CPU quota of a container), less the cores other jobs keep busy
    (the 1-minute load average), at least 1 and at most :data:`MAX_AUTO_THREADS`.
@@ -123,46 +124,36 @@ def forward_flops(problem) -> int:
     return counter.flops
 
 
-def participants(cfg, problem) -> int:
-    """Clients that train in a round (expected, for a Bernoulli sampler)."""
-    n = problem.num_clients
-    sampler = cfg.options["sampler"]
-    if cfg.names["sampler"] == "uniform":
-        return min(n, sampler.clients_per_round)
-    if cfg.names["sampler"] == "bernoulli":
-        return max(1, round(sampler.q * n))
-    return n
+class LocalWork:
+    """A round's local training as the thread and worker rules weigh it, estimated before it runs:
+    ``participants`` clients (expected, for a sampler whose number varies), ``chunk`` of them
+    computed together, each putting ``batch`` samples through the model in each of ``steps``
+    local steps. ``forward`` gives the model's FLOPs for one sample's forward pass (a forward
+    pass of one sample, :func:`forward_flops`); it is counted when first asked for, so a run whose
+    threads and workers are given never runs it."""
+
+    def __init__(self, participants: int, chunk: int, batch: int, steps: int, forward):
+        self.participants, self.chunk, self.batch, self.steps = participants, chunk, batch, steps
+        self._forward = forward
+
+    @functools.cached_property
+    def forward(self) -> int:
+        return self._forward() if callable(self._forward) else self._forward
+
+    @property
+    def step_flops(self) -> float:
+        """FLOPs of one local step of a chunk (forward and backward, ≈ 3 forward passes)."""
+        return 3.0 * self.chunk * self.batch * self.forward
+
+    @property
+    def round_flops(self) -> float:
+        """FLOPs of a round's local work: every participant's local steps."""
+        return 3.0 * self.participants * self.batch * self.forward * self.steps
 
 
-def batch_samples(cfg, problem) -> int:
-    """Samples one client's local step puts through the model (gd: every sample, padded)."""
-    sizes = problem.train.sizes
-    largest = int(sizes.max()) if sizes.numel() else 0
-    return min(getattr(cfg.options["solver"], "batch_size", None) or largest, largest)
-
-
-def samples_per_step(cfg, problem) -> int:
-    """Samples that go through the model in one local step: participants (of a chunk) × batch."""
-    k = participants(cfg, problem)
-    if cfg.run.client_chunk:
-        k = min(k, cfg.run.client_chunk)
-    return k * batch_samples(cfg, problem)
-
-
-def step_flops(cfg, problem) -> float:
-    """Estimated FLOPs of one local step (forward and backward, ≈ 3 forward passes)."""
-    return 3.0 * samples_per_step(cfg, problem) * forward_flops(problem)
-
-
-def round_flops(cfg, problem) -> float:
-    """Estimated FLOPs of a round's local work: every participant's local steps."""
-    steps = getattr(cfg.options["solver"], "local_steps", 1)
-    return 3.0 * participants(cfg, problem) * batch_samples(cfg, problem) * forward_flops(problem) * steps
-
-
-def auto_threads(cfg, problem) -> int:
+def auto_threads(work: LocalWork) -> int:
     """The rule of the module docstring, steps 2 and 3."""
-    if step_flops(cfg, problem) < PARALLEL_FLOPS:
+    if work.step_flops < PARALLEL_FLOPS:
         return 1
     return max(1, min(available_cores(), MAX_AUTO_THREADS, math.floor(idle_cores() + 0.5)))
 
@@ -198,11 +189,11 @@ def use_threads(threads: int) -> None:
     sequential_blas()
 
 
-def set_threads(cfg, problem) -> int:
-    """Set torch's intra-op threads for the run (``run.threads``; 0: automatic) and return them."""
-    threads = cfg.run.threads
+def set_threads(threads: int, work: LocalWork) -> int:
+    """Set torch's intra-op threads for the run and return them: ``threads`` (``run.threads``), or
+    for 0 the environment's or the automatic choice for a round's ``work``."""
     if not threads:
         env = next((os.environ[v] for v in ENV_VARS if os.environ.get(v, "").strip().isdigit()), None)
-        threads = int(env) if env and int(env) > 0 else auto_threads(cfg, problem)
+        threads = int(env) if env and int(env) > 0 else auto_threads(work)
     use_threads(threads)
     return threads

@@ -50,10 +50,10 @@ import numpy as np
 import torch
 
 from fedpd.errors import ConfigError, FedpdError
-from fedpd.threads import ENV_VARS, available_cores, participants, round_flops, use_threads
+from fedpd.threads import ENV_VARS, LocalWork, available_cores, use_threads
 
 #: ``run.workers = "auto"``: below this many floating-point operations of local work per round
-#: (:func:`fedpd.threads.round_flops`) one process trains the round; above it, one worker per
+#: (:attr:`fedpd.threads.LocalWork.round_flops`) one process trains the round; above it, one worker per
 #: usable core. Measured with benchmarks/parallel_clients.py --break-even (docs/performance.md).
 PARALLEL_ROUND_FLOPS = 2e10
 
@@ -71,27 +71,28 @@ def run_cores() -> int:
     return int(env) if env and int(env) > 0 else available_cores()
 
 
-def plan_workers(cfg, problem) -> tuple[int, int]:
-    """(worker processes, torch threads in each) for ``run.workers`` and ``run.threads``; 1
-    worker: the run's own process trains the clients. At most one worker per participant of a
-    round, and workers × threads ≤ the usable cores."""
-    asked, usable = cfg.run.workers, available_cores()
+def plan_workers(asked: int | str, threads: int, work: LocalWork, device: torch.device) -> tuple[int, int]:
+    """(worker processes, torch threads in each) for ``run.workers`` (``asked``) and ``run.threads``
+    (``threads``), a round's local ``work`` and the run's ``device``; 1 worker: the run's own process
+    trains the clients. At most one worker per participant of a round, and workers × threads ≤ the
+    usable cores."""
+    usable = available_cores()
     cores = min(run_cores(), usable)
     if asked == "auto":
-        large = problem.device.type == "cpu" and round_flops(cfg, problem) >= PARALLEL_ROUND_FLOPS
+        large = device.type == "cpu" and work.round_flops >= PARALLEL_ROUND_FLOPS
         wanted = cores if large else 1
     else:
-        if asked > 1 and problem.device.type != "cpu":
+        if asked > 1 and device.type != "cpu":
             raise ConfigError(f"run.workers: {asked} worker processes train on the CPU, and run.device is "
-                              f"{problem.device.type!r} (allowed: 1 or \"auto\" with a GPU)")
+                              f"{device.type!r} (allowed: 1 or \"auto\" with a GPU)")
         if asked > usable:
             notice(f"run.workers: {asked} is more than the {usable} usable cores of this machine; using {usable}")
         wanted = min(asked, usable)
-    workers = max(1, min(wanted, participants(cfg, problem)))
+    workers = max(1, min(wanted, work.participants))
     if workers == 1:
         return 1, 0
     share = max(1, cores // workers)
-    return workers, min(cfg.run.threads or share, share)
+    return workers, min(threads or share, share)
 
 
 def _arrays(state: State) -> dict[str, np.ndarray]:
@@ -375,7 +376,7 @@ def serve(fd: int) -> None:
         use_threads(threads)
         try:
             pieces = from_toml(config_toml)
-            chunk = client_chunk(pieces[0], pieces[1])
+            chunk = client_chunk(pieces[0].run.client_chunk, pieces[1])
         except Exception as err:
             conn.send(("error", _describe(err)))
             return

@@ -75,7 +75,7 @@ def check_config(cfg: Config) -> None:
     (one line says so)."""
     import sys
 
-    from fedpd.build import build, build_privacy, build_problem
+    from fedpd.build import build, build_privacy, build_problem, expected_participants
     from fedpd.checks import check_against_problem
     from fedpd.errors import DataError
 
@@ -87,7 +87,7 @@ def check_config(cfg: Config) -> None:
         return
     algorithm, solver, sampler = build(cfg, problem)
     build_privacy(cfg, algorithm, solver, sampler, problem)
-    check_against_problem(cfg, problem, algorithm)
+    check_against_problem(cfg, problem, algorithm, participants=expected_participants(sampler, problem.num_clients))
 
 
 def certificate_files(nodes: int) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from fedpd.checks import FedpdNotice
 from fedpd.errors import ConfigError
 from fedpd.io import load_toml, read_jsonl
+from fedpd.rundir import is_run_dir, runs_below
 
 X_AXES = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "sample_grads", "wall_s", "sim_time_s")
 LOWER_IS_BETTER = ("loss", "grad_norm", "residual", "drift", "error", "mse", "backdoor")
@@ -52,22 +53,6 @@ def read_run(path: str | Path) -> Run:
     if not records:
         raise ConfigError(f"{str(path)!r}: metrics.jsonl holds no complete record")
     return Run(path, cfg, records)
-
-
-def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "metrics.jsonl").is_file() or (Path(path) / "checkpoint.pt").is_file()
-
-
-def runs_below(folder: str | Path) -> list[Path]:
-    """The run directories inside ``folder`` (not ``folder`` itself), in path order; a run
-    directory's own subfolders (nodes/, store/) are not searched."""
-    found = []
-    for root, dirs, _ in os.walk(folder):
-        if Path(root) != Path(folder) and is_run_dir(Path(root)):
-            found.append(Path(root))
-            dirs.clear()
-        dirs.sort()
-    return sorted(found)
 
 
 def expand_runs(paths) -> list[Path]:
