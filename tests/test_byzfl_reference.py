@@ -23,6 +23,7 @@ from fedpd.aggregators import (centered_clipping, coordinate_median, geometric_m
                                norm_bounding, trimmed_mean)
 from fedpd.algorithms import FedAvg
 from fedpd.attacks import ALIE, make_attack
+from fedpd.defence import build_defence
 from fedpd.preaggregators import arc, bucketing, nnm
 from fedpd.problems.base import ClientSplit
 from fedpd.problems.poisoning import transform_parties
@@ -216,7 +217,7 @@ def test_client_momentum_as_byzfls_clients_keep_it():
     g = torch.Generator().manual_seed(5)
     d = sum(p.numel() for p in params)
     x0, state = torch.randn(d, generator=g), {"m": torch.zeros(d)}
-    algorithm = FedAvg(aggregator="trimmed_mean", aggregator_options={"trim_ratio": 0.2}, client_momentum=beta)
+    algorithm = FedAvg(build_defence("trimmed_mean", {"trim_ratio": 0.2}, client_momentum=beta))
     for _ in range(3):
         delta = torch.randn(d, generator=g)
         for p, part in zip(params, delta.split([p.numel() for p in params])):
@@ -242,7 +243,7 @@ def test_optimal_attacks_search_as_byzfl_does(defence, seed):
     f, h = 3, 8
     agg, pre = their_defence()
     for kind in ("optimal_ipm", "optimal_alie"):
-        attack = make_attack(kind).against(FedAvg(aggregator=name, aggregator_options=options))
+        attack = make_attack(kind).against(build_defence(name, options))
         ours = attack.forged(honest, h + f, f)
         # ALIE: the search scales with its step, so fedpd's step 10 is ByzFL's −10·√((h − 1)/h)
         step = 10.0 if kind == "optimal_ipm" else -10.0 * math.sqrt((h - 1) / h)

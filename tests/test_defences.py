@@ -138,14 +138,15 @@ def test_fedavg_clips_about_the_server_model():
     """FedAvg hands the server model x0 to norm bounding: one round equals x0 + mean of the
     clipped updates of the uploads."""
     from fedpd.algorithms.fedavg import FedAvg
+    from fedpd.defence import build_defence
 
-    alg = FedAvg("norm_bounding", {"max_norm": 1.0})
+    alg = FedAvg(build_defence("norm_bounding", {"max_norm": 1.0}))
     x0 = _t([1.0, -2.0])
     server = alg.init_server(x0)
     uploads = {"x": x0 + _t([[3, 4], [0, 0.5], [-6, 8]])}
     agg, counts = alg.average(server, uploads)
     torch.testing.assert_close(agg, x0 + (_t([0.6, 0.8]) + _t([0, 0.5]) + _t([-0.6, 0.8])) / 3, rtol=0, atol=1e-15)
-    alg = FedAvg("centered_clipping", {"tau": 1.0})
+    alg = FedAvg(build_defence("centered_clipping", {"tau": 1.0}))
     agg, _ = alg.average(alg.init_server(x0), uploads)  # one step from x0: the same numbers
     torch.testing.assert_close(agg, x0 + _t([0.0, 2.1 / 3]), rtol=0, atol=1e-15)
 
@@ -188,3 +189,42 @@ def test_a_clipping_server_moves_the_model_by_at_most_the_bound(algorithm):
         sim.step()
         moved = float(torch.linalg.vector_norm(sim.server["x0"] - before))
         assert 0 < moved <= bound + 1e-12
+
+
+# --- the one defence object a run builds -------------------------------------------------------------
+def test_a_run_reads_aggregator_options_once_into_the_defence_it_hands_the_algorithm_and_the_attack(monkeypatch):
+    import warnings
+
+    from fedpd import defence as defence_module
+    from fedpd.config import load_config
+    from fedpd.simulation import Simulation
+
+    reads = []
+    real = defence_module.pipeline
+    monkeypatch.setattr(defence_module, "pipeline", lambda *a, **k: reads.append(a) or real(*a, **k))
+    cfg = load_config({"problem": {"name": "least_squares", "clients": 10, "dim": 3, "samples_per_client": 4},
+                       "algorithm": {"name": "fedavg", "aggregator": "krum", "client_momentum": 0.5,
+                                     "aggregator_options": {"n_byzantine": 1, "m": 2, "pre": ["arc", "nnm"]}},
+                       "attack": {"name": "optimal_ipm", "fraction": 0.2, "evals": 3},
+                       "run": {"rounds": 2, "store": "memory"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # the attack is handed the defence, not the algorithm
+        sim = Simulation(cfg)
+    sim.step()
+    assert len(reads) == 1  # checked with the config, built from it, simulated by the attack: one reading
+    defence = cfg.options["algorithm"].defence()
+    assert sim.algorithm.defence is defence and sim.engine.attack.simulate.__self__ is defence
+    assert defence.describe() == "ARC → NNM → krum" and defence.momentum.beta == 0.5
+    assert [type(s).__name__ for s in defence.pipeline.steps] == ["ARC", "NNM"] and defence.min_rows == 5
+
+
+def test_each_step_has_its_own_options_and_declared_rows():
+    from fedpd.aggregators import pipeline
+
+    chain = pipeline("krum", {"n_byzantine": 2, "pre": ["bucketing", "nnm"], "bucket_size": 3})
+    bucketing, nnm = chain.steps
+    assert bucketing.options == {"bucket_size": 3} and nnm.options == {"n_byzantine": 2}
+    # Krum (f = 2) takes 7 rows; NNM leaves as many as it gets and needs 5; bucketing leaves ⌈K/3⌉ ≥ 7
+    assert chain.rule.min_rows == 7 and nnm.rows_needed(7) == 7 and bucketing.rows_needed(7) == 19
+    assert chain.min_rows == 19 == min_rows("krum", {"n_byzantine": 2, "pre": ["bucketing", "nnm"], "bucket_size": 3})
+    assert pipeline("trimmed_mean", {"trim_ratio": 0.1, "pre": "nnm", "n_byzantine": 4}).min_rows == 9  # K > 2f

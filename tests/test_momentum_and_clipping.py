@@ -19,6 +19,7 @@ import torch
 
 from fedpd.algorithms import FedAvg
 from fedpd.attacks import IPM
+from fedpd.defence import build_defence
 from fedpd.config import load_config
 from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
@@ -70,7 +71,7 @@ def by_fedpd(rounds: int, beta: float, start: str = "zero", tau: float = TAU) ->
     momentum = {"client_momentum": beta} if beta > 0 else {}
     if start != "zero":
         momentum["client_momentum_start"] = start
-    algorithm = FedAvg(aggregator="centered_clipping", aggregator_options={"tau": tau, "iterations": 1}, **momentum)
+    algorithm = FedAvg(build_defence("centered_clipping", {"tau": tau, "iterations": 1}, **momentum))
     x0 = torch.zeros(2, dtype=torch.float64)
     server = algorithm.init_server(x0)
     clients = {k: torch.stack([v] * N) for k, v in algorithm.init_client(x0).items()}
@@ -163,8 +164,8 @@ def test_started_at_the_first_update_the_momentum_is_torch_sgds_buffer_with_damp
     """torch.optim.SGD(momentum=β, dampening=β) starts its buffer at the first gradient and then keeps
     β·buf + (1 − β)·g: fed the updates as gradients, its buffer is the momentum the client uploads."""
     beta = 0.8
-    algorithm = FedAvg(aggregator="trimmed_mean", aggregator_options={"trim_ratio": 0.2}, client_momentum=beta,
-                       client_momentum_start="update")
+    algorithm = FedAvg(build_defence("trimmed_mean", {"trim_ratio": 0.2}, client_momentum=beta,
+                                     client_momentum_start="update"))
     x0 = torch.zeros(5, dtype=torch.float64)
     state = {k: v.unsqueeze(0) for k, v in algorithm.init_client(x0).items()}
     p = torch.zeros(5, dtype=torch.float64, requires_grad=True)

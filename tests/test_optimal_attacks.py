@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedpd.algorithms import FedAvg
 from fedpd.attacks import Mimic, OptimalALIE, OptimalIPM, line_search, make_attack, top_direction_row
+from fedpd.defence import build_defence
 from fedpd.errors import ConfigError
 from fedpd.runner import run
 
@@ -42,8 +42,8 @@ def test_line_search_expands_then_contracts_forward_only():
     assert calls[:5] == [0.0, 10.0, 30.0, 70.0, 62.0] and len(calls) == 20
 
 
-def _against(attack, **algorithm):
-    return attack.against(FedAvg(**algorithm))
+def _against(attack, **defence):
+    return attack.against(build_defence(**defence))
 
 
 def test_optimal_ipm_against_the_mean_takes_the_largest_strength_it_reaches():
@@ -88,11 +88,13 @@ def test_optimal_attacks_simulate_the_chain_too():
     assert plain.strength(honest, 3, None) != mixed.strength(honest, 3, None)
 
 
-def test_optimal_attacks_refuse_an_algorithm_without_an_aggregator():
+def test_optimal_attacks_refuse_an_algorithm_whose_server_step_takes_no_defence():
     cfg = {"problem": {"name": "least_squares", "clients": 5, "dim": 2, "samples_per_client": 3},
-           "algorithm": {"name": "fedpd"}, "attack": {"name": "optimal_alie", "fraction": 0.2}, "run": {"rounds": 1}}
+           "algorithm": {"name": "qffl"}, "attack": {"name": "optimal_alie", "fraction": 0.2}, "run": {"rounds": 1}}
     with pytest.raises(ConfigError, match="^attack.name: optimal_alie picks its strength against the defence in use"):
         run(cfg)
+    cfg["algorithm"] = {"name": "feddyn"}  # handed FedDyn's defence, the plain mean of its uploads
+    assert run(cfg).history
     assert isinstance(make_attack("optimal_alie"), OptimalALIE) and isinstance(make_attack("optimal_ipm"), OptimalIPM)
     assert isinstance(make_attack("mimic"), Mimic)
 

@@ -19,6 +19,7 @@ from fedpd.aggregators import trimmed_mean
 from fedpd.algorithms import FedAvg, robust
 from fedpd.algorithms.base import Algorithm
 from fedpd.algorithms.robust import RobustAveraging
+from fedpd.defence import build_defence
 from fedpd.context import ServerContext
 from helpers import run_cli
 from user_plugins import write_module
@@ -31,7 +32,7 @@ CALL = re.compile(r"`{1,2}((?:self\.)?([a-z_]+)\(([^`()]*)\))`{1,2}")
 HOOKS = ("setup", "init_server", "init_client", "participants", "communicates", "broadcast", "local", "aggregate",
          "receive", "min_uploads", "mean_terms", "aggregate_means", "evaluation_model", "personal_models",
          "diagnostics")
-MIXIN = ("use_aggregator", "client_state", "with_momentum", "upload", "average")
+MIXIN = ("use_defence", "client_state", "with_momentum", "upload", "average")
 
 
 def documented(text: str, owner: type) -> dict[str, list[str]]:
@@ -124,7 +125,7 @@ class TwoModels(FedAvg):
 
 @pytest.mark.parametrize("aggregator", [{"aggregator": "trimmed_mean", "aggregator_options": {"trim_ratio": 0.2}}, {}])
 def test_the_documented_average_call_aggregates_the_key_it_names(aggregator):
-    alg = FedAvg(**aggregator)
+    alg = FedAvg(build_defence(**aggregator))
     g = torch.Generator().manual_seed(0)
     x0 = torch.zeros(3, dtype=torch.float64)
     uploads = {"x": torch.randn(6, 3, generator=g, dtype=torch.float64),

@@ -15,6 +15,7 @@ import torch
 from fedpd import registry
 from fedpd.algorithms.fedavg import FedAvg
 from fedpd.attacks import Attack
+from fedpd.defence import build_defence
 from fedpd.comm import CommCounter
 from fedpd.engine import InProcessEngine
 from fedpd.protocol import run_round
@@ -56,7 +57,7 @@ def test_streamed_round_equals_stacked_round_bitwise(name, monkeypatch):
 
 
 def test_robust_aggregator_keeps_the_stacked_path():
-    assert not FedAvg(aggregator="coordinate_median").means_only
+    assert not FedAvg(build_defence("coordinate_median")).means_only
     assert FedAvg().means_only
 
 
@@ -162,7 +163,7 @@ def test_a_round_with_fewer_usable_rows_than_the_rule_needs_is_void_not_a_crash(
     rows = torch.full((20, 2), float("nan"), dtype=torch.float64)
     rows[:finite] = torch.arange(2 * finite, dtype=torch.float64).reshape(finite, 2) / 10
     clients = Groups([(torch.arange(20), {"x": rows})])
-    algorithm = FedAvg(aggregator="bulyan", aggregator_options={"n_byzantine": 4, "pre": "nnm"})
+    algorithm = FedAvg(build_defence("bulyan", {"n_byzantine": 4, "pre": "nnm"}))
     assert algorithm.min_uploads() == 19
     comm = CommCounter()
     x0 = torch.full((2,), 7.0, dtype=torch.float64)

@@ -20,10 +20,17 @@ the rows are clipped about: the algorithms pass the server model the round start
 FedAvg the previous round's aggregate), so they need no state of their own
 (:func:`takes_reference`). Called without one, the reference is 0 (the rows are then updates).
 
-Each aggregator declares its config name, options model and description beside itself
-(:func:`fedpd.options.declares`); ``AGGREGATORS`` maps each name to its function and
-``make_aggregator`` validates options against the model, binds them and returns
-``f(w, weights=None) -> (aggregate, info)``.
+Each aggregator declares beside itself its config name, options model and description
+(:func:`fedpd.options.declares`), the fewest rows it aggregates (its options' ``min_rows()``,
+:class:`RuleOptions`: Krum's 2f + 3) and, as attributes, what it needs: ``robust = False`` (the
+mean: no pre-aggregation before it), ``centres_on_last_aggregate`` (centered clipping, under client
+momentum), ``python_only`` arguments no config gives, ``chosen_by`` (Fed+'s own, not an
+``algorithm.aggregator``). A plug-in rule declares the same, and is read the same way: no rule is
+known by its name. ``AGGREGATORS`` maps each name to its function; :func:`pipeline` reads
+``algorithm.aggregator_options`` once — the rule's own options and the pre-aggregation steps before
+it (:mod:`fedpd.preaggregators`) — into a :class:`Pipeline`, ``f(w, weights=None, reference=None,
+generator=None) -> (aggregate, info)`` (also :func:`make_aggregator`), which
+:class:`fedpd.defence.Defence` wraps with the weights and client momentum.
 """
 
 from __future__ import annotations
@@ -38,9 +45,9 @@ from torch import Tensor
 
 from fedpd import names
 from fedpd.errors import ConfigError
-from fedpd.options import STEPS_MAX, NoOptions, Options, declares, validate
+from fedpd.options import STEPS_MAX, NoOptions, Options, declares, shown, validate
 from fedpd.ordered import ordered_norm
-from fedpd.preaggregators import Chain, rows_needed, split_options
+from fedpd.preaggregators import STEPS, Step, step_class
 from fedpd.prox import _PROX, _apply_plan, _group_plan, check_delta, check_kind
 
 __all__ = [
@@ -114,36 +121,52 @@ def finite_rows(w: Tensor) -> Tensor:
 
 
 # --- options (what `aggregator_options` may hold, per aggregator) ------------------------------
-class GeometricMedianOptions(Options):
+class RuleOptions(Options):
+    """A rule's options, which also declare the fewest rows the rule aggregates with them
+    (:meth:`min_rows`; 1 unless a rule says otherwise). A plug-in rule's ``Options`` may subclass
+    this, or define ``min_rows()`` itself: a run whose rounds give fewer uploads is refused before
+    it starts, as for Krum."""
+
+    def min_rows(self) -> int:
+        return 1
+
+
+class GeometricMedianOptions(RuleOptions):
     eps: float = Field(1e-8, gt=0, description="smoothing: distances below eps count as eps")
     tol: float = Field(1e-7, gt=0, description="stop when the relative change is below tol")
     max_iter: int = Field(100, ge=1, le=STEPS_MAX, description="Weiszfeld iteration cap")
 
 
-class TrimmedMeanOptions(Options):
+class TrimmedMeanOptions(RuleOptions):
     trim_ratio: float = Field(ge=0, le=0.5, description="share trimmed at each end per coordinate (required)")
 
 
-class KrumOptions(Options):
+class KrumOptions(RuleOptions):
     n_byzantine: int = Field(ge=0, description="f: Byzantine clients tolerated; needs K > 2f + 2 (required)")
     m: int = Field(1, ge=1, description="rows averaged (multi-Krum); 1 is Krum")
 
+    def min_rows(self) -> int:
+        return max(2 * self.n_byzantine + 3, self.m + self.n_byzantine)  # K > 2f + 2 and m <= K − f
 
-class BulyanOptions(Options):
+
+class BulyanOptions(RuleOptions):
     n_byzantine: int = Field(ge=0, description="f: Byzantine clients tolerated; needs K >= 4f + 3 (required)")
 
+    def min_rows(self) -> int:
+        return 4 * self.n_byzantine + 3
 
-class CenteredClippingOptions(Options):
+
+class CenteredClippingOptions(RuleOptions):
     tau: float = Field(gt=0, description="τ: the clipping radius about the reference (required)")
     iterations: int = Field(1, ge=1, le=STEPS_MAX,
                             description="L: clipping iterations (1, as in the paper's experiments)")
 
 
-class NormBoundingOptions(Options):
+class NormBoundingOptions(RuleOptions):
     max_norm: float = Field(gt=0, description="M: each update x_i − reference is clipped to norm M (required)")
 
 
-class FedPlusAggregateOptions(Options):
+class FedPlusAggregateOptions(RuleOptions):
     prox_kind: Literal["zero", "sq_l2", "l2", "l1", "indicator"] = Field("l2", description="Ψ of eq. (25)")
     delta: float = Field(0.1, ge=0, description="δ, the smoothing of Ψ")
     tol: float = Field(1e-7, gt=0)
@@ -521,10 +544,21 @@ def fedplus_aggregate(
     return z, {"iterations": it, "converged": converged, "change": change}
 
 
+# --- what each rule declares besides its options ----------------------------------------------
+# (a plug-in rule may set the same attributes; a rule that sets none is robust, takes no python-only
+# arguments and centres nowhere in particular; its minimum rows come from its Options' min_rows)
+mean.robust = False  # the plain mean: no pre-aggregation goes before it
+centered_clipping.centres_on_last_aggregate = True  # with client momentum: from the last aggregate momentum
+fedplus_aggregate.python_only = ("groups", "init")  # Fed+'s layer groups and start tensor: no config gives them
+fedplus_aggregate.chosen_by = "Fed+'s own aggregate, chosen by Fed+'s psi"  # not an algorithm.aggregator
+
 # --- registry ------------------------------------------------------------------------------
+#: every rule by name, Fed+'s eq. (25) included (adding a rule: its function here, listed in this tuple)
 AGGREGATORS: dict[str, Callable] = {fn.name: fn for fn in (mean, geometric_median, coordinate_median, trimmed_mean,
                                                            krum, bulyan, centered_clipping, norm_bounding,
                                                            fedplus_aggregate)}
+#: the rules ``algorithm.aggregator`` may name (Fed+'s own is chosen by Fed+'s psi)
+RULES: dict[str, Callable] = {name: fn for name, fn in AGGREGATORS.items() if not getattr(fn, "chosen_by", "")}
 #: what ``algorithm.aggregator`` names (:func:`fedpd.names.resolve`)
 KIND = names.Kind("aggregator", names.table(*AGGREGATORS.values()), declared=True, args=("w",), keywords=("weights",),
                   plugin="an aggregator is a function (w, weights=None, **options) -> (aggregate, info)")
@@ -547,69 +581,179 @@ def aggregator_function(name: str) -> Callable[..., tuple[Tensor, dict]]:
     return names.resolve(KIND, name).build
 
 
-def min_rows(name: str, options: dict) -> int:
-    """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3), its
-    pre-aggregation included (bucketing leaves ⌈K/s⌉ rows; NNM and ARC need K > 2f)."""
-    fn = aggregator_function(name)
-    chain, own = split_options(name, getattr(fn, "Options", NoOptions).model_fields, dict(options))
-    rule = 1  # trimmed mean: any K, the trim is floor(ratio·K) and is checked to leave a row
-    if name == "krum":
-        rule = 2 * own["n_byzantine"] + 3
-    elif name == "bulyan":
-        rule = 4 * own["n_byzantine"] + 3
-    return rows_needed(chain, rule)
+# --- a rule with its options, and the chain before it ------------------------------------------
+class Rule:
+    """A rule with its options bound: ``rule(w, weights=None, reference=None) -> (aggregate, info)``,
+    and what it declares — ``min_rows`` (its ``Options.min_rows()``: Krum's 2f + 3; 1 without one),
+    ``robust`` (False for the mean: no pre-aggregation before it), ``takes_reference`` (its signature
+    names ``reference``) and ``centres_on_last_aggregate`` (centered clipping under client momentum)."""
+
+    def __init__(self, name: str, fn: Callable, options, bound: dict):
+        self.name, self.fn, self.options, self.bound = name, fn, options, bound
+        declared = getattr(options, "min_rows", None)
+        self.min_rows = int(declared()) if callable(declared) else 1
+        self.robust = bool(getattr(fn, "robust", True))
+        self.centres_on_last_aggregate = bool(getattr(fn, "centres_on_last_aggregate", False))
+        self.takes_reference = takes_reference(fn)
+
+    def __call__(self, w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
+        if self.takes_reference:
+            return self.fn(w, weights=weights, reference=reference, **self.bound)
+        return self.fn(w, weights=weights, **self.bound)  # a reference is of no use to it
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, {self.bound})"
 
 
-def make_aggregator(name: str, **options) -> Callable[..., tuple[Tensor, dict]]:
-    """``f(w, weights=None, reference=None, generator=None) -> (aggregate, info)`` for aggregator
-    ``name`` (a key of AGGREGATORS) with ``options`` bound by keyword; ``reference`` reaches only
-    the aggregators that take it (:func:`takes_reference`). ``options`` may hold a pre-aggregation
-    chain (``pre``, ``bucket_size``, ``n_byzantine``: :mod:`fedpd.preaggregators`), run on the rows
-    first; ``generator`` is its randomness (bucketing's permutation). Unknown name, unknown or
-    missing option, or an option value out of range → ConfigError naming it (values that depend on
-    K are checked at call time). ``fedplus`` also takes its Python-only arguments (groups, init
-    tensors) unchecked here.
-    """
-    fn = aggregator_function(name)
-    python_only = {k: options.pop(k) for k in ("groups", "init") if name == "fedplus" and k in options}
-    for group in python_only.get("groups") or ():  # (index, kind, delta): the index needs d, checked at call
+class Pipeline:
+    """The pre-aggregation ``steps`` (:mod:`fedpd.preaggregators`), in order, then ``rule``:
+    ``pipeline(w, weights=None, reference=None, generator=None) -> (aggregate, info)``. ``generator``
+    is the steps' randomness (bucketing's permutation); ``min_rows`` the fewest rows the whole chain
+    accepts, from what each part declares (the rule's minimum, then each step's ``rows_needed``
+    from the last to the first)."""
+
+    def __init__(self, rule: Rule, steps: tuple[Step, ...] = ()):
+        self.rule, self.steps = rule, tuple(steps)
+        need = rule.min_rows
+        for step in reversed(self.steps):
+            need = step.rows_needed(need)
+        self.min_rows = need
+        self.__name__ = f"{rule.name}_aggregator"  # (what make_aggregator's functions were called)
+
+    def __call__(self, w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> tuple[Tensor, dict]:
+        if not self.steps:
+            return self.rule(w, weights, reference)
+        if weights is not None:
+            raise ConfigError("aggregator_options.pre: pre-aggregation mixes the rows, so per-client weights "
+                              "mean nothing after it (allowed: weights = \"uniform\")")
+        rows = _check_w(w)
+        for step in self.steps:
+            rows = step(rows, reference, generator)
+        try:
+            agg, info = self.rule(rows, None, reference)
+        except ConfigError as err:
+            raise ConfigError(f"after {self.describe()} the rule sees {rows.shape[0]} rows of {w.shape[0]}: "
+                              f"{err}") from None
+        return agg, {**info, "pre_rows": rows.shape[0]}
+
+    def describe(self) -> str:
+        """The chain in a message: "ARC → NNM"."""
+        return " → ".join(step.describe() for step in self.steps)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({[s.describe() for s in self.steps]} → {self.rule!r})"
+
+
+# --- algorithm.aggregator_options, read once -----------------------------------------------------
+def _listing(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _steps_named(pre) -> list:
+    return list(pre) if isinstance(pre, (list, tuple)) else [pre]  # a name, or what is refused below
+
+
+def _chain(rule_name: str, fn: Callable, rule_fields, options: dict) -> tuple[list[Step], dict]:
+    """(the steps ``options["pre"]`` names, built with the keys each declares; the rule's own
+    options). ``n_byzantine`` stays with a rule that reads it too (Krum, Bulyan: one f for all).
+    ConfigError, one line, for what the chain cannot take or a key nothing reads."""
+    listed = _steps_named(options.get("pre", []))
+    step_keys: dict[str, str] = {}  # a built-in step's key -> the first step that reads it
+    for name, cls in STEPS.items():
+        for k in cls.Options.model_fields:
+            step_keys.setdefault(k, name)
+    if not listed:
+        extra = [k for k in options if k in step_keys and k not in rule_fields]
+        if extra:
+            raise ConfigError(f"aggregator_options.{extra[0]}: only used by pre-aggregation (allowed: with pre = "
+                              f"\"{step_keys[extra[0]]}\")")
+        return [], {k: v for k, v in options.items() if k != "pre"}
+    if not all(isinstance(s, str) for s in listed):
+        raise ConfigError(f"aggregator_options.pre: expected a step or a list of steps, each one of "
+                          f"{', '.join(STEPS)} or an import path package.module:Class (got {shown(options['pre'])})")
+    classes = []
+    for s in listed:
+        try:
+            classes.append(step_class(s))
+        except ConfigError as err:
+            if s in STEPS or ":" in s:  # a plug-in that cannot be used: its own reason
+                raise ConfigError(f"aggregator_options.pre: {err}") from None
+            raise ConfigError(f"aggregator_options.pre: expected a step or a list of steps, each one of "
+                              f"{', '.join(STEPS)} or an import path package.module:Class (got "
+                              f"{shown(options['pre'])})") from None
+    if not getattr(fn, "robust", True):
+        robust = [n for n, f in RULES.items() if getattr(f, "robust", True)]
+        raise ConfigError(f"aggregator_options.pre: pre-aggregation goes before a robust rule, not '{rule_name}' "
+                          f"(allowed: {', '.join(robust)})")
+    if len(set(listed)) != len(listed):
+        raise ConfigError(f"aggregator_options.pre: {listed} repeats a step (allowed: each of "
+                          f"{', '.join(STEPS)} at most once)")
+    read: set[str] = set()  # the keys the listed steps read
+    steps = []
+    for name, cls in zip(listed, classes):
+        fields = cls.Options.model_fields
+        missing = [k for k, f in fields.items() if f.is_required() and k not in options]
+        if missing:
+            raise ConfigError(f"aggregator_options.{missing[0]}: pre-aggregation '{name}' needs "
+                              f"{fields[missing[0]].description} (allowed: set {missing[0]})")
+        given = validate(cls.Options, {k: v for k, v in options.items() if k in fields}, "aggregator_options")
+        steps.append(cls(**given.model_dump(exclude_unset=True)))
+        read |= set(fields)
+    for key in options:
+        if key == "pre" or key in read or key in rule_fields or key not in step_keys:
+            continue  # a key of no step: the rule's, refused there if unknown to it
+        readers = [n for n, c in STEPS.items() if key in c.Options.model_fields]
+        rules = [n for n, f in RULES.items() if key in getattr(f, "Options", NoOptions).model_fields]
+        if not rules and len(readers) == 1:
+            symbol = STEPS[readers[0]].Options.model_fields[key].description.split(":")[0]
+            raise ConfigError(f"aggregator_options.{key}: {readers[0]}'s {symbol}, but pre = {listed} has no "
+                              f"{readers[0]}, so it would be ignored (allowed: \"{readers[0]}\" in pre, or no {key})")
+        raise ConfigError(f"aggregator_options.{key}: read by {_listing(readers + rules)}, but neither pre = {listed} "
+                          f"nor '{rule_name}' has them, so it would be ignored (allowed: no {key})")
+    own = {k: v for k, v in options.items()
+           if k in rule_fields or (k not in step_keys and k not in read and k != "pre")}
+    return steps, own
+
+
+def _check_python_only(extra: dict) -> None:
+    for group in extra.get("groups") or ():  # (index, kind, delta): the index needs d, checked at call
         if not isinstance(group, (tuple, list)) or len(group) != 3:
             raise ConfigError(f"each group must be an (index, kind, delta) tuple, got {group!r}")
         check_kind(group[1], "group kind")
         check_delta(group[2], "group delta")
-    if isinstance(python_only.get("init"), str) and python_only["init"] not in ("mean", "median"):
-        raise ConfigError(f"init must be 'mean', 'median' or a tensor; got {python_only['init']!r}")
+    if isinstance(extra.get("init"), str) and extra["init"] not in ("mean", "median"):
+        raise ConfigError(f"init must be 'mean', 'median' or a tensor; got {extra['init']!r}")
+
+
+def pipeline(name: str, options: dict | None = None) -> Pipeline:
+    """The :class:`Pipeline` that ``algorithm.aggregator = name`` and ``aggregator_options =
+    options`` name: the rule (a key of :data:`AGGREGATORS` or a plug-in) with its own options
+    validated and bound, after the pre-aggregation steps ``options["pre"]`` names, each built with
+    the keys its ``Options`` declares (:mod:`fedpd.preaggregators`). Unknown name, unknown or missing
+    option, an option value out of range, a key nothing reads → ConfigError naming it (values that
+    depend on K are checked at call time). A rule's python-only arguments (``fedplus``: groups,
+    init tensors) are bound unchecked by its model."""
+    fn = aggregator_function(name)
+    options = dict(options or {})
+    extra = {k: options.pop(k) for k in getattr(fn, "python_only", ()) if k in options}
+    _check_python_only(extra)
     model = getattr(fn, "Options", NoOptions)
-    chain_options, options = split_options(name, model.model_fields, options)
-    bound = {**validate(model, options, "aggregator_options").model_dump(exclude_unset=True), **python_only}
+    steps, own = _chain(name, fn, model.model_fields, options)
+    validated = validate(model, own, "aggregator_options")
+    return Pipeline(Rule(name, fn, validated, {**validated.model_dump(exclude_unset=True), **extra}), tuple(steps))
 
-    if takes_reference(fn):
-        def rule(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
-            return fn(w, weights=weights, reference=reference, **bound)
-    else:
-        def rule(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None):
-            return fn(w, weights=weights, **bound)  # a reference is of no use to it
 
-    if chain_options is None:
-        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
-                      generator: torch.Generator | None = None):
-            return rule(w, weights, reference)
-    else:
-        chain = Chain(chain_options)
+def make_aggregator(name: str, **options) -> Pipeline:
+    """``f(w, weights=None, reference=None, generator=None) -> (aggregate, info)`` for aggregator
+    ``name`` with ``options`` (a rule's own and a pre-aggregation chain's: :func:`pipeline`);
+    ``reference`` reaches only the rules and steps that use it, ``generator`` is the chain's
+    randomness (bucketing's permutation)."""
+    return pipeline(name, options)
 
-        def aggregate(w: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
-                      generator: torch.Generator | None = None):
-            if weights is not None:
-                raise ConfigError("aggregator_options.pre: pre-aggregation mixes the rows, so per-client weights "
-                                  "mean nothing after it (allowed: weights = \"uniform\")")
-            rows = chain(_check_w(w), reference, generator)
-            try:
-                agg, info = rule(rows, None, reference)
-            except ConfigError as err:
-                raise ConfigError(f"after {chain.describe()} the rule sees {rows.shape[0]} rows of {w.shape[0]}: "
-                                  f"{err}") from None
-            return agg, {**info, "pre_rows": rows.shape[0]}
 
-    aggregate.__name__ = f"{name}_aggregator"
-    aggregate.__doc__ = f"{names.describe(fn)} (options: {bound})"
-    return aggregate
+def min_rows(name: str, options: dict) -> int:
+    """The fewest rows aggregator ``name`` accepts with ``options`` (Krum: 2f + 3), its
+    pre-aggregation included (bucketing leaves ⌈K/s⌉ rows; NNM and ARC need K > 2f): what each
+    part declares (:attr:`Pipeline.min_rows`)."""
+    return pipeline(name, options).min_rows

@@ -92,6 +92,15 @@ def catalogue() -> tuple[dict[str, dict], dict[str, dict[str, str]]]:
     return out, unusable
 
 
+def pre_aggregation_steps() -> dict:
+    """The pre-aggregation steps by name: the built-ins, then the installed plug-ins that can be used."""
+    from fedpd import names, plugins
+    from fedpd.preaggregators import KIND
+
+    plugins.search(plugins.default_path())
+    return {**KIND.builtins, **names.installed(KIND, {})}
+
+
 def entry_description(section: str, entry) -> str:
     """The entry's one line; a plug-in's says where it comes from."""
     from fedpd.names import BUILT_IN
@@ -279,14 +288,13 @@ def print_list(section: str | None = None, file=None) -> None:
         print(f"fedpd: note: {count} installed plug-in{'s' if count > 1 else ''} cannot be used (marked ! in the "
               f"listing)", file=sys.stderr)
     if section in (None, PRE):
-        from fedpd.preaggregators import DESCRIPTIONS
-
+        steps = pre_aggregation_steps()
         print(f"{PRE}:", file=out)
         print(_wrap('steps before any robust rule: algorithm.aggregator_options.pre = "nnm" (or a list, run in '
                     'order; fedpd list NAME)', width, 2), file=out)
-        pad = min(max(map(len, DESCRIPTIONS)) + 4, width // 3)
-        for name, text in DESCRIPTIONS.items():
-            print(_wrap(text, width, pad, f"  {name:<{pad - 4}}  "), file=out)
+        pad = min(max(map(len, steps)) + 4, width // 3)
+        for name, entry in steps.items():
+            print(_wrap(entry_description(PRE, entry), width, pad, f"  {name:<{pad - 4}}  "), file=out)
     for fixed, (_, text) in FIXED.items():
         if section in (None, fixed):
             print(f"{fixed}:", file=out)
@@ -325,19 +333,21 @@ def show(section: str, name: str | None, file=None) -> None:
         _print_options(option_rows(section, None, fixed_options(section)), width, out)
         return
     if section == PRE:
-        from fedpd.preaggregators import DESCRIPTIONS, STEPS, PreOptions
+        from fedpd.preaggregators import PreOptions
 
-        print(_wrap(f"{PRE} {name}: {DESCRIPTIONS[name]}", width, 2, ""), file=out)
-        for paragraph in (inspect.getdoc(STEPS[name]) or "").split("\n\n"):  # the whole docstring: its equations
+        entry = pre_aggregation_steps()[name]
+        print(_wrap(f"{PRE} {name}: {entry_description(PRE, entry)}", width, 2, ""), file=out)
+        for paragraph in (inspect.getdoc(entry.build) or "").split("\n\n"):  # the whole docstring: its equations
             paragraph = _plain(paragraph)
             if paragraph.startswith(" "):  # an equation, as laid out
                 print("\n".join("  " + line for line in paragraph.splitlines()), file=out)
             else:
                 print(_wrap(" ".join(paragraph.split()), width, 2), file=out)
         print(_wrap(f'algorithm.aggregator_options.pre = "{name}" (or a list of steps, run in order) before any '
-                    f'robust rule (fedpd list aggregators: all but mean), with these [algorithm.aggregator_options]:',
-                    width, 2, ""), file=out)
-        _print_options(option_rows("aggregator", None, PreOptions), width, out)
+                    f'robust rule (fedpd list aggregators: all but mean), with these [algorithm.aggregator_options] '
+                    f'(the keys this step reads; Krum and Bulyan read n_byzantine too):', width, 2, ""), file=out)
+        rows = option_rows("aggregator", None, PreOptions)[:1]  # pre itself
+        _print_options(rows + option_rows("aggregator", name, entry.options), width, out)
         return
     entry = lookup(section, name)
     description = entry_description(section, entry)
@@ -359,7 +369,7 @@ def show(section: str, name: str | None, file=None) -> None:
         from fedpd.preaggregators import PreOptions
 
         rows = option_rows(section, name, entry.options)
-        if name not in ("mean", "fedplus"):  # the pre-aggregation chain any robust rule may take
+        if getattr(entry.build, "robust", True):  # the pre-aggregation chain any robust rule may take
             own = {r.name for r in rows}
             rows += [r for r in option_rows(section, name, PreOptions) if r.name not in own]
         doc = _doc_paragraph(entry.build)
@@ -377,9 +387,7 @@ def show(section: str, name: str | None, file=None) -> None:
 
 def resolve(word: str) -> list[tuple[str, str | None]]:
     """What ``fedpd list WORD`` names: a section (name None) or the entries called WORD."""
-    from fedpd.preaggregators import STEPS
-
-    if word in STEPS:
+    if word in pre_aggregation_steps():
         return [(PRE, word)]
     if word in (PRE, PRE + "s"):
         return [(PRE, None)]

@@ -188,7 +188,10 @@ def _call_problem(kind: Kind, obj: Any, name: str, options: type[BaseModel]) -> 
     then its options as keywords — read from its signature alone (None: it can)."""
     if kind.args is None:
         return None
-    keywords = [*kind.keywords, *options.model_fields]
+    # the options as keywords, or what the model says its owner is built with (an algorithm's defence
+    # keys arrive as one ``defence``: fedpd.algorithms.robust.DefenceOptions)
+    fields = getattr(options, "constructor_keywords", None)
+    keywords = [*kind.keywords, *(fields() if callable(fields) else options.model_fields)]
     call = ", ".join([*kind.args, *(f"{k}=..." for k in keywords)])
     try:
         signature = inspect.signature(obj)

@@ -48,7 +48,7 @@ from fedpd.errors import ConfigError, reason
 
 GROUP = "fedpd.plugins"
 #: what an entry point's ``<kind>.`` prefix may say: the config keys that take a plug-in
-KINDS = ("problem", "algorithm", "solver", "sampler", "attack", "aggregator", "model", "dataset")
+KINDS = ("problem", "algorithm", "solver", "sampler", "attack", "aggregator", "pre_aggregation", "model", "dataset")
 _IDENT = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*"
 _PATH = re.compile(rf"({_IDENT}):({_IDENT})")
 

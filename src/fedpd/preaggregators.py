@@ -1,11 +1,16 @@
 """Pre-aggregation: steps that map the round's K rows to new rows before a robust rule reads them.
 
-A defence is then a chain, ``pre = ["arc", "nnm"]`` before ``aggregator = "trimmed_mean"``: each
-step is a function of the rows (and, for bucketing, the round's server stream), applied in the
-order given, and the rule aggregates what the last step returns. Set in a config as
-``algorithm.aggregator_options.pre`` (a name or a list of names) beside the rule's own options;
-``bucket_size`` is bucketing's s and ``n_byzantine`` the f that NNM and ARC need (the same key
-Krum and Bulyan read, so one f serves the whole chain). The steps:
+A defence is a chain, ``pre = ["arc", "nnm"]`` before ``aggregator = "trimmed_mean"``
+(:class:`fedpd.defence.Defence`): each step is a small object — a :class:`Step`, constructed with
+its own options (``Options``, a pydantic model: its own f where it has one), that maps the rows
+(and, for bucketing, the round's server stream) to new rows and declares how many rows it needs to
+leave the next stage enough (:meth:`Step.rows_needed`). The steps run in the order given and the
+rule aggregates what the last one returns. In a config the chain is
+``algorithm.aggregator_options.pre`` (a name or a list of names) beside the rule's own options; a
+step reads the keys its ``Options`` declares (``bucket_size`` is bucketing's s, ``n_byzantine``
+the f of NNM and ARC — and of Krum and Bulyan, so one f serves the whole chain):
+:func:`fedpd.aggregators.pipeline` hands each step and the rule what they declare. The built-in
+steps:
 
 * ``nnm`` — nearest-neighbour mixing (Allouah, Farhadkhani, Guerraoui, Gupta, Pinot, Stephan,
   "Fixing by mixing: a recipe for optimal Byzantine ML under heterogeneity", AISTATS 2023, Alg. 1);
@@ -13,6 +18,10 @@ Krum and Bulyan read, so one f serves the whole chain). The steps:
   via bucketing", ICLR 2022, Alg. 1);
 * ``arc`` — adaptive robust clipping (Allouah, Guerraoui, Gupta, Jellouli, Rizk, Stephan,
   "Adaptive gradient clipping for robust federated learning", ICLR 2025; arXiv:2405.14432).
+
+A plug-in step is a :class:`Step` subclass named by an import path (``pre =
+"package.module:MyStep"``) or by an entry point ``pre_aggregation.<name>`` of the group
+``fedpd.plugins`` (:mod:`fedpd.names`), exactly like an attack.
 
 The rows are models or updates; NNM and bucketing average rows, so they give the same updates
 either way, while ARC clips norms and so works on the updates ``w − reference`` (the reference is
@@ -23,40 +32,20 @@ per-client weight means nothing after it: ``weights = "samples"`` is refused wit
 from __future__ import annotations
 
 import math
-from typing import Callable, Literal, get_args
+from typing import ClassVar
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field, create_model, model_validator
+from pydantic.fields import FieldInfo
 from torch import Tensor
 
+from fedpd import names
 from fedpd.errors import ConfigError
-from fedpd.options import Options, shown, validate
+from fedpd.options import NoOptions, Options, refuse
 from fedpd.ordered import ordered_norm
 
-__all__ = ["nnm", "bucketing", "arc", "STEPS", "DESCRIPTIONS", "PreOptions", "split_options", "Chain", "rows_needed"]
-
-Step = Literal["nnm", "bucketing", "arc"]
-
-
-class PreOptions(Options):
-    pre: list[Step] | Step = Field(default_factory=list, description="pre-aggregation before the rule, in order: "
-                                   "nnm, bucketing, arc (a name or a list)")
-    bucket_size: int = Field(2, ge=1, description="s: rows averaged per bucket (bucketing; refused without it)")
-    n_byzantine: int | None = Field(None, ge=0, description="f: Byzantine rows tolerated (nnm and arc need it; refused "
-                                    "where neither they nor the rule read it)")
-
-    @field_validator("pre", mode="before")
-    @classmethod
-    def _known_steps(cls, pre):
-        # one message for a name and a list alike (pydantic's would name a branch of the union)
-        if not all(isinstance(s, str) and s in get_args(Step) for s in _steps(pre)):
-            raise ValueError(f"expected a step or a list of steps, each one of {', '.join(get_args(Step))} "
-                             f"(got {shown(pre)})")
-        return pre
-
-
-#: the keys of ``aggregator_options`` that belong to the chain, not to the rule
-KEYS = tuple(PreOptions.model_fields)
+__all__ = ["Step", "NNM", "Bucketing", "ARC", "nnm", "bucketing", "arc", "STEPS", "KIND", "DESCRIPTIONS",
+           "PreOptions", "step_class", "reads"]
 
 
 def _check(w: Tensor) -> Tensor:
@@ -102,8 +91,8 @@ def bucketing(w: Tensor, bucket_size: int, generator: torch.Generator | None) ->
     passes the server's stream for the round (purpose "pre_aggregation": :mod:`fedpd.streams`),
     so every engine and a resumed run draw the same π. The paper's analysis needs δ·s ≤ 1/2 for
     a Byzantine share δ = f/K (each Byzantine row can spoil a whole bucket); the rule after it
-    must tolerate f bad rows among ⌈K/s⌉ (:func:`rows_needed` refuses an s for which its own
-    condition fails). ByzFL's ``Bucketing(s)`` draws π from torch's global generator: seeded
+    must tolerate f bad rows among ⌈K/s⌉ (:meth:`Bucketing.rows_needed` declares the rows it takes,
+    so an s for which the rule's own condition fails is refused before anything runs). ByzFL's ``Bucketing(s)`` draws π from torch's global generator: seeded
     alike, the two make the same buckets.
     """
     w = _check(w)
@@ -147,92 +136,188 @@ def arc(w: Tensor, n_byzantine: int, reference: Tensor | None = None) -> Tensor:
     return ref + diff * scale[:, None]
 
 
-STEPS: dict[str, Callable] = {"nnm": nnm, "bucketing": bucketing, "arc": arc}
-#: each step's one line (what ``fedpd list`` shows)
-DESCRIPTIONS = {
-    "nnm": "nearest-neighbour mixing: each row replaced by the mean of its K - f nearest (Allouah et al. 2023)",
-    "bucketing": "rows averaged in random buckets of s before the rule (Karimireddy et al. 2022)",
-    "arc": "adaptive robust clipping: the 2f(K - f)/K longest updates clipped to the next one's norm "
-           "(Allouah et al. 2025)",
-}
 
+# --- the steps as objects ----------------------------------------------------------------------
+class Step:
+    """A pre-aggregation step, the base of fedpd's and of a plug-in's: constructed with its options
+    as keywords (``Options`` validates ``algorithm.aggregator_options`` for it), then called on each
+    round's rows. ``name``, ``description`` and ``Options`` are what ``fedpd list`` shows."""
 
-def _steps(pre) -> list:
-    return list(pre) if isinstance(pre, (list, tuple)) else [pre]  # a name (or what PreOptions refuses)
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[Options]] = NoOptions
 
-
-def split_options(rule: str, rule_fields, options: dict) -> tuple[PreOptions | None, dict]:
-    """(the chain's options, or None without ``pre``; the rule's own options) of
-    ``aggregator_options``. ``n_byzantine`` stays with a rule that reads it too (Krum, Bulyan).
-    ConfigError, one line, for a ``pre`` before the mean, an f missing where a step needs it."""
-    if not _steps(options.get("pre", [])):
-        extra = [k for k in ("bucket_size",) if k in options]
-        if extra:
-            raise ConfigError(f"aggregator_options.{extra[0]}: only used by pre-aggregation (allowed: with "
-                              f"pre = \"bucketing\")")
-        return None, {k: v for k, v in options.items() if k != "pre"}
-    own = {k: v for k, v in options.items() if k not in KEYS or (k == "n_byzantine" and k in rule_fields)}
-    chain = validate(PreOptions, {k: v for k, v in options.items() if k in KEYS}, "aggregator_options")
-    steps = _steps(chain.pre)
-    if rule in ("mean", "fedplus"):
-        raise ConfigError(f"aggregator_options.pre: pre-aggregation goes before a robust rule, not '{rule}' "
-                          f"(allowed: coordinate_median, trimmed_mean, krum, bulyan, geometric_median, "
-                          f"centered_clipping, norm_bounding)")
-    needs_f = [s for s in steps if s in ("nnm", "arc")]
-    if needs_f and chain.n_byzantine is None:
-        raise ConfigError(f"aggregator_options.n_byzantine: pre-aggregation '{needs_f[0]}' needs f, the Byzantine "
-                          f"rows tolerated (allowed: an integer >= 1)")
-    if needs_f and chain.n_byzantine == 0:  # f = 0: NNM mixes every row into the mean, ARC clips none
-        does = ("replaces every row by the mean of all K: the defence becomes the plain mean" if needs_f[0] == "nnm"
-                else "clips no row: the step does nothing")
-        raise ConfigError(f"aggregator_options.n_byzantine: 0 with pre-aggregation '{needs_f[0]}', which then "
-                          f"{does} (allowed: n_byzantine >= 1 and < K/2, or no '{needs_f[0]}' in pre)")
-    if len(set(steps)) != len(steps):
-        raise ConfigError(f"aggregator_options.pre: {steps} repeats a step (allowed: each of nnm, bucketing, arc "
-                          f"at most once)")
-    if "bucket_size" in options and "bucketing" not in steps:  # set, and read by nothing
-        raise ConfigError(f"aggregator_options.bucket_size: bucketing's s, but pre = {steps} has no bucketing, so it "
-                          f"would be ignored (allowed: \"bucketing\" in pre, or no bucket_size)")
-    if chain.n_byzantine is not None and not needs_f and "n_byzantine" not in rule_fields:
-        raise ConfigError(f"aggregator_options.n_byzantine: read by nnm, arc, krum and bulyan, but neither pre = "
-                          f"{steps} nor '{rule}' has them, so it would be ignored (allowed: no n_byzantine)")
-    return chain.model_copy(update={"pre": steps}), own
-
-
-def rows_needed(chain: PreOptions | None, rule_min: int) -> int:
-    """The fewest rows K the chain and a rule that needs ``rule_min`` rows accept: bucketing leaves
-    ⌈K/s⌉, so K >= (rule_min − 1)·s + 1; NNM and ARC need K > 2f."""
-    if chain is None:
-        return rule_min
-    need = rule_min
-    if "bucketing" in chain.pre:
-        need = (rule_min - 1) * chain.bucket_size + 1
-    if any(s in chain.pre for s in ("nnm", "arc")):
-        need = max(need, 2 * chain.n_byzantine + 1)
-    return need
-
-
-class Chain:
-    """The pre-aggregation steps of ``options``: ``chain(w, reference, generator) -> rows``."""
-
-    def __init__(self, options: PreOptions):
+    def __init__(self, **options):
         self.options = options
-        self.steps = list(options.pre)
 
-    def __call__(self, w: Tensor, reference: Tensor | None, generator: torch.Generator | None) -> Tensor:
-        o = self.options
-        for step in self.steps:
-            if step == "nnm":
-                w = nnm(w, o.n_byzantine)
-            elif step == "bucketing":
-                w = bucketing(w, o.bucket_size, generator)
-            else:
-                w = arc(w, o.n_byzantine, reference)
-        return w
+    def __call__(self, rows: Tensor, reference: Tensor | None = None,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """The new rows [K', d] of ``rows`` [K, d]; ``reference``: the server model the round started
+        from (None: the rows are updates); ``generator``: the round's server stream for this step."""
+        raise NotImplementedError
+
+    def rows_needed(self, after: int) -> int:
+        """The fewest rows this step takes so that what follows it gets ``after`` rows it accepts
+        (the default: a step that keeps the count and needs no more)."""
+        return after
 
     def describe(self) -> str:
-        parts = [f"bucketing (s = {self.options.bucket_size})" if s == "bucketing" else s.upper() for s in self.steps]
-        return " → ".join(parts)
+        """The step in a message ("after NNM the rule sees …")."""
+        return self.name
+
+
+class ByzantineOptions(Options):
+    """The f of a step that needs an honest majority; f = 0 is refused with what the step would do."""
+
+    n_byzantine: int = Field(ge=0, description="f: Byzantine rows tolerated, 1 <= f < K/2")
+    #: the step's name and what it does with f = 0, for the refusal
+    step: ClassVar[str] = ""
+    without_f: ClassVar[str] = ""
+
+    @model_validator(mode="after")
+    def _some_byzantine(self):
+        if self.n_byzantine == 0:
+            raise refuse("n_byzantine", f"0 with pre-aggregation '{self.step}', which then {self.without_f} "
+                         f"(allowed: n_byzantine >= 1 and < K/2, or no '{self.step}' in pre)")
+        return self
+
+
+class NNMOptions(ByzantineOptions):
+    step: ClassVar[str] = "nnm"
+    without_f: ClassVar[str] = "replaces every row by the mean of all K: the defence becomes the plain mean"
+
+
+class ARCOptions(ByzantineOptions):
+    step: ClassVar[str] = "arc"
+    without_f: ClassVar[str] = "clips no row: the step does nothing"
+
+
+class BucketingOptions(Options):
+    bucket_size: int = Field(2, ge=1, description="s: rows averaged per bucket")
+
+
+def _majority(f: int, after: int) -> int:
+    """The rows a step that needs K > 2f and keeps K takes to leave ``after``."""
+    return max(after, 2 * f + 1)
+
+
+class NNM(Step):
+    __doc__ = nnm.__doc__
+    name = "nnm"
+    description = "nearest-neighbour mixing: each row replaced by the mean of its K - f nearest (Allouah et al. 2023)"
+    Options = NNMOptions
+
+    def __init__(self, n_byzantine: int):
+        super().__init__(n_byzantine=n_byzantine)
+        self.n_byzantine = n_byzantine
+
+    def __call__(self, rows, reference=None, generator=None):
+        return nnm(rows, self.n_byzantine)
+
+    def rows_needed(self, after):
+        return _majority(self.n_byzantine, after)
+
+    def describe(self):
+        return "NNM"
+
+
+class Bucketing(Step):
+    __doc__ = bucketing.__doc__
+    name = "bucketing"
+    description = "rows averaged in random buckets of s before the rule (Karimireddy et al. 2022)"
+    Options = BucketingOptions
+
+    def __init__(self, bucket_size: int = 2):
+        super().__init__(bucket_size=bucket_size)
+        self.bucket_size = bucket_size
+
+    def __call__(self, rows, reference=None, generator=None):
+        return bucketing(rows, self.bucket_size, generator)
+
+    def rows_needed(self, after):
+        return (after - 1) * self.bucket_size + 1  # ⌈K/s⌉ >= after
+
+    def describe(self):
+        return f"bucketing (s = {self.bucket_size})"
+
+
+class ARC(Step):
+    __doc__ = arc.__doc__
+    name = "arc"
+    description = ("adaptive robust clipping: the 2f(K - f)/K longest updates clipped to the next one's norm "
+                   "(Allouah et al. 2025)")
+    Options = ARCOptions
+
+    def __init__(self, n_byzantine: int):
+        super().__init__(n_byzantine=n_byzantine)
+        self.n_byzantine = n_byzantine
+
+    def __call__(self, rows, reference=None, generator=None):
+        return arc(rows, self.n_byzantine, reference)
+
+    def rows_needed(self, after):
+        return _majority(self.n_byzantine, after)
+
+    def describe(self):
+        return "ARC"
+
+
+# --- the registry ------------------------------------------------------------------------------
+#: the built-in steps by config name (adding one: a Step subclass here, listed in this tuple)
+STEPS: dict[str, type[Step]] = {cls.name: cls for cls in (NNM, Bucketing, ARC)}
+#: each step's one line (what ``fedpd list`` shows)
+DESCRIPTIONS = {name: cls.description for name, cls in STEPS.items()}
+
+
+def _a_step(obj, name: str) -> str | None:
+    if isinstance(obj, type) and issubclass(obj, Step):
+        return None
+    return (f"{name} is not a pre-aggregation Step subclass (got {names.what(obj)}; subclass "
+            f"fedpd.preaggregators.Step)")
+
+
+#: what ``algorithm.aggregator_options.pre`` names (:func:`fedpd.names.resolve`)
+KIND = names.Kind("pre_aggregation", names.table(*STEPS.values()), check=_a_step,
+                  plugin="a pre-aggregation plug-in is a fedpd.preaggregators.Step subclass constructed with its "
+                  "options as keywords")
+
+
+def step_class(name) -> type[Step]:
+    """The step ``name`` names: a built-in of :data:`STEPS` or a plug-in (an import path
+    ``package.module:Class`` or an installed entry point). A one-line PluginError otherwise."""
+    return names.resolve(KIND, name).build
+
+
+def reads(pre, key: str) -> bool:
+    """Whether the steps ``pre`` names (a name or a list, as ``aggregator_options.pre``) read the
+    option ``key`` (NNM and ARC read ``n_byzantine``)."""
+    return any(key in step_class(s).Options.model_fields for s in ([pre] if isinstance(pre, str) else pre))
+
+
+def _flat_options() -> type[Options]:
+    """The keys of ``aggregator_options`` the built-in steps read, as one model: what ``fedpd list``
+    shows beside a rule's own options (a step's required option is unset until a chain names it)."""
+    first: dict[str, FieldInfo] = {}
+    readers: dict[str, list[str]] = {}
+    for name, cls in STEPS.items():
+        for key, field in cls.Options.model_fields.items():
+            first.setdefault(key, field)
+            readers.setdefault(key, []).append(name)
+    pre = Field(default_factory=list, description=f"pre-aggregation before the rule, in order: {', '.join(STEPS)} "
+                f"or an import path (a name or a list)")
+    fields: dict = {"pre": (list[str] | str, pre)}
+    for key, field in first.items():
+        required = field.is_required()
+        described = f"{field.description} ({' and '.join(readers[key])}; refused where nothing reads it)"
+        fields[key] = (field.annotation | None if required else field.annotation,
+                       FieldInfo.merge_field_infos(field, default=None if required else field.default,
+                                                   description=described))
+    return create_model("PreOptions", __base__=Options, **fields)
+
+
+#: the built-in steps' keys of ``aggregator_options`` with ``pre`` (for ``fedpd list``; each step
+#: validates its own with its ``Options``)
+PreOptions = _flat_options()
 
 
 def buckets(K: int, s: int) -> int:

@@ -34,7 +34,7 @@ PROBLEMS = _table(dataset.dataset_problem, synthetic.fedpd_logreg, synthetic.fed
 SOLVERS = _table(*solvers.SOLVERS)
 SAMPLERS = _table(*sampling.SAMPLERS)
 ATTACKS = _table(*attacks.ATTACKS)
-AGGREGATORS = _table(*(fn for name, fn in aggregators.AGGREGATORS.items() if name != "fedplus"))
+AGGREGATORS = _table(*aggregators.RULES.values())  # the rules a config picks (Fed+'s own is its psi's)
 MODELS = models.KIND.builtins
 
 TABLES = {"problem": PROBLEMS, "algorithm": ALGORITHMS, "solver": SOLVERS, "sampler": SAMPLERS, "attack": ATTACKS}

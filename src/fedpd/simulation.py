@@ -19,6 +19,7 @@ from torch import Tensor
 
 from fedpd import handover
 from fedpd.algorithms.base import Algorithm
+from fedpd.algorithms.robust import defence_of
 from fedpd.build import (build, build_attack, build_privacy, build_problem, build_store, exact_float32, local_work,
                          resolve_device)
 from fedpd.checks import check_against_problem
@@ -81,7 +82,8 @@ class Simulation:
         if self.in_process:
             store, self.store_kind, self.store_need = build_store(cfg, self.algorithm, self.sampler, init,
                                                                   self.num_clients)
-        attack = build_attack(cfg).bind(self.num_clients).against(self.algorithm)
+        # the optimal attacks simulate the defence the algorithm was built with: the same object
+        attack = build_attack(cfg).bind(self.num_clients).against(defence_of(cfg.options["algorithm"]))
         self.engine: Engine = make_engine(cfg, self.algorithm, self.problem, self.solver, attack, work=self.work,
                                           workdir=workdir, transport=transport, store=store)
         self.fleet = build_fleet(cfg, self.problem, self.sampler, self.algorithm, transport)

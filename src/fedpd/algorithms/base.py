@@ -176,6 +176,10 @@ class Algorithm:
     #: accepted clients (the step itself: :meth:`aggregate_means`), so a round may add each
     #: client's terms in as it arrives instead of holding all K uploads (:mod:`fedpd.protocol`)
     means_only: bool = False
+    #: ``aggregate`` ends in :meth:`aggregate_means` in every round, whatever ``means_only`` says (a
+    #: robust defence standing in for some of the means: fedpd.algorithms.robust.RobustMeans), so an
+    #: ``aggregate_means`` overridden below it is always taken
+    server_step_is_means: ClassVar[bool] = False
 
     #: What the server step is, as ``[privacy]`` (:mod:`fedpd.privacy`) reads it to decide whether
     #: its guarantee holds; a rule whose answer follows its options overrides one with a property.
@@ -276,7 +280,7 @@ def unused_server_step(algorithm: Algorithm) -> str:
     """Why ``algorithm``'s own ``aggregate_means`` would never run ("" when it would): a rule that is
     not ``means_only`` gets every round's uploads through ``aggregate``, and an ``aggregate_means``
     overridden below the class whose ``aggregate`` that is would be skipped without a word."""
-    if algorithm.means_only:
+    if algorithm.means_only or algorithm.server_step_is_means:
         return ""
     step, means = _defining(algorithm, "aggregate"), _defining(algorithm, "aggregate_means")
     if means >= step:

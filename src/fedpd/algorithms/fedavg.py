@@ -7,6 +7,7 @@ from pydantic import Field
 from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist, sq_dist
 from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
 from fedpd.context import ClientContext, ServerContext
+from fedpd.defence import Defence
 from fedpd.solvers import LocalObjective
 
 
@@ -20,12 +21,13 @@ class FedAvg(RobustAveraging, Algorithm):
     x0 ← mean_{i∈P} x_i (unweighted, as in the FedPD paper's baseline).
     Per round: d floats down and d up per participant.
 
-    ``aggregator`` replaces the mean by a robust aggregator of :mod:`fedpd.aggregators`
-    (geometric_median: RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al.
-    2018; krum: Blanchard et al. 2017; bulyan: El Mhamdi et al. 2018; centered_clipping:
-    Karimireddy et al. 2021 and norm_bounding: Sun et al. 2019, both about the server model x0);
-    ``weights = "samples"`` weighs clients by data size (each
-    sends n_i: one float more up). The metrics then add ``agg_iterations`` and
+    ``defence`` (:class:`fedpd.defence.Defence`, which the run reads from the config's
+    ``aggregator``, ``aggregator_options``, ``weights`` and ``client_momentum``; None: the plain
+    mean) replaces the mean by a robust aggregator of :mod:`fedpd.aggregators` (geometric_median:
+    RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al. 2018; krum: Blanchard
+    et al. 2017; bulyan: El Mhamdi et al. 2018; centered_clipping: Karimireddy et al. 2021 and
+    norm_bounding: Sun et al. 2019, both about the server model x0); ``weights = "samples"`` weighs
+    clients by data size (each sends n_i: one float more up). The metrics then add ``agg_iterations`` and
     ``agg_unconverged_rounds`` (rounds that hit the aggregator's ``max_iter``).
     ``aggregator_options.pre`` puts NNM, bucketing or ARC before the rule
     (:mod:`fedpd.preaggregators`); ``client_momentum`` = β makes each client upload x0 + m_i with
@@ -36,9 +38,8 @@ class FedAvg(RobustAveraging, Algorithm):
     description = "FedAvg: local GD/SGD from the server model, server averages the local models"
     Options = AggregatorOptions
 
-    def __init__(self, aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform",
-                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
-        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+    def __init__(self, defence: Defence | None = None):
+        self.use_defence(defence)
 
     def objective(self, message, clients, k: int) -> LocalObjective:
         return LocalObjective()
@@ -78,9 +79,8 @@ class FedProx(FedAvg):
     description = "FedProx: FedAvg with the proximal term (mu/2)||x - x0||^2 in the local objective"
     Options = FedProxOptions
 
-    def __init__(self, mu: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform", client_momentum: float = 0.0, client_momentum_start: str = "zero"):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+    def __init__(self, mu: float = 0.1, defence: Defence | None = None):
+        super().__init__(defence)
         self.mu = mu
 
     def objective(self, message, clients, k):

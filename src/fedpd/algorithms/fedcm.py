@@ -5,17 +5,18 @@ from __future__ import annotations
 from pydantic import Field
 
 from fedpd.algorithms.base import Algorithm, expand, sq_dist
+from fedpd.algorithms.robust import MeansDefenceOptions, RobustMeans
 from fedpd.context import ClientContext, FederationInfo, ServerContext
-from fedpd.options import Options
+from fedpd.defence import Defence
 from fedpd.solvers import LocalObjective
 
 
-class FedCMOptions(Options):
+class FedCMOptions(MeansDefenceOptions):
     alpha: float = Field(0.1, gt=0, le=1, description="weight of the local gradient in the direction")
     server_lr: float = Field(1.0, gt=0, description='server step size on the averaged update')
 
 
-class FedCM(Algorithm):
+class FedCM(RobustMeans, Algorithm):
     """FedCM (Xu, Wang, Wang, Chen 2021, Alg. 1; in the results table of Sun, Shen, Tao, A-FedPD,
     Table 2).
 
@@ -36,24 +37,26 @@ class FedCM(Algorithm):
     the run's solver settings, which the server knows from the config: taken once in ``setup``,
     never from a client. With stragglers (``solver.straggler_fraction``) a participant also sends
     its step count Q_i (1 float) and Δ ← mean_P (x0 − x_i)/(Q_i·η1), so a straggler's short walk
-    is not mistaken for a small gradient.
+    is not mistaken for a small gradient. ``defence`` (the config's ``aggregator``,
+    ``aggregator_options``; None: the means) takes the place of both means, of the models x_i
+    (about x0) and of the drifts (x0 − x_i)/Q_i (:class:`fedpd.algorithms.robust.RobustMeans`).
     """
 
     name = "fedcm"
     description = "FedCM: local steps along alpha*grad + (1 - alpha)*(server's last global direction)"
     Options = FedCMOptions
     needs_gradient_solver = True
-    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
     uploads_step_counts = True  # Q_i when the solver's steps vary
 
-    def __init__(self, alpha: float = 0.1, server_lr: float = 1.0):
+    def __init__(self, alpha: float = 0.1, server_lr: float = 1.0, defence: Defence | None = None):
         self.alpha, self.server_lr = alpha, server_lr
+        self.use_defence(defence)
 
     def setup(self, info: FederationInfo, solver):
         self.local_solver = solver  # η1 of round t (solver.lr_at) and Q, as the config sets them
 
     def init_server(self, x0):
-        return {"x0": x0.clone(), "delta": x0.new_zeros(x0.shape)}
+        return self.with_counters({"x0": x0.clone(), "delta": x0.new_zeros(x0.shape)})
 
     def broadcast(self, server):
         return {"x0": server["x0"], "delta": server["delta"]}
@@ -73,6 +76,9 @@ class FedCM(Algorithm):
         x, x0 = uploads["x"], server["x0"]
         steps = uploads["steps"][:, None] if "steps" in uploads else self.local_solver.local_steps
         return {"x": x, "drift": (x0 - x) / steps, "primal_residual": sq_dist(x, x0)}
+
+    def defended(self, server):
+        return {"x": server["x0"], "drift": None}  # the models about x0; the drifts are directions
 
     def aggregate_means(self, server, means, ctx: ServerContext):
         x0, lr = server["x0"], self.local_solver.lr_at(ctx.round)  # Δ = mean_i (x0 − x_i)/(Q_i η1)

@@ -38,16 +38,21 @@ Written with fedpd's public names only, as a user's algorithm is (docs/extending
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from pydantic import Field
 
 from fedpd.algorithms.base import Algorithm, expand, sq_dist
-from fedpd.options import Options
+from fedpd.algorithms.robust import ExactMeans
 from fedpd.solvers import LocalObjective
 from fedpd.errors import ConfigError  # fedpd.ConfigError, from where it is defined (fedpd imports the built-ins)
 
 
-class FedNovaOptions(Options):
+class FedNovaOptions(ExactMeans):
+    exact_means: ClassVar[str] = ("FedNova weighs each client's normalised update Δ_i/‖a_i‖₁ by p_i, the weights "
+                                  "that make its objective the federation's (objective consistency)")
+
     mu: float = Field(0.0, ge=0, description="μ of FedProx's proximal term (μ/2)||x - x0||^2 in the local objective "
                       "(0: none); a_i is then the paper's proximal one")
 

@@ -7,13 +7,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from fedpd.algorithms.primal_dual import FedPDOptions, PrimalDual, skip_needs_p
+from fedpd.algorithms.robust import MeansDefenceOptions
 from fedpd.context import ClientContext
-from fedpd.options import Options
+from fedpd.defence import Defence
 from fedpd.ordered import ordered_sq_norm
 from fedpd.solvers import LocalObjective
 
 
-class FedPDVROptions(Options):
+class FedPDVROptions(MeansDefenceOptions):
     eta: float = FedPDOptions.model_fields["eta"]
     p: float = FedPDOptions.model_fields["p"]
     skip: Literal["random", "periodic"] = FedPDOptions.model_fields["skip"]
@@ -55,8 +56,10 @@ class FedPDVR(PrimalDual):
     needs_gradient_solver = True
     unused_solver_options = ("momentum", "weight_decay", "sam_radius", "straggler_fraction", "clip_norm", "local_epochs")
 
-    def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", refresh_every: int = 20):
-        super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip)
+    def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", refresh_every: int = 20,
+                 defence: Defence | None = None):
+        super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip,
+                         defence=defence)
         self.refresh_every = refresh_every
 
     def init_client(self, x0):

@@ -39,18 +39,19 @@ in eq. (25).
 from __future__ import annotations
 
 from fnmatch import fnmatch
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
 from pydantic import AfterValidator, Field, model_validator
 from torch import Tensor
 
-from fedpd.aggregators import fedplus_aggregate, min_rows
+from fedpd.aggregators import fedplus_aggregate
 from fedpd.algorithms import fedplus_delta
 from fedpd.algorithms.base import Algorithm, expand
-from fedpd.algorithms.robust import (PRE_STREAM, SAMPLES, WEIGHTS, ServerAggregator, aggregator_name,
-                                     check_aggregator_options, counter_metrics, counters, initial_counters, sample_weights, with_sizes)
+from fedpd.algorithms.robust import (PRE_STREAM, SAMPLES, WEIGHTS, DefenceOptions, aggregator_name, counter_metrics,
+                                     counters, initial_counters, sample_weights, with_sizes)
 from fedpd.context import ClientContext, FederationInfo, ServerContext
+from fedpd.defence import Defence, build_defence
 from fedpd.errors import ConfigError
 from fedpd.options import STEPS_MAX, Options, refuse
 from fedpd.prox import prox, prox_grouped
@@ -58,7 +59,9 @@ from fedpd.solvers import GradientSolver, LocalObjective
 
 ProxKind = Literal["zero", "sq_l2", "l2", "l1", "indicator"]
 PartySteps = list[Annotated[int, Field(ge=0, le=STEPS_MAX)]]
-FedPlusAggregator = Annotated[str, AfterValidator(lambda name: aggregator_name(name, own=("fedplus",)))]
+#: ``algorithm.aggregator``'s value for Fed+'s own aggregate, eq. (25) with Ψ (not a defence)
+OWN = "fedplus"
+FedPlusAggregator = Annotated[str, AfterValidator(lambda name: aggregator_name(name, own=(OWN,)))]
 
 
 class FedPlusGroup(Options):
@@ -94,7 +97,9 @@ class MedianVariantOptions(FedPlusVariantOptions):
                                                    "delta x the uploads' robust spread each round (fedplus_delta.py)")
 
 
-class FedPlusOptions(MedianVariantOptions):
+class FedPlusOptions(MedianVariantOptions, DefenceOptions):
+    defence_keys: ClassVar[tuple[str, ...]] = ("aggregator", "aggregator_options")
+
     psi: ProxKind = Field("l2", description="Ψ: zero, sq_l2 (FedAvg+), l2 (FedGeoMed+), l1 (FedCoMed+), indicator")
     sigma: float = Field(1.0, ge=0, description="σ, the penalty of eq. (3)")
     groups: list[FedPlusGroup] = Field(default_factory=list, description="hybrid: per-parameter-group psi and delta")
@@ -103,12 +108,12 @@ class FedPlusOptions(MedianVariantOptions):
 
     @model_validator(mode="after")
     def _aggregator_options(self):
-        if self.aggregator != "fedplus":
-            check_aggregator_options(self.aggregator, self.aggregator_options)
+        if self.aggregator != OWN:
+            self._read(self.aggregator, self.aggregator_options, self.weights)
         elif self.aggregator_options:
             raise refuse("aggregator_options", "not used by aggregator 'fedplus' (its options are algorithm.tol, "
                          "max_iter, init)")
-        if self.delta_rule == "spread" and (self.psi not in ("l1", "l2") or self.aggregator != "fedplus" or self.groups):
+        if self.delta_rule == "spread" and (self.psi not in ("l1", "l2") or self.aggregator != OWN or self.groups):
             raise refuse("delta_rule", "'spread' needs psi = 'l1' or 'l2', aggregator = 'fedplus' and no groups "
                          "(allowed otherwise: 'fixed')")
         return self
@@ -118,11 +123,28 @@ class FedPlusLocalOptions(Options):
     party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: the solver's steps")
 
 
-class FedPlusServerOptions(Options):
+class FedPlusServerOptions(DefenceOptions):
+    #: the preset's rule (Table 1's 𝒜); ``aggregator_options`` are its options
+    rule: ClassVar[str] = "mean"
+    defence_keys: ClassVar[tuple[str, ...]] = ("aggregator_options",)
+
     aggregate_over: Literal["all", "participants"] = Field("participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's")
     weights: WEIGHTS = Field("uniform", description='uniform: every participant weighs the same; samples: by data size (each sends n_k)')
     party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: the solver's steps")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the preset's aggregator")
+
+    @model_validator(mode="after")
+    def _aggregator_options(self):
+        self._read(self.rule, self.aggregator_options, self.weights)
+        return self
+
+
+class FedPlusRFAOptions(FedPlusServerOptions):
+    rule: ClassVar[str] = "geometric_median"
+
+
+class FedPlusCoMedOptions(FedPlusServerOptions):
+    rule: ClassVar[str] = "coordinate_median"
 
 
 class FedPlusFedProxOptions(Options):
@@ -144,8 +166,9 @@ class FedPlus(Algorithm):
         delta: δ >= 0, the smoothing of Ψ (Ψ = σδ/2‖·‖², σδ‖·‖₂, σδ‖·‖₁).
         lam: λ ∈ [0, 1], the local initialisation mix of line 18 (0: keep the own model).
         groups: hybrid Ψ, a list of {"pattern": ..., "psi": ..., "delta": ...} (first match wins).
-        aggregator: "fedplus" (eq. (25) with Ψ) or a robust aggregator of :mod:`fedpd.aggregators`.
-        aggregator_options: options of that aggregator (not for "fedplus": use tol/max_iter/init).
+        defence: None (eq. (25) with Ψ; the config's ``aggregator = "fedplus"``) or the
+            :class:`~fedpd.defence.Defence` the config's ``aggregator`` and ``aggregator_options``
+            name (a robust aggregator of :mod:`fedpd.aggregators`, with any pre-aggregation).
         aggregate_over: "all" (Alg. 1: every party's latest model) or "participants".
         weights: "uniform" (the paper's 1/N) or "samples" (by local data size: each party sends its
             n_k with its upload; with aggregate_over = "all" the server keeps the last n_k it
@@ -173,8 +196,8 @@ class FedPlus(Algorithm):
         return self.robust is not None
 
     def __init__(self, psi: str = "l2", sigma: float = 1.0, delta: float = 0.1, lam: float = 0.0,
-                 groups: list | tuple = (), aggregator: str = "fedplus", aggregator_options: dict | None = None,
-                 aggregate_over: str = "all", weights: str = "uniform", party_steps: list | tuple = (),
+                 groups: list | tuple = (), defence: Defence | None = None, aggregate_over: str = "all",
+                 weights: str = "uniform", party_steps: list | tuple = (),
                  local_step: str = "implicit", tol: float = 1e-7, max_iter: int = 1000, init: str = "mean",
                  delta_rule: str = "fixed"):
         self.psi, self.sigma, self.delta, self.lam = psi, float(sigma), float(delta), float(lam)
@@ -183,8 +206,7 @@ class FedPlus(Algorithm):
         self.aggregate_over, self.weights, self.local_step = aggregate_over, weights, local_step
         self.party_steps = torch.tensor(list(party_steps), dtype=torch.int64)
         self.tol, self.max_iter, self.init = tol, max_iter, init
-        self.aggregator_name = aggregator
-        self.robust = None if aggregator == "fedplus" else ServerAggregator(aggregator, aggregator_options, weights)
+        self.defence = self.robust = defence  # None: eq. (25)
         # σ = λ = 0: w~ never reaches a party, so nothing is sent (Table 1, "local SGD without FL")
         self.federated = self.sigma > 0 or self.lam > 0
         self._plan: list[tuple[Tensor, str, float]] | None = None
@@ -192,7 +214,7 @@ class FedPlus(Algorithm):
     def min_uploads(self) -> int:
         if self.robust is None or self.aggregate_over == "all":  # eq. (25), or the table of all N
             return 1
-        return min_rows(self.robust.name, self.robust.options)
+        return self.robust.min_rows
 
     # --- hybrid Ψ: parameter-name patterns -> blocks of the flat vector ---------------------
     def _make_plan(self, info: FederationInfo) -> list[tuple[Tensor, str, float]] | None:
@@ -385,10 +407,10 @@ class FedPlusFedAvg(FedPlus):
     name = "fedplus_fedavg"
     description = "Fed+ preset, Table 1: FedAvg (lam = 1, sigma = 0, mean)"
     Options = FedPlusServerOptions
-    default_aggregator = "mean"
 
     def __init__(self, **options):
-        options.setdefault("aggregator", self.default_aggregator)
+        if options.get("defence") is None:  # constructed without a config: the preset's rule
+            options["defence"] = build_defence(self.Options.rule, weights=options.get("weights", "uniform"))
         options.setdefault("aggregate_over", "participants")
         super().__init__(psi="zero", sigma=0.0, lam=1.0, **options)
 
@@ -398,7 +420,7 @@ class FedPlusRFA(FedPlusFedAvg):
 
     name = "fedplus_rfa"
     description = "Fed+ preset, Table 1: RFA (lam = 1, sigma = 0, geometric median)"
-    default_aggregator = "geometric_median"
+    Options = FedPlusRFAOptions
 
 
 class FedPlusCoMed(FedPlusFedAvg):
@@ -406,7 +428,7 @@ class FedPlusCoMed(FedPlusFedAvg):
 
     name = "fedplus_comed"
     description = "Fed+ preset, Table 1: coordinate-wise median (lam = 1, sigma = 0)"
-    default_aggregator = "coordinate_median"
+    Options = FedPlusCoMedOptions
 
 
 class FedPlusFedProx(FedPlus):

@@ -19,6 +19,7 @@ from fedpd.algorithms.base import Algorithm, expand, mean_sq_dist
 from fedpd.algorithms.fedavg import FedAvg
 from fedpd.algorithms.robust import AggregatorOptions, RobustAveraging
 from fedpd.context import ClientContext
+from fedpd.defence import Defence
 from fedpd.options import STEPS_MAX, refuse
 from fedpd.solvers import LocalObjective
 
@@ -103,10 +104,8 @@ class Ditto(FedAvg):
     description = "Ditto: FedAvg global model + personal models regularised towards it (lam/2 ||v - w||^2)"
     Options = DittoOptions
 
-    def __init__(self, lam: float = 0.1, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform",
-                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+    def __init__(self, lam: float = 0.1, defence: Defence | None = None):
+        super().__init__(defence)
         self.lam = lam
 
     def init_client(self, x0):
@@ -144,11 +143,10 @@ class APFL(_OwnLoop, RobustAveraging, Algorithm):
     description = "APFL: personal model alpha*v + (1 - alpha)*w, v trained on the mixture, alpha adapted"
     Options = APFLOptions
 
-    def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0, aggregator: str = "mean",
-                 aggregator_options: dict | None = None, weights: str = "uniform",
-                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+    def __init__(self, alpha: float = 0.25, adaptive: bool = True, alpha_lr: float = 0.0,
+                 defence: Defence | None = None):
         self.alpha, self.adaptive, self.alpha_lr = alpha, adaptive, alpha_lr
-        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+        self.use_defence(defence)
 
     def init_client(self, x0):
         return self.client_state(x0, {"v": x0.clone(), "alpha": torch.full((1,), self.alpha, dtype=x0.dtype)})
@@ -198,10 +196,9 @@ class PFedMe(_OwnLoop, RobustAveraging, Algorithm):
     Options = PFedMeOptions
 
     def __init__(self, lam: float = 15.0, inner_steps: int = 5, personal_lr: float = 0.01, beta: float = 1.0,
-                 aggregator: str = "mean", aggregator_options: dict | None = None, weights: str = "uniform",
-                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
+                 defence: Defence | None = None):
         self.lam, self.inner_steps, self.personal_lr, self.beta = lam, inner_steps, personal_lr, beta
-        self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+        self.use_defence(defence)
 
     def init_client(self, x0):
         return self.client_state(x0, {"theta": x0.clone()})
@@ -248,10 +245,8 @@ class PerFedAvg(_OwnLoop, FedAvg):
     description = "Per-FedAvg (first-order MAML): personal model = one local gradient step from the server model"
     Options = PerFedAvgOptions
 
-    def __init__(self, alpha: float = 0.01, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform",
-                 client_momentum: float = 0.0, client_momentum_start: str = "zero"):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+    def __init__(self, alpha: float = 0.01, defence: Defence | None = None):
+        super().__init__(defence)
         self.alpha = alpha
 
     def local(self, message, clients, ctx: ClientContext):

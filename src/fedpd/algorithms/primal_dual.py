@@ -41,7 +41,9 @@ import torch
 from pydantic import Field, model_validator
 
 from fedpd.algorithms.base import Algorithm, expand, metric_terms, sq_dist, with_metric_means
+from fedpd.algorithms.robust import MeansDefenceOptions, RobustMeans
 from fedpd.context import ClientContext, ServerContext
+from fedpd.defence import Defence
 from fedpd.options import Options, refuse
 from fedpd.solvers import LocalObjective
 
@@ -53,7 +55,7 @@ def skip_needs_p(options) -> None:
                      f'ignored (allowed: p > 0, or no skip)')
 
 
-class PrimalDualOptions(Options):
+class PrimalDualOptions(MeansDefenceOptions):
     eta: float = Field(1.0, gt=0, description="η, the penalty parameter (ρ = α = 1/η elsewhere)")
     participation: Literal["all", "sampled"] = Field("sampled", description="all: every client every round (FedPD)")
     dual_mean: Literal["participants", "all"] = Field("all", description="S2, the set the dual mean averages over")
@@ -84,7 +86,7 @@ class PrimalDualOptions(Options):
         return self
 
 
-class FedPDOptions(Options):
+class FedPDOptions(MeansDefenceOptions):
     eta: float = Field(1.0, gt=0, description="η, the penalty parameter")
     p: float = Field(0.0, ge=0, lt=1, description="probability of skipping communication in a round")
     skip: Literal["random", "periodic"] = Field("random", description="random: a seeded coin (the paper); periodic: "
@@ -98,7 +100,7 @@ class FedPDOptions(Options):
         return self
 
 
-class PenaltyOptions(Options):
+class PenaltyOptions(MeansDefenceOptions):
     eta: float = Field(10.0, gt=0, description="η = 1/ρ (ρ = α of FedDyn, A-FedPD)")
 
 
@@ -114,7 +116,7 @@ def communicates_periodically(round: int, p: float) -> bool:
     return (round + 1) * rate // 1 > round * rate // 1
 
 
-class PrimalDual(Algorithm):
+class PrimalDual(RobustMeans, Algorithm):
     """The parametrised primal-dual rule (see the module docstring for the table).
 
     Args:
@@ -130,16 +132,20 @@ class PrimalDual(Algorithm):
         output: "server" (x0) or "average" (x̄ = mean_P x_i) — the model the metrics evaluate.
         local_tol: ε₁ of FedPD's local criterion (12): each client stops once ‖∇L_i‖² <= ε₁ on
             its batch (its steps are then fewer than Q; reported as ``local_steps``).
+        defence: None (the means) or the :class:`~fedpd.defence.Defence` the config's
+            ``aggregator`` and ``aggregator_options`` name, in place of the mean of the uploads x_i
+            (dual_mean = "all": x̄ wherever the step reads it, so the dual mean's increment too) or
+            z_i (dual_mean = "participants": x0 itself) — :class:`fedpd.algorithms.robust.RobustMeans`.
     """
 
     name = "primal_dual"
     description = "the parametrised primal-dual rule (choose the sets yourself)"
     Options = PrimalDualOptions
-    means_only = True  # the server step reads means only (mean_terms, aggregate_means)
 
     def __init__(self, eta: float = 1.0, participation: str = "sampled", dual_mean: str = "all",
                  virtual_dual: bool = False, start: str = "server", p: float = 0.0, skip: str = "random",
-                 output: str = "server", local_tol: float = 0.0):
+                 output: str = "server", local_tol: float = 0.0, defence: Defence | None = None):
+        self.use_defence(defence)  # None: the server step's means are exact (the papers')
         self.eta, self.participation, self.dual_mean = eta, participation, dual_mean
         self.virtual_dual, self.start, self.p, self.skip = virtual_dual, start, p, skip
         self.output, self.local_tol = output, local_tol
@@ -155,7 +161,7 @@ class PrimalDual(Algorithm):
             server["D"] = torch.zeros_like(x0)
         if self.output == "average":
             server["x_bar"] = x0.clone()
-        return server
+        return self.with_counters(server)
 
     def init_client(self, x0):
         client = {"lam": torch.zeros_like(x0)}
@@ -216,6 +222,10 @@ class PrimalDual(Algorithm):
         key = "z" if self.dual_mean == "participants" else "x"
         return {key: uploads[key], **metric_terms(uploads)}
 
+    def defended(self, server):
+        # the one mean of the uploads the step reads: of the models x_i or the anchors z_i, both about x0
+        return {"z" if self.dual_mean == "participants" else "x": server["x0"]}
+
     def aggregate_means(self, server, means, ctx: ServerContext):
         server = with_metric_means(server, means)
         if self.dual_mean == "participants":
@@ -275,9 +285,10 @@ class FedPD(PrimalDual):
     Options = FedPDOptions
     participation = "all"
 
-    def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", local_tol: float = 0.0):
+    def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", local_tol: float = 0.0,
+                 defence: Defence | None = None):
         super().__init__(eta=eta, participation="all", dual_mean="participants", start="warm", p=p, skip=skip,
-                         local_tol=local_tol)
+                         local_tol=local_tol, defence=defence)
 
 
 class FedDyn(PrimalDual):
@@ -294,8 +305,9 @@ class FedDyn(PrimalDual):
     description = "FedDyn: dynamic regulariser; dual mean over all clients, consensus over participants"
     Options = DualMeanOptions
 
-    def __init__(self, eta: float = 10.0, output: str = "server"):
-        super().__init__(eta=eta, participation="sampled", dual_mean="all", start="server", output=output)
+    def __init__(self, eta: float = 10.0, output: str = "server", defence: Defence | None = None):
+        super().__init__(eta=eta, participation="sampled", dual_mean="all", start="server", output=output,
+                         defence=defence)
 
 
 class FedADMM(PrimalDual):
@@ -309,8 +321,8 @@ class FedADMM(PrimalDual):
     description = "FedADMM: consensus and dual mean over the participants only"
     Options = PenaltyOptions
 
-    def __init__(self, eta: float = 10.0):
-        super().__init__(eta=eta, participation="sampled", dual_mean="participants", start="server")
+    def __init__(self, eta: float = 10.0, defence: Defence | None = None):
+        super().__init__(eta=eta, participation="sampled", dual_mean="participants", start="server", defence=defence)
 
 
 class AFedPD(PrimalDual):
@@ -322,6 +334,6 @@ class AFedPD(PrimalDual):
     description = "A-FedPD: FedDyn plus virtual dual updates for absent clients (lazy, O(|P| d) per round)"
     Options = DualMeanOptions
 
-    def __init__(self, eta: float = 10.0, output: str = "server"):
+    def __init__(self, eta: float = 10.0, output: str = "server", defence: Defence | None = None):
         super().__init__(eta=eta, participation="sampled", dual_mean="all", virtual_dual=True, start="server",
-                         output=output)
+                         output=output, defence=defence)

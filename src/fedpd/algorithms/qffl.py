@@ -29,10 +29,12 @@ Written with fedpd's public names only, as a user's algorithm is (docs/extending
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
 from fedpd.algorithms.base import Algorithm, expand, sq_dist
-from fedpd.options import Options
+from fedpd.algorithms.robust import ExactMeans
 from fedpd.ordered import ordered_sq_norm
 from fedpd.solvers import LocalObjective
 
@@ -40,7 +42,10 @@ from fedpd.solvers import LocalObjective
 LOSS_FLOOR = 1e-10
 
 
-class QFFLOptions(Options):
+class QFFLOptions(ExactMeans):
+    exact_means: ClassVar[str] = ("q-FFL's step is w − Σ Δ_k / Σ h_k, a ratio of two sums over the same "
+                                  "clients")
+
     q: float = Field(1.0, ge=0, description="q of the q-FFL objective sum_k F_k^(q+1)/(q+1) (q = 0: FedAvg)")
     lipschitz: float = Field(0.0, ge=0, description="L, the Lipschitz estimate in Δw_k = L(w - w_k) and h_k; "
                              "0: 1/η of the round's local solver (the paper's choice)")

@@ -1,12 +1,17 @@
-"""Robust server aggregation for every algorithm whose server averages models.
+"""The defence on every algorithm whose server averages uploads: its config options and the mixins.
 
-The aggregators themselves live in one place, :mod:`fedpd.aggregators` (weighted mean, geometric
-median by smoothed Weiszfeld, coordinate-wise median, trimmed mean, Krum / multi-Krum, Bulyan,
-centered clipping, norm bounding, Fed+'s eq. (25)). This module is the glue an algorithm needs: the config's ``aggregator`` /
-``aggregator_options`` / ``weights`` (:class:`AggregatorOptions`, checked once with the config),
-and K rows aggregated with uniform or sample-size weights. So RFA (Pillutla et al. 2022) is
-FedAvg with ``aggregator = "geometric_median"``, and Yin et al.'s median / trimmed-mean servers
-are FedAvg with those names.
+The rules live in :mod:`fedpd.aggregators` (weighted mean, geometric median by smoothed Weiszfeld,
+coordinate-wise median, trimmed mean, Krum / multi-Krum, Bulyan, centered clipping, norm bounding,
+Fed+'s eq. (25)), the pre-aggregation steps in :mod:`fedpd.preaggregators`, and the one object a
+run composes of them, with the weights and client momentum, in :mod:`fedpd.defence`. This module
+is the glue an algorithm needs: the config's ``aggregator`` / ``aggregator_options`` / ``weights``
+/ ``client_momentum`` (:class:`AggregatorOptions`: read once, when the config is checked, into the
+run's :class:`~fedpd.defence.Defence`, which the algorithm's constructor receives as ``defence`` —
+:func:`algorithm_keywords`), and the two ways a server step takes it: :class:`RobustAveraging`
+for a server that averages models (FedAvg and its family), :class:`RobustMeans` for a
+``means_only`` step whose means of the uploads it replaces (the primal-dual family, SCAFFOLD,
+FedCM). So RFA (Pillutla et al. 2022) is FedAvg with ``aggregator = "geometric_median"``, and
+Yin et al.'s median / trimmed-mean servers are FedAvg with those names.
 
 With ``weights = "samples"`` each participant sends its number of training samples n_i with its
 upload (key ``n``, one float, counted as communication, as Flower's clients send
@@ -67,18 +72,35 @@ Krum, NNM) scale with their rows (rule(s·w) = s·rule(w)), so for them zero-sta
 makes the first steps smaller. With
 ``"update"`` a client's state also holds ``m_started`` (0, then 1 once it has uploaded), kept and
 checkpointed with m_i.
+
+**The means a defence replaces in a** ``means_only`` **step** (:class:`RobustMeans`): such a step
+reads the uploads through means of per-client terms; with a robust defence the terms it names are
+aggregated by the defence instead (every other mean, a diagnostic's, stays exact) and the step runs
+unchanged on the result. FedPD's and FedADMM's x0 = mean z_i (z_i = x_i + ηλ_i, FedPD's anchors)
+becomes D(z); FedDyn's and A-FedPD's primal mean x̄ = mean_P x_i becomes x̃ = D(x) everywhere the
+step reads it — x0 = x̃ + ηh, the dual mean's increment (|P|/(ηN))(x̃ − x0) and A-FedPD's virtual
+dual update (x̃ − x0)/η; SCAFFOLD's two means, of Δx and of Δc; FedCM's mean model and mean drift.
+The server's running means (FedDyn's h of the clients' λ_i, SCAFFOLD's c of their c_i) are then
+its robust estimates of them, equal to the exact means only under the plain mean: kept exact, h
+and c would carry the attackers' rows into every later round. Where a step's invariant needs the
+exact mean, the defence is refused in one line that names it (:class:`ExactMeans`): q-FFL, FedNova,
+Parallel SAGA and ADMM.
 """
+
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import warnings
+from typing import Annotated, Any, ClassVar, Literal
 
 import torch
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, model_validator
 from torch import Tensor
 
-from fedpd.aggregators import AGGREGATORS, aggregator_function, make_aggregator, min_rows
+from fedpd.aggregators import RULES, aggregator_function
+from fedpd.algorithms.base import UploadMean
 from fedpd.context import ServerContext
+from fedpd.defence import MEAN, Defence, build_defence
 from fedpd.errors import ConfigError
 from fedpd.names import what
 from fedpd.options import Options, refuse
@@ -93,7 +115,7 @@ MOMENTUM_STARTS = Literal["zero", "update"]
 PRE_STREAM = "pre_aggregation"
 
 #: built-in aggregator names a config may give (Fed+'s own eq. (25) is chosen by Fed+'s Ψ, not here)
-NAMES = tuple(n for n in AGGREGATORS if n != "fedplus")
+NAMES = tuple(RULES)
 WEIGHTS = Literal["uniform", "samples"]
 SAMPLES = "n"  # the upload key of a client's sample count
 
@@ -103,20 +125,61 @@ def aggregator_name(name: str, own: tuple[str, ...] = ()) -> str:
     (:func:`fedpd.aggregators.aggregator_function`), or one of the algorithm's ``own`` names."""
     if name in own:
         return name
-    if name == "fedplus":
-        raise ValueError(f"'fedplus' is Fed+'s own aggregate, chosen by Fed+'s psi (allowed: {', '.join(NAMES)}, or "
-                         f"an import path package.module:function)")
     try:
-        aggregator_function(name)
+        fn = aggregator_function(name)
     except ConfigError as err:
         raise ValueError(str(err)) from None
+    chosen = getattr(fn, "chosen_by", "")
+    if chosen:  # e.g. Fed+'s eq. (25): a rule, but not one a config picks here
+        raise ValueError(f"'{name}' is {chosen} (allowed: {', '.join(NAMES)}, or an import path "
+                         f"package.module:function)")
     return name
 
 
 AggregatorName = Annotated[str, AfterValidator(aggregator_name)]
 
 
-class AggregatorOptions(Options):
+# --- the options a defence is read from ----------------------------------------------------------
+class DefenceOptions(Options):
+    """Options of an algorithm that takes a defence: the fields in ``defence_keys`` are read once,
+    when the config is checked, into the run's :class:`~fedpd.defence.Defence` (:meth:`defence`),
+    and the algorithm's constructor receives that object as ``defence`` in their place
+    (:func:`algorithm_keywords`)."""
+
+    #: the fields the defence is read from (the constructor takes ``defence`` instead)
+    defence_keys: ClassVar[tuple[str, ...]] = ()
+    _defence: Defence | None = PrivateAttr(None)
+
+    def defence(self) -> Defence | None:
+        """The defence these options give (None: the algorithm's own default, the plain mean)."""
+        return self._defence
+
+    @classmethod
+    def constructor_keywords(cls) -> list[str]:
+        """The keywords the algorithm is constructed with (what a plug-in's signature is checked for)."""
+        return [k for k in cls.model_fields if k not in cls.defence_keys] + ["defence"]
+
+    def _read(self, aggregator: str, options: dict, weights: str = "uniform", client_momentum: float = 0.0,
+              client_momentum_start: str = "zero") -> None:
+        """Build the defence (inside the options' validator: a ConfigError becomes its one line)."""
+        try:
+            self._defence = build_defence(aggregator, options, weights, client_momentum, client_momentum_start)
+        except ConfigError as err:
+            text = str(err)
+            if text.startswith("weights:"):
+                raise ValueError(text) from None
+            text = text.replace("(allowed: ", f"(allowed for aggregator '{aggregator}': ", 1)
+            if text.startswith("aggregator_options."):  # names the option: algorithm.aggregator_options.f: …
+                raise ValueError(text) from None
+            raise refuse("aggregator_options", text) from None
+
+
+class AggregatorOptions(DefenceOptions):
+    """The defence of an algorithm whose server averages models (FedAvg and its family)."""
+
+    defence_keys: ClassVar[tuple[str, ...]] = ("aggregator", "aggregator_options", "weights", "client_momentum",
+                                               "client_momentum_start")
+
     aggregator: AggregatorName = Field("mean", description="server aggregation (fedpd list: aggregators; or an "
                                        "import path package.module:function)")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
@@ -129,61 +192,80 @@ class AggregatorOptions(Options):
 
     @model_validator(mode="after")
     def _aggregator_options(self):
-        check_aggregator_options(self.aggregator, self.aggregator_options)
+        self._read(self.aggregator, self.aggregator_options, self.weights, self.client_momentum,
+                   self.client_momentum_start)
         if self.client_momentum == 0 and self.given("client_momentum_start"):
             raise refuse("client_momentum_start", "where client momentum starts, and client_momentum = 0 keeps none, "
                          "so it would be ignored (allowed: client_momentum > 0, or no client_momentum_start)")
-        if self.weights == "samples" and self.aggregator_options.get("pre"):
-            raise refuse("weights", "pre-aggregation mixes the clients' rows, so per-client weights mean nothing "
-                         "after it (allowed: uniform)")
         return self
 
 
-def check_aggregator_options(name: str, options: dict) -> None:
-    """``options`` against aggregator ``name``'s own options model (inside an options validator)."""
-    try:
-        make_aggregator(name, **options)
-    except ConfigError as err:
-        text = str(err).replace("(allowed: ", f"(allowed for aggregator '{name}': ", 1)
-        if text.startswith("aggregator_options."):  # names the option: algorithm.aggregator_options.f: …
-            raise ValueError(text) from None
-        raise refuse("aggregator_options", text) from None
+class MeansDefenceOptions(DefenceOptions):
+    """The defence of a ``means_only`` server step (:class:`RobustMeans`): unset, the step is the
+    algorithm's own, its means exact — and its resolved config as before the option existed."""
+
+    defence_keys: ClassVar[tuple[str, ...]] = ("aggregator", "aggregator_options")
+
+    aggregator: AggregatorName | None = Field(None, description="a robust rule in place of the server step's means "
+                                              "of the uploads (fedpd list: aggregators; unset: the means)")
+    aggregator_options: dict[str, Any] | None = Field(None, description="options of the aggregator and its "
+                                                      "pre-aggregation")
+
+    @model_validator(mode="after")
+    def _aggregator_options(self):
+        if self.aggregator is not None or self.aggregator_options is not None:
+            self._read(self.aggregator or "mean", self.aggregator_options or {})
+        return self
+
+
+class ExactMeans(Options):
+    """Options of an algorithm whose server step needs exact means: ``algorithm.aggregator`` (or its
+    options) is refused with the invariant it would break (``exact_means``, one clause)."""
+
+    exact_means: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_defence(cls, data):
+        given = [k for k in ("aggregator", "aggregator_options") if isinstance(data, dict) and k in data]
+        if given:
+            raise refuse(given[0], f"{cls.exact_means}, which a robust rule in place of a mean would break "
+                         f"(allowed: no {given[0]})")
+        return data
 
 
 def algorithm_keywords(options: Options) -> dict:
-    """The keywords an algorithm is constructed with, from its validated options."""
-    return options.model_dump()
+    """The keywords an algorithm is constructed with, from its validated options: every option, the
+    defence's keys replaced by ``defence``, the one object the options read them into."""
+    if not isinstance(options, DefenceOptions):
+        return options.model_dump()
+    return {**options.model_dump(exclude=set(options.defence_keys)), "defence": options.defence()}
+
+
+def defence_of(options: Options) -> Defence | None:
+    """The defence an algorithm with these options runs (None: it takes none — its server step is no
+    mean a rule could replace, or Fed+'s own aggregate): what the optimal attacks are handed."""
+    if not isinstance(options, DefenceOptions):
+        return None
+    defence = options.defence()
+    if defence is None and isinstance(options, (AggregatorOptions, MeansDefenceOptions)):
+        return MEAN
+    return defence
 
 
 class ServerAggregator:
-    """``agg(rows [K, d], weights [K] or None) -> (aggregate [d], info)`` for a named aggregator.
+    """Deprecated: :func:`fedpd.defence.build_defence` (a :class:`~fedpd.defence.Defence`, called
+    as this was)."""
 
-    ``weights`` (the senders' sample counts with ``weights="samples"``): aggregators without
-    weights (trimmed mean, Krum) ignore them, as their papers do."""
+    def __new__(cls, name: str = "mean", options: dict | None = None, weights: str = "uniform"):
+        warnings.warn("fedpd.algorithms.robust.ServerAggregator is deprecated: use fedpd.defence.build_defence",
+                      DeprecationWarning, stacklevel=2)
+        return build_defence(name, dict(options or {}), weights)
 
-    def __init__(self, name: str = "mean", options: dict | None = None, weights: str = "uniform"):
-        self.fn = make_aggregator(name, **dict(options or {}))
-        self.name, self.weights, self.options = name, weights, dict(options or {})
-        #: the plain unweighted mean: callers keep their exact ``rows.mean(0)`` path
-        self.is_mean = name == "mean" and weights == "uniform"
 
-    def __call__(self, rows: Tensor, weights: Tensor | None = None, reference: Tensor | None = None,
-                 generator: torch.Generator | None = None) -> tuple[Tensor, dict]:
-        """``reference``: the server model the round started from, for the aggregators that clip
-        about it (centered_clipping, norm_bounding) and ARC; the others ignore it. ``generator``:
-        the pre-aggregation's randomness (bucketing)."""
-        if self.is_mean:
-            return rows.mean(0), {"iterations": 0, "converged": True}
-        out = self.fn(rows, weights=weights if self.weights == "samples" else None, reference=reference,
-                      generator=generator)
-        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Tensor)
-                and out[0].shape == rows.shape[1:] and isinstance(out[1], dict)):
-            got = (f"an aggregate of shape {tuple(out[0].shape)}" if isinstance(out, tuple) and out
-                   and isinstance(out[0], Tensor) else what(out))
-            raise ConfigError(f"algorithm.aggregator: {self.name} returned {got} for {rows.shape[0]} rows of "
-                              f"{tuple(rows.shape[1:])} (allowed: (aggregate of shape {tuple(rows.shape[1:])}, info "
-                              f"dict))")
-        return out
+def check_aggregator_options(name: str, options: dict) -> None:
+    """``options`` against aggregator ``name`` (inside an options validator: ValueError, one line)."""
+    DefenceOptions()._read(name, options)
 
 
 def sample_weights(uploads: dict) -> Tensor | None:
@@ -218,11 +300,18 @@ def counter_metrics(server: dict) -> dict[str, int]:
     return {"agg_iterations": int(server["agg_iterations"]), "agg_unconverged_rounds": int(server["agg_unconverged"])}
 
 
+def _checked_ctx(ctx) -> None:
+    if ctx is not None and not callable(getattr(ctx, "rng", None)):
+        hint = f"; an upload's name goes in key={ctx!r}" if isinstance(ctx, str) else ""
+        raise TypeError(f"average(server, uploads, ctx, key=...): ctx is {what(ctx)}, expected the ServerContext "
+                        f"the aggregate hook received{hint}")
+
+
 class RobustAveraging:
     """Mixin for an algorithm whose server averages models. Its calls, as FedAvg makes them:
 
-    ``self.use_aggregator(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)``
-        in ``__init__``, with the :class:`AggregatorOptions` fields
+    ``self.use_defence(defence)``
+        in ``__init__``, with the constructor's ``defence`` (None: the plain mean)
     ``self.client_state(x0, state)``
         in ``init_client``: the client's ``state`` plus its momentum (when client momentum is on)
     ``self.with_momentum(upload, message, before, after)``
@@ -235,10 +324,40 @@ class RobustAveraging:
         and state to keep in the new server state) — pass the hook's ``ctx``, and ``key`` by keyword
     """
 
-    robust: ServerAggregator | None = None  # None: the plain mean
-    weights: str = "uniform"
-    client_momentum: float = 0.0  # β of client momentum (0: off)
-    client_momentum_start: str = "zero"  # m_i before a client's first upload: 0, or its first update
+    defence: Defence = MEAN
+
+    def use_defence(self, defence: Defence | None) -> None:
+        self.defence = MEAN if defence is None else defence
+
+    def use_aggregator(self, aggregator: str = "mean", aggregator_options: dict | None = None,
+                       weights: str = "uniform", client_momentum: float = 0.0,
+                       client_momentum_start: str = "zero") -> None:
+        """Deprecated: ``self.use_defence(defence)`` with the defence the run hands the constructor
+        (:func:`fedpd.defence.build_defence` builds one from these keywords)."""
+        warnings.warn("RobustAveraging.use_aggregator is deprecated: take `defence` in __init__ and call "
+                      "self.use_defence(defence) (fedpd.defence.build_defence builds one)", DeprecationWarning,
+                      stacklevel=2)
+        self.use_defence(build_defence(aggregator, aggregator_options, weights, client_momentum,
+                                       client_momentum_start))
+
+    @property
+    def robust(self) -> Defence | None:
+        """The defence when it is not the plain unweighted mean (None: the mean)."""
+        return None if self.defence.is_mean else self.defence
+
+    @property
+    def weights(self) -> str:
+        return self.defence.weights
+
+    @property
+    def client_momentum(self) -> float:
+        """β of client momentum (0: off)."""
+        return 0.0 if self.defence.momentum is None else self.defence.momentum.beta
+
+    @property
+    def client_momentum_start(self) -> str:
+        """m_i before a client's first upload: "zero", or "update" (its first update)."""
+        return "zero" if self.defence.momentum is None else self.defence.momentum.start
 
     @property
     def weighs_by_samples(self) -> bool:  # (Algorithm's capabilities)
@@ -248,24 +367,15 @@ class RobustAveraging:
     def robust_aggregate(self) -> bool:
         return self.robust is not None
 
-    def use_aggregator(self, aggregator: str = "mean", aggregator_options: dict | None = None,
-                       weights: str = "uniform", client_momentum: float = 0.0,
-                       client_momentum_start: str = "zero") -> None:
-        robust = ServerAggregator(aggregator, aggregator_options, weights)
-        self.robust = None if robust.is_mean else robust
-        self.weights = weights
-        self.client_momentum = client_momentum
-        self.client_momentum_start = client_momentum_start
-
     def min_uploads(self) -> int:
-        """The fewest uploads the configured aggregator accepts (checked against the sampler)."""
-        return 1 if self.robust is None else min_rows(self.robust.name, self.robust.options)
+        """The fewest uploads the defence accepts (checked against the sampler)."""
+        return self.defence.min_rows
 
     def init_server(self, x0: Tensor) -> dict:
         server = super().init_server(x0)
         if self.robust is None:
             return server
-        if self.client_momentum > 0 and self.robust.name == "centered_clipping":
+        if self.defence.keeps_centre:
             server = {**server, AGGREGATE_MOMENTUM: torch.zeros_like(x0)}
         return {**server, **initial_counters()}
 
@@ -310,33 +420,74 @@ class RobustAveraging:
         x0 + v, the last aggregate momentum; ``ctx``, the ``aggregate`` hook's, gives
         pre-aggregation its stream. ``key`` is keyword-only: an upload name where ``ctx`` goes is
         a TypeError, not a silent mean of ``x``."""
-        if ctx is not None and not callable(getattr(ctx, "rng", None)):
-            hint = f"; an upload's name goes in key={ctx!r}" if isinstance(ctx, str) else ""
-            raise TypeError(f"average(server, uploads, ctx, key=...): ctx is {what(ctx)}, expected the ServerContext "
-                            f"the aggregate hook received{hint}")
+        _checked_ctx(ctx)
         rows = uploads[key]
         if self.robust is None:
             return rows.mean(0), {}
         x0 = server.get("x0")
         reference = x0 + server[AGGREGATE_MOMENTUM] if AGGREGATE_MOMENTUM in server else x0
         generator = ctx.rng(PRE_STREAM) if ctx is not None else None
-        agg, info = self.robust(rows, sample_weights(uploads), reference=reference, generator=generator)
+        agg, info = self.defence.aggregate(rows, sample_weights(uploads), reference=reference, generator=generator)
         out = counters(server, info)
         if AGGREGATE_MOMENTUM in server:
             out[AGGREGATE_MOMENTUM] = agg - x0
         return agg, out
 
-    def defence(self):
-        """The server's rule as an omniscient attacker simulates it (:mod:`fedpd.attacks`):
-        ``f(updates [K, d], generator) -> aggregate update [d]``, about the reference 0."""
-        robust = self.robust
+    def diagnostics(self, server):
+        return {**super().diagnostics(server), **counter_metrics(server)}
 
-        def simulate(rows: Tensor, generator: torch.Generator | None) -> Tensor:
-            if robust is None:
-                return rows.mean(0)
-            return robust(rows, None, reference=torch.zeros_like(rows[0]), generator=generator)[0]
 
-        return simulate
+class RobustMeans:
+    """Mixin for a ``means_only`` algorithm whose server step may take a defence in place of some of
+    its means (module docstring). The algorithm says which: :meth:`defended` gives the keys of its
+    ``mean_terms`` the defence aggregates, each with the reference its rows are taken about (the
+    server model for models, None for updates). With the plain mean it is ``means_only`` as before,
+    every round streams; with a robust defence it reads every row: ``aggregate`` takes the exact
+    means of the terms, puts the defence's aggregates in place of the defended ones and calls the
+    algorithm's own ``aggregate_means`` — so a subclass's ``aggregate_means`` is taken either way.
+    Its calls: ``self.use_defence(defence)`` in ``__init__``; ``self.with_counters(server)`` on the
+    state ``init_server`` returns."""
+
+    defence: Defence = MEAN
+    #: ``aggregate`` ends in ``aggregate_means`` whatever ``means_only`` says (fedpd.algorithms.base)
+    server_step_is_means: ClassVar[bool] = True
+
+    def use_defence(self, defence: Defence | None) -> None:
+        self.defence = MEAN if defence is None else defence
+
+    def defended(self, server: dict) -> dict[str, Tensor | None]:
+        """{the ``mean_terms`` key the defence aggregates: the reference of its rows}."""
+        raise NotImplementedError
+
+    @property
+    def means_only(self) -> bool:
+        return self.defence.is_mean  # a robust rule reads every row
+
+    @property
+    def robust_aggregate(self) -> bool:  # (Algorithm's capabilities)
+        return not self.defence.is_mean
+
+    def min_uploads(self) -> int:
+        return self.defence.min_rows
+
+    def with_counters(self, server: dict) -> dict:
+        """``server`` plus the aggregation counters, when the defence is robust."""
+        return server if self.defence.is_mean else {**server, **initial_counters()}
+
+    def aggregate(self, server, uploads, ctx: ServerContext):
+        if self.means_only:
+            return super().aggregate(server, uploads, ctx)
+        exact = UploadMean(self, server)
+        exact.add(uploads)
+        means = exact.means()
+        terms = self.mean_terms(server, uploads)
+        info = {"iterations": 0, "converged": True}
+        for key, reference in self.defended(server).items():
+            means[key], got = self.defence.aggregate(terms[key], reference=reference, generator=ctx.rng(PRE_STREAM))
+            info = {"iterations": info["iterations"] + int(got.get("iterations", 0)),
+                    "converged": info["converged"] and bool(got.get("converged", True))}
+        new, reply = self.aggregate_means(server, means, ctx)
+        return {**new, **counters(server, info)}, reply
 
     def diagnostics(self, server):
         return {**super().diagnostics(server), **counter_metrics(server)}

@@ -20,6 +20,7 @@ from fedpd.algorithms.fedavg import FedAvg
 from fedpd.algorithms.primal_dual import AFedPD, DualMeanOptions, FedDyn
 from fedpd.algorithms.robust import AggregatorOptions
 from fedpd.context import ClientContext
+from fedpd.defence import Defence
 
 
 class FedSAMOptions(AggregatorOptions):
@@ -55,9 +56,8 @@ class FedSAM(_SAM, FedAvg):
     description = "FedSAM: FedAvg with SAM local steps (radius sam_radius)"
     Options = FedSAMOptions
 
-    def __init__(self, sam_radius: float = 0.05, aggregator: str = "mean", aggregator_options: dict | None = None,
-                 weights: str = "uniform", client_momentum: float = 0.0, client_momentum_start: str = "zero"):
-        super().__init__(aggregator, aggregator_options, weights, client_momentum, client_momentum_start)
+    def __init__(self, sam_radius: float = 0.05, defence: Defence | None = None):
+        super().__init__(defence)
         self.sam_radius = sam_radius
 
 
@@ -69,8 +69,9 @@ class AFedPDSAM(_SAM, AFedPD):
     description = "A-FedPDSAM: A-FedPD with SAM local steps"
     Options = PenaltySAMOptions
 
-    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1, output: str = "server"):
-        super().__init__(eta=eta, output=output)
+    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1, output: str = "server",
+                 defence: Defence | None = None):
+        super().__init__(eta=eta, output=output, defence=defence)
         self.sam_radius = sam_radius
 
 
@@ -87,6 +88,7 @@ class FedSpeed(_SAM, FedDyn):
     description = "FedSpeed: FedDyn-style duals with SAM local steps"
     Options = PenaltySAMOptions
 
-    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1, output: str = "server"):
-        super().__init__(eta=eta, output=output)
+    def __init__(self, eta: float = 10.0, sam_radius: float = 0.1, output: str = "server",
+                 defence: Defence | None = None):
+        super().__init__(eta=eta, output=output, defence=defence)
         self.sam_radius = sam_radius

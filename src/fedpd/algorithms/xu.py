@@ -12,17 +12,20 @@ written for that f_i; what changes is only the scale of η (η_text = η / n_i f
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
 
 from fedpd.algorithms.base import Algorithm, expand, sq_dist
+from fedpd.algorithms.robust import ExactMeans
 from fedpd.context import ClientContext, FederationInfo
-from fedpd.options import Options
 
 
-class SAGAOptions(Options):
+class SAGAOptions(ExactMeans):
+    exact_means: ClassVar[str] = ("its server keeps y = Σ_j y_j, the sum of every client's last gradient, "
+                                  "through the exact sum of their changes")
+
     eta: float = Field(0.01, gt=0, description="step size (on the sum of the f_i)")
     init: Literal["gradients", "zero"] = Field("gradients", description="y_j at the start: ∇f_j(w⁰) (round 0 "
                                                "takes every client, as the text) or 0")
@@ -32,7 +35,9 @@ class StochasticSAGAOptions(SAGAOptions):
     batch_size: int = Field(1, ge=1, description="samples per client and round, without replacement")
 
 
-class ADMMOptions(Options):
+class ADMMOptions(ExactMeans):
+    exact_means: ClassVar[str] = "its dual steps keep Σ_i y_i = 0 through the exact mean w_av of the w_i"
+
     eta: float = Field(0.1, gt=0, description="step size")
 
 

@@ -95,8 +95,9 @@ class Attack:
             self.mask[self.targets(num_clients)] = True
         return self
 
-    def against(self, algorithm) -> "Attack":
-        """Learn the defence in use (the optimal attacks simulate it); the others need nothing."""
+    def against(self, defence) -> "Attack":
+        """Learn the defence in use — the run's :class:`fedpd.defence.Defence`, None where the
+        algorithm takes none — which the optimal attacks simulate; the others need nothing."""
         return self
 
     def apply_data(self, problem: Problem) -> Problem:

@@ -3,6 +3,7 @@ each round against the defence in use, simulated (:meth:`OptimalAttack.against`)
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -54,8 +55,9 @@ def line_search(objective, start: float, step: float, ratio: float, evals: int) 
 class OptimalAttack(OmniscientAttack):
     """An omniscient attack whose strength t is searched each round (:func:`line_search`) to
     maximise ‖F(honest ∪ f copies of the forged update) − mean(honest)‖, the distance the
-    defence F's output is pushed from the honest mean — knowing F: the run's aggregator with its
-    pre-aggregation, simulated on the updates about 0 (:meth:`against`). The simulated rows are
+    defence F's output is pushed from the honest mean — knowing F: the run's defence (its
+    pre-aggregation and rule, :class:`fedpd.defence.Defence`), handed to :meth:`against` by the run
+    and simulated on the updates about 0. The simulated rows are
     the honest updates then the f forged ones (as ByzFL's); bucketing's permutation in the
     simulation is drawn from the round's first participant's attack stream, the same for every
     strength tried."""
@@ -63,13 +65,19 @@ class OptimalAttack(OmniscientAttack):
     Options = OptimalOptions
     simulate = None
 
-    def against(self, algorithm) -> "Attack":
-        defence = getattr(algorithm, "defence", None)
+    def against(self, defence) -> "Attack":
+        if not hasattr(defence, "simulate") and hasattr(getattr(defence, "defence", None), "simulate"):
+            warnings.warn("Attack.against(algorithm) is deprecated: hand it the run's defence (fedpd.defence.Defence; "
+                          "fedpd.algorithms.robust.defence_of(options))", DeprecationWarning, stacklevel=2)
+            defence = defence.defence
         if defence is None:
-            raise ConfigError(f"attack.name: {self.name} picks its strength against the defence in use, and algorithm "
-                              f"'{getattr(algorithm, 'name', algorithm)}' has no aggregator to simulate (allowed: an "
-                              f"algorithm with algorithm.aggregator, e.g. fedavg, fedprox, ditto)")
-        self.simulate = defence()
+            raise ConfigError(f"attack.name: {self.name} picks its strength against the defence in use, and the "
+                              f"algorithm's server step takes no defence to simulate (allowed: an algorithm with "
+                              f"algorithm.aggregator, e.g. fedavg, fedprox, ditto, feddyn, scaffold)")
+        if not callable(getattr(defence, "simulate", None)):
+            raise ConfigError(f"attack.name: {self.name} is handed {type(defence).__name__}, not the run's defence "
+                              f"(a fedpd.defence.Defence, with simulate(rows, generator))")
+        self.simulate = defence.simulate
         return self
 
     def forgery(self, honest: Tensor) -> Callable[[float], Tensor]:

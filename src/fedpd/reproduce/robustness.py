@@ -198,12 +198,13 @@ def _hetero_methods() -> dict[str, tuple[str, dict]]:
     """Every rule alone, after NNM and after bucketing (where the rule accepts the buckets), FedAvg, and
     the papers' recipes with client momentum and ARC."""
     from fedpd.aggregators import min_rows
+    from fedpd.preaggregators import reads
 
     out = {"fedavg": ("FedAvg (mean)", {"name": "fedavg"})}
     for rule, (label, name, options) in H_RULES.items():
         for pre, (prefix, chain) in H_PRE.items():
             opts = {**options, **chain}
-            if pre == "nnm" and "n_byzantine" not in opts:
+            if "n_byzantine" not in opts and reads(chain.get("pre", []), "n_byzantine"):  # NNM's f
                 opts["n_byzantine"] = H_BYZANTINE
             if min_rows(name, opts) > H_N:  # Krum, Bulyan on 10 buckets
                 continue
