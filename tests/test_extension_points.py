@@ -136,3 +136,31 @@ def test_a_plugin_step_by_its_import_path_runs_and_is_checked(tmp_path, monkeypa
     cfg["algorithm"]["aggregator_options"] = {"pre": f"{module}:halfway"}  # a function, not a Step
     with pytest.raises(fedpd.ConfigError, match="^algorithm.aggregator_options.pre: .*not a pre-aggregation Step"):
         fedpd.run(cfg)
+
+
+def test_a_users_fedavg_receives_the_runs_defence_as_one_keyword(tmp_path, monkeypatch):
+    """A plug-in algorithm on FedAvg's options is constructed with ``defence`` in place of the
+    aggregator keys; one whose signature still names them is refused in one line, before a call."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = write_module(tmp_path, '''
+        from fedpd.algorithms import FedAvg
+
+        class Named(FedAvg):
+            def __init__(self, defence=None):
+                super().__init__(defence)
+
+        class Old(FedAvg):
+            def __init__(self, aggregator="mean", aggregator_options=None, weights="uniform", client_momentum=0.0,
+                         client_momentum_start="zero"):
+                super().__init__()
+        ''', "algorithms")
+    cfg = {"problem": LS, "run": {"rounds": 1},
+           "algorithm": {"name": f"{module}:Named", "aggregator": "trimmed_mean",
+                         "aggregator_options": {"trim_ratio": 0.2}}}
+    sim = fedpd.Simulation(fedpd.load_config(cfg))
+    assert sim.algorithm.defence is sim.cfg.options["algorithm"].defence()
+    assert sim.algorithm.defence.name == "trimmed_mean"
+    cfg["algorithm"]["name"] = f"{module}:Old"
+    with pytest.raises(fedpd.ConfigError, match=r"^algorithm.name: .*Old\(aggregator=.* cannot be called as fedpd "
+                                                r"calls .* plug-in, \(defence=\.\.\.\): .*'defence'"):
+        fedpd.load_config(cfg)

@@ -63,7 +63,7 @@ KINDS = {"problem": Kind("problem", PROBLEMS, declared=True,
                          "if it names that parameter) and returning a fedpd Problem"),
          "algorithm": Kind("algorithm", ALGORITHMS, check=_an_algorithm,
                            plugin="an algorithm plug-in is an Algorithm subclass constructed with its options as "
-                           "keywords"),
+                           "keywords (a defence's keys as one, defence)"),
          "solver": Kind("solver", SOLVERS, declared=True,
                         plugin="a solver plug-in is a class taking its options as keywords, whose solve(ctx, x, "
                         "objective, tol) minimises the local objective"),
