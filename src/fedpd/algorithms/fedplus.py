@@ -91,7 +91,7 @@ class FedPlusVariantOptions(_FedPlusCommon, _Eq25Options):
     lam: float = Field(0.0, ge=0, le=1, description="λ, line 18's mix of w̃ into the local start")
 
 
-# --- delta_rule (issue 15): δ on the scale of the uploads, fedplus_delta.py ------------------------
+# --- delta_rule: δ on the scale of the uploads, fedplus_delta.py ------------------------
 class MedianVariantOptions(FedPlusVariantOptions):
     delta_rule: Literal["fixed", "spread"] = Field("fixed", description="fixed: δ = delta (the paper); spread: δ = "
                                                    "delta x the uploads' robust spread each round (fedplus_delta.py)")

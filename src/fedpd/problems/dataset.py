@@ -169,7 +169,7 @@ class DatasetOptions(Options):
     seq_len: int | None = Field(None, ge=1, description="sent140: tokens per tweet, front-padded (default 25)")
     label_mode: Literal["fine", "coarse"] | None = Field(None, description="cifar100: 100 fine or 20 coarse labels")
     glove_path: str | None = Field(None, description="sent140: GloVe text file for the word embedding")
-    dataset_options: dict[str, Any] = Field(default_factory=dict, description="a loader plug-in's options, passed "
+    dataset_options: dict[str, Any] | None = Field(None, description="a loader plug-in's options, passed "
                                             "to it as keywords (checked against its signature)")
 
     @field_validator("dataset")
@@ -213,7 +213,7 @@ class DatasetOptions(Options):
         if loader is None and self.dataset_options:
             raise refuse("dataset_options", f"only a loader plug-in takes them; {self.dataset}'s options are keys of "
                          f"[problem] (allowed: {{}}, or dataset = \"module:function\")")
-        wrong = check_options(loader, self.dataset, self.dataset_options) if loader is not None else None
+        wrong = check_options(loader, self.dataset, self.dataset_options or {}) if loader is not None else None
         if wrong:
             raise refuse("dataset_options" if self.dataset_options else "dataset", wrong)
         return self

@@ -14,7 +14,7 @@ from __future__ import annotations
 #: ``fedpd reproduce NAME --budget medium --estimate ROUNDS`` on 2026-11-25 at a load average of 5–14
 #: (a loaded machine measures high: fedpd_femnist's 14–22 s per round against 10.6 s on 2026-11-23)
 ESTIMATE = "`fedpd reproduce {name} --budget medium --estimate {rounds}` (CPU time, 2026-11-25, load average {load})"
-#: robustness (issue 32): `fedpd reproduce robustness --budget reduced --estimate 2` (153 cost settings) was
+#: robustness: `fedpd reproduce robustness --budget reduced --estimate 2` (153 cost settings) was
 #: killed for memory after 38 on 2026-11-26 (each problem's first evaluation left its training set resident,
 #: 188 MB of MNIST: fixed since in fedpd.evaluation.chunk_size), so a subset was timed with the same
 #: function (fedpd.reproduce.core.estimate, 2 rounds), one estimate call per subset
@@ -48,7 +48,7 @@ MEASURED: dict[str, tuple[float, str]] = {
 }
 
 
-#: the heterogeneous part of robustness (issue 44): fedpd.reproduce.core.estimate("robustness", "medium", rounds=1,
+#: the heterogeneous part of robustness: fedpd.reproduce.core.estimate("robustness", "medium", rounds=1,
 #: runs="hetero/dir0.3/none/*/s0,hetero/dir0.3/*/fedavg/s0,hetero/dir0.3/optimal_alie/*/s0"), 51 settings, then each
 #: of the 260 cells costed as below and multiplied by the 3 seeds
 HETERO_COST = ("The heterogeneous part adds about 36 core-hours (about 18 h on 2 cores with --jobs 2; 780 runs of "

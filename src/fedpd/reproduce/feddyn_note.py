@@ -123,7 +123,7 @@ class FedDynFedPD(Experiment):
                 rep.claims_section(CLAIMS, results)]
 
 
-#: what the equivalence check compares (issue 45): two presets of one class, so a self-consistency check;
+#: what the equivalence check compares: two presets of one class, so a self-consistency check;
 #: the comparison with an independent FedDyn is a test
 WHICH_COMPARISON = (
     "## What these runs compare\n\nfedpd's FedDyn and FedPD are two presets of one class "

@@ -161,7 +161,7 @@ NOT_RUN = (None, "not run (or not recorded yet) at this budget")
 #: the text we have, so the factor cannot be read off it; it is the seed-to-seed spread of one method's final
 #: ‖∇f‖² in these runs (max / min over the 5 seeds: 1.4 and 1.8 for FedAvg-GD, 1.4 and 2.1 for FedProx, in
 #: (a) and (b)) — the paper plots one run per curve, so a smaller gap could not tell two methods apart there
-#: (issue 45; it was a factor of 10 before)
+#: (it was a factor of 10 before)
 COMPARABLE = 2.0
 
 
@@ -445,7 +445,7 @@ def _floor_grows_with_p(results):
     return _grows(results, "p", "h")
 
 
-#: what the heterogeneity claim tests, and what the paper's statement predicts (issue 45)
+#: what the heterogeneity claim tests, and what the paper's statement predicts
 H_NOT_DELTA = ("tested: the knob h in place of δ (δ² measured at x⁰ grows with h: table \"Heterogeneity\"; δ of "
                "eq. (6) is a supremum over all x, not computed). The paper states an upper bound: by (14) the floor is "
                "at most a p-dependent constant times (δ² + ε₁) plus C₄ε₁, so it predicts a floor that may grow at "
@@ -577,7 +577,7 @@ class FedPDFemnist(Experiment):
                 FEMNIST_NOT_CHECKED]
 
 
-#: why the report checks no claim (issue 30): the order cannot be tested on the writers we have
+#: why the report checks no claim: the order cannot be tested on the writers we have
 FEMNIST_NOT_CHECKED = (
     "## The paper's claim, not checked\n\nThe paper reports test accuracy FedPD 89 % > FedProx 87 % > FedAvg 86 % "
     "with 90 agents drawn from 100 LEAF writers. The LEAF FEMNIST data this project has holds 16 writers (3 of "

@@ -45,7 +45,7 @@ Centered clipping with one iteration from the round's start model is norm boundi
 same formula), so it runs τ = 0.5 with L = 3 iterations: each re-centres on the last estimate, the
 paper's iteration towards the honest cluster.
 
-**Heterogeneous clients** (issue 44). The known weakness of robust rules: on non-i.i.d. clients
+**Heterogeneous clients**. The known weakness of robust rules: on non-i.i.d. clients
 honest rows are outliers too. MNIST MLP on 20 clients split Dirichlet(0.3) (``hetero_splits``;
 the full budget adds Dirichlet(0.1)), 25 % Byzantine (5 of 20 every round), 100 rounds at the
 medium budget, 3 seeds. Each robust rule — coordinate median, trimmed mean (β = f/n = 0.25), Krum
@@ -165,7 +165,7 @@ REDUCED_COST = ("Estimated cost: 1.3 core-hours (about 0.6 h on 2 cores with --j
                 "medium budget's (" + ROBUSTNESS_HOW + "); each run's process start and data loading add a few "
                 "seconds of wall-clock.")
 
-# --- the heterogeneous part (issue 44) ---------------------------------------------------------------
+# --- the heterogeneous part --------------------------------------------------------------------------
 H_N, H_BYZANTINE = 20, 5
 H_FRACTION = H_BYZANTINE / H_N
 #: Bulyan's f: the largest with n >= 4f + 3 at 20 participants (25 % is outside its regime)
@@ -760,9 +760,9 @@ def _holdout_within(points: float = 5.0):
 CLAIMS = [
     Claim("a mean is broken by IPM with large ε", "Xie et al. 2020", _falls("fedavg", "ipm100")),
     Claim("with the fixed δ = 0.1 FedCoMed+ thresholds nothing on MNIST and is broken like a mean by IPM ε = 100",
-          "issue 15 (measured: 6.9 %)", _falls("fedcomed_plus_fixed", "ipm100")),
+          "the project's measurement (6.9 %)", _falls("fedcomed_plus_fixed", "ipm100")),
     Claim("with δ on the scale of the uploads (delta_rule = \"spread\") FedCoMed+ and FedGeoMed+ act as medians and "
-          "hold under IPM ε = 100 (within 5 points of their clean accuracy)", "issue 15; fedplus_delta.py",
+          "hold under IPM ε = 100 (within 5 points of their clean accuracy)", "the project's delta_rule; fedplus_delta.py",
           _holds(("fedcomed_plus", "fedgeomed_plus"), "ipm100"), paired=True),
     Claim("the median, trimmed mean, Krum and RFA hold under IPM ε = 100 (within 5 points of their clean accuracy)",
           "Yin et al. 2018; Blanchard et al. 2017; "
@@ -787,10 +787,10 @@ CLAIMS = [
           "more than 5 points", "Karimireddy et al. 2022, §5",
           _worst_gain((("median+bucketing", "median"), ("rfa+bucketing", "rfa"))), paired=True),
     Claim("heterogeneous clients, 25 % Byzantine: some defence's worst accuracy over every attack stays within 5 "
-          "points of clean FedAvg", "issue 44's goal", _some_defence_within(), paired=True),
+          "points of clean FedAvg", "the project's goal", _some_defence_within(), paired=True),
     Claim(f"heterogeneous clients, 25 % Byzantine, on held-out seeds: {H_METHODS[H_HOLDOUT][0]} (the best worst "
           "case on seeds 0–2) keeps its worst accuracy over every attack within 5 points of clean FedAvg",
-          "issue 44's goal, checked on seeds it was not chosen on", _holdout_within(), paired=True),
+          "the project's goal, checked on seeds it was not chosen on", _holdout_within(), paired=True),
 ]
 
 EXPERIMENTS = [Robustness()]
