@@ -51,11 +51,14 @@ def overhead(repeats: int, steps: int) -> dict[str, float]:
 
 
 def scale(clients: int, updates: int) -> float:
-    cfg = {"problem": {"name": "synthetic", "clients": clients, "max_client_samples": 50}, "algorithm": {"name": "fedavg"},
-           "solver": {"name": "sgd", "lr": 0.05, "local_steps": 20, "batch_size": 10},
-           "system": {**FLEET, "speed": {"dist": "lognormal", "median": 1e7, "sigma": 1.0}},
-           "asynchronous": {"concurrency": 100, "buffer": 10},
-           "run": {"rounds": 10 ** 6, "eval_every": 10 ** 6, "seed": 0, "threads": 1, "workers": 1}}
+    cfg = {
+        "problem": {"name": "synthetic", "clients": clients, "max_client_samples": 50},
+        "algorithm": {"name": "fedavg"},
+        "solver": {"name": "sgd", "lr": 0.05, "local_steps": 20, "batch_size": 10},
+        "system": {**FLEET, "speed": {"dist": "lognormal", "median": 1e7, "sigma": 1.0}},
+        "asynchronous": {"concurrency": 100, "buffer": 10},
+        "run": {"rounds": 10**6, "eval_every": 10**6, "seed": 0, "threads": 1, "workers": 1},
+    }
     sim = Simulation(load_config(cfg))
     per_step(sim, 5)
     return per_step(sim, updates)

@@ -1,5 +1,6 @@
 """A plain Flower FedAvg app for benchmarks/parallel_clients.py: the LeNet workload
-(benchmarks/lenet_workload.py) as a Flower user would write it, with Flower's own ``FedAvg`` strategy and a torch ``ClientApp``.
+(benchmarks/lenet_workload.py) as a Flower user would write it, with Flower's own ``FedAvg``
+strategy and a torch ``ClientApp``.
 
 Each virtual node is one of the 100 clients of the benchmark's CIFAR-10 split (the same samples
 fedpd trains on, read once per Ray actor) and trains fedpd's LeNet ``nn.Module`` with

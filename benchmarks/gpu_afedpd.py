@@ -190,7 +190,9 @@ def copy_report(out: Path, results: Path) -> None:
     if out.resolve() != target.resolve():
         shutil.copytree(out, target, ignore=shutil.ignore_patterns("runs"), dirs_exist_ok=True)
     with tarfile.open(results / "afedpd_table2.tar.gz", "w:gz") as tar:
-        tar.add(out, arcname="afedpd_table2", filter=lambda info: None if info.name.split("/")[1:2] == ["runs"] else info)
+        tar.add(
+            out, arcname="afedpd_table2", filter=lambda info: None if info.name.split("/")[1:2] == ["runs"] else info
+        )
 
 
 def main(argv=None) -> int:
@@ -205,7 +207,9 @@ def main(argv=None) -> int:
     p.add_argument("--executions", default="per_client,vectorised", help="run.execution values to time")
     p.add_argument("--cpu-method", default="fedavg", help="the method also timed on the CPU ('' for none)")
     p.add_argument("--cpu-rounds", type=int, default=1, help="its timed rounds (default 1: ~20-35 s each)")
-    p.add_argument("--screen", default=SCREEN, help=f"the runs of the screen (fedpd reproduce --runs; default {SCREEN})")
+    p.add_argument(
+        "--screen", default=SCREEN, help=f"the runs of the screen (fedpd reproduce --runs; default {SCREEN})"
+    )
     p.add_argument("--minutes", type=float, default=6.0, help="time limit of the screen (0: no screen)")
     p.add_argument("--jobs", type=int, default=9, help="screen runs at once, one process each, sharing the GPU")
     p.add_argument("--smoke", action="store_true", help="the same code path on the CPU, tiny (tests)")
@@ -223,9 +227,13 @@ def main(argv=None) -> int:
         raise SystemExit("gpu_afedpd: set FEDPD_DATA to the folder that holds CIFAR-10")
     import torch
 
-    info = {"torch": torch.__version__, "device": args.device,
-            "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") and torch.cuda.is_available() else None,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "smoke": args.smoke}
+    info = {
+        "torch": torch.__version__,
+        "device": args.device,
+        "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") and torch.cuda.is_available() else None,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "smoke": args.smoke,
+    }
     print(json.dumps(info), flush=True)
     rows = timing(args)
     (args.results / "timing.json").write_text(json.dumps({**info, "rows": rows}, indent=1) + "\n")

@@ -9,8 +9,8 @@ defaults (lr 0.1, batch 50, weight decay 1e-3, lr decay 0.998 per
 round, rho = 0.1 i.e. eta = 1/rho = 10, SAM radius 0.1, gradient clipping at norm 10, the balanced
 Dirichlet split: 500 images per client) and crop + flip augmentation. The number of rounds is not
 stated either: 800 is assumed. The runs take what Table 2 reports (test accuracy and loss) and the
-training loss on 5 000 seeded training images, not the full-data gradient norm. fedprox and fedadmm are not in Table 2; they are
-included as extra baselines on the same setup.
+training loss on 5 000 seeded training images, not the full-data gradient norm. fedprox and fedadmm
+are not in Table 2; they are included as extra baselines on the same setup.
 """
 
 from __future__ import annotations

@@ -71,8 +71,14 @@ def main() -> None:
         fed.append(time_fedpd(args.dtype))
         plain.append(time_plain(x, y))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}")
-    print(f"fedpd FedAvg, 30 rounds x 10 clients x 20 steps: best {min(fed):.3f} s  (all: {', '.join(f'{t:.2f}' for t in fed)})")
-    print(f"plain PyTorch loop, 6000 steps:                 best {min(plain):.3f} s  (all: {', '.join(f'{t:.2f}' for t in plain)})")
+    print(
+        f"fedpd FedAvg, 30 rounds x 10 clients x 20 steps: best {min(fed):.3f} s  "
+        f"(all: {', '.join(f'{t:.2f}' for t in fed)})"
+    )
+    print(
+        f"plain PyTorch loop, 6000 steps:                 best {min(plain):.3f} s  "
+        f"(all: {', '.join(f'{t:.2f}' for t in plain)})"
+    )
     print(f"ratio fedpd / plain: {min(fed) / min(plain):.2f}")
 
 

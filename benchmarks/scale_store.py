@@ -122,11 +122,15 @@ def main() -> None:
             for r in order.sample(runs, len(runs)):  # a new order every cycle: no simulation always follows another
                 r.round(args.checkpoint_every)
         med = {r.name: statistics.median(r.per_round) for r in runs}
-        print(f"\n{platform.node()}: torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds "
-              f"of each, interleaved in a random order per cycle, after {args.warmup} warm-up rounds; load average before: {load0}, after: "
-              f"{os.getloadavg()[0]:.2f}\n")
-        print("| algorithm | store | N | build s | s/round (median) | s/round (mean) | s/round (min) | gen s/round (mean) | "
-              "checkpoint s (median) | clients stored | ratio of medians N=10⁶ / N=10² |")
+        print(
+            f"\n{platform.node()}: torch {torch.__version__}, {torch.get_num_threads()} threads; {args.rounds} rounds "
+            f"of each, interleaved in a random order per cycle, after {args.warmup} warm-up rounds; "
+            f"load average before: {load0}, after: {os.getloadavg()[0]:.2f}\n"
+        )
+        print(
+            "| algorithm | store | N | build s | s/round (median) | s/round (mean) | s/round (min) | "
+            "gen s/round (mean) | checkpoint s (median) | clients stored | ratio of medians N=10⁶ / N=10² |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in runs:
             a, n, s = r.name

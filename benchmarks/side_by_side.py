@@ -248,8 +248,13 @@ def step_ways(model: str, repeats: int) -> None:
         F.cross_entropy(net4(x), y).backward()
         torch._foreach_add_(views4, [p.grad for p in params4], alpha=-LR)
 
-    ways = {"plain step": plain, ".grad views of a flat buffer": grad_views, "backward + cat + flat update": backward_cat,
-            "autograd.grad + views": autograd_views, "backward + views (fedpd)": backward_views}
+    ways = {
+        "plain step": plain,
+        ".grad views of a flat buffer": grad_views,
+        "backward + cat + flat update": backward_cat,
+        "autograd.grad + views": autograd_views,
+        "backward + views (fedpd)": backward_views,
+    }
     n = max(1, round(0.1 / timed_step(plain)))  # about 0.1 s per timing
     times = {k: [] for k in ways}
     for _ in range(repeats):
@@ -276,7 +281,9 @@ def resident_mb() -> float:
 def child(variant: str, model: str, chunk: int | None, rounds: int) -> dict:
     """Peak memory of one variant above what the process held before building it (torch,
     imports): its data, model, states and the working memory of its rounds."""
-    warm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.GroupNorm(2, 4), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    warm = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.GroupNorm(2, 4), torch.nn.Flatten(), torch.nn.LazyLinear(2)
+    )
     F.cross_entropy(warm(torch.randn(2, 3, 8, 8)), torch.tensor([0, 1])).backward()  # load torch's kernels first
     before = resident_mb()
     peak = [before]
@@ -324,8 +331,12 @@ def faults(model: str, rounds: int) -> None:
                                 ("fedpd", "fedpd", {}), ("plain", "plain", {"FEDPD_MALLOC": "default"})):
         got = memory(variant, model, None, rounds, env)
         pages = got["faults_per_round"]
-        print(f"{model}: {label:<24} {pages:10.0f} page faults per round ({pages * os.sysconf('SC_PAGE_SIZE') / 2**20:6.0f} MB)"
-              f"   {got['s_per_round']:.3f} s/round   working MB {got['working_mb']:.0f}", flush=True)
+        print(
+            f"{model}: {label:<24} {pages:10.0f} page faults per round "
+            f"({pages * os.sysconf('SC_PAGE_SIZE') / 2**20:6.0f} MB)"
+            f"   {got['s_per_round']:.3f} s/round   working MB {got['working_mb']:.0f}",
+            flush=True,
+        )
     # what a fault costs: a 40 MB block written 50 times, faulted in each time or reused
     for label, env in (("glibc's defaults", {"FEDPD_MALLOC": "default"}), ("fedpd.allocator", {})):
         out = subprocess.run([sys.executable, "-c", BLOCKS], capture_output=True, text=True, check=True,
@@ -393,8 +404,11 @@ def main() -> None:
     if args.eval_memory:
         SAMPLES = 500
         mem = {v: memory(v, "lenet", None, 4) for v in ("fedpd", "fedpd+eval", "fedpd+eval8192", "plain")}
-        print("lenet, 5 000 samples, 5 rounds: peak working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items()),
-              flush=True)
+        print(
+            "lenet, 5 000 samples, 5 rounds: peak working MB "
+            + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items()),
+            flush=True,
+        )
         return
     for model in args.models.split(","):
         rounds = args.rounds or ROUNDS[model]
@@ -408,9 +422,12 @@ def main() -> None:
                 times[v].append(timed(r, rounds))
         med = {v: statistics.median(t) for v, t in times.items()}
         ratio = {v: statistics.median(a / b for a, b in zip(times["fedpd"], times[v])) for v in ("plain", "central")}
-        line = (f"{model:>12}: s/round fedpd {med['fedpd']:.4f}  plain {med['plain']:.4f}  central {med['central']:.4f}"
-                f"  | fedpd/plain {ratio['plain']:.2f} (repeats {', '.join(f'{a / b:.2f}' for a, b in zip(times['fedpd'], times['plain']))})"
-                f"  fedpd/central {ratio['central']:.2f}")
+        line = (
+            f"{model:>12}: s/round fedpd {med['fedpd']:.4f}  plain {med['plain']:.4f}  central {med['central']:.4f}"
+            f"  | fedpd/plain {ratio['plain']:.2f} "
+            f"(repeats {', '.join(f'{a / b:.2f}' for a, b in zip(times['fedpd'], times['plain']))})"
+            f"  fedpd/central {ratio['central']:.2f}"
+        )
         if args.memory:
             mem = {v: memory(v, model, c, rounds) for v in runners}
             line += "  | working MB " + "  ".join(f"{v} {m['working_mb']:.0f}" for v, m in mem.items())

@@ -182,7 +182,9 @@ def mean(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     return _weighted_mean(w, _weights(weights, w)), {"iterations": 0, "converged": True}
 
 
-@declares("coordinate_median", NoOptions, "coordinate-wise median, mean of the two middle values for even K (Yin et al.)")
+@declares(
+    "coordinate_median", NoOptions, "coordinate-wise median, mean of the two middle values for even K (Yin et al.)"
+)
 def coordinate_median(w: Tensor, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     """Coordinate-wise median (Yin et al. 2018; Fed+ eq. (5)).
 
@@ -237,7 +239,9 @@ def _check_trim_ratio(trim_ratio) -> float:
     return float(trim_ratio)
 
 
-@declares("krum", KrumOptions, "Krum / multi-Krum: the m rows closest to their K-f-2 nearest neighbours (Blanchard et al.)")
+@declares(
+    "krum", KrumOptions, "Krum / multi-Krum: the m rows closest to their K-f-2 nearest neighbours (Blanchard et al.)"
+)
 def krum(w: Tensor, n_byzantine: int, m: int = 1, weights: Tensor | None = None) -> tuple[Tensor, dict]:
     """Krum / multi-Krum (Blanchard et al. 2017).
 
@@ -447,7 +451,11 @@ def _rounding_level(z: Tensor, w_mean: Tensor, theta: Tensor, beta: Tensor | Non
     return 8 * torch.finfo(z.dtype).eps * (1.0 + size)
 
 
-@declares("fedplus", FedPlusAggregateOptions, "Fed+ aggregation (eq. 25): prox fixed point; l2 ~ geometric median, l1 ~ median")
+@declares(
+    "fedplus",
+    FedPlusAggregateOptions,
+    "Fed+ aggregation (eq. 25): prox fixed point; l2 ~ geometric median, l1 ~ median",
+)
 def fedplus_aggregate(
     w: Tensor,
     prox_kind: str = "l2",

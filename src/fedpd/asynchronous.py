@@ -29,16 +29,16 @@ Determinism: events are ordered by (arrival tick, client id, dispatch sequence);
 refilled at once with a client drawn uniformly from the idle available ones, from the server's
 stream ("asynchronous", dispatch number). A client's streams are keyed by the version it starts
 from (their round; a client sent one version again gets the label version + r·2³², its r-th
-repeat), so the clients that start from one version train in one vectorised call: training waits until an arrival time is needed — until the
-earliest known arrival is not before the earliest a waiting client could arrive (its download and
-upload, and the fewest sample gradients its solver can count, :func:`work_bound`) — and the result
-does not depend on how they were grouped (the engine contract). Where that count is exact (FedAvg's
-own local rule on plain GD or SGD: :func:`exact_work`), every arrival time is known when the client
-is sent, and a client trains only when the server reads its upload — FedBuff's K uploads of an
-update then train together, one call per start version. An asynchronous run counts a client's
-sample gradients when it trains. A checkpoint holds the clients in flight and in the buffer (the
-trained ones with their uploads), their start versions and the clock, so a resume continues the
-same event sequence.
+repeat), so the clients that start from one version train in one vectorised call: training waits
+until an arrival time is needed — until the earliest known arrival is not before the earliest a
+waiting client could arrive (its download and upload, and the fewest sample gradients its solver can
+count, :func:`work_bound`) — and the result does not depend on how they were grouped (the engine
+contract). Where that count is exact (FedAvg's own local rule on plain GD or SGD:
+:func:`exact_work`), every arrival time is known when the client is sent, and a client trains only
+when the server reads its upload — FedBuff's K uploads of an update then train together, one call
+per start version. An asynchronous run counts a client's sample gradients when it trains. A
+checkpoint holds the clients in flight and in the buffer (the trained ones with their uploads),
+their start versions and the clock, so a resume continues the same event sequence.
 """
 
 from __future__ import annotations

@@ -375,15 +375,18 @@ def make_parser() -> argparse.ArgumentParser:
                     "METRIC>=VALUE or <=VALUE, or = (at least for an accuracy, at most otherwise); '-': never")
     cp.set_defaults(func=_cmd_compare)
 
-    st = sub.add_parser("status", help="how runs went: finished, running, or ended early (and why); exit status says",
-                        description="One line per run directory: finished, running, or how it ended early (failed, "
-                        "stopped, refused, died: its server process is gone), where, and how to continue it; then the "
-                        "last notices of a run on nodes (dropouts, rejected uploads, nodes gone). A Flower deployment's "
-                        "flwr run exits 0 whatever happened: this is what a script checks.",
-                        epilog="exit status: 0 every run finished; 4 a run is still running (none ended early); "
-                        "1 a run ended early; 2 bad input.\n\nexamples:\n  fedpd status deploy/run\n"
-                        "  flwr run deploy/app local-tls --stream; fedpd status deploy/run || echo 'not finished'",
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    st = sub.add_parser(
+        "status",
+        help="how runs went: finished, running, or ended early (and why); exit status says",
+        description="One line per run directory: finished, running, or how it ended early (failed, "
+        "stopped, refused, died: its server process is gone), where, and how to continue it; then the "
+        "last notices of a run on nodes (dropouts, rejected uploads, nodes gone). A Flower deployment's "
+        "flwr run exits 0 whatever happened: this is what a script checks.",
+        epilog="exit status: 0 every run finished; 4 a run is still running (none ended early); "
+        "1 a run ended early; 2 bad input.\n\nexamples:\n  fedpd status deploy/run\n"
+        "  flwr run deploy/app local-tls --stream; fedpd status deploy/run || echo 'not finished'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     st.add_argument("dirs", nargs="+", metavar="DIR", help="run directories")
     st.add_argument("--notices", type=int, default=5, metavar="N", help="the last N notices of each run (default 5; "
                     "0: none)")
@@ -391,19 +394,22 @@ def make_parser() -> argparse.ArgumentParser:
                     help="table (default), or json: every run's whole record, for other programs")
     st.set_defaults(func=_cmd_status)
 
-    sw = sub.add_parser("sweep", help="several configs and/or seeds as independent runs, in parallel processes",
-                        description="Run every CONFIG with every seed (and every --grid value) as its own run "
-                        "directory, OUT/<config>/[<key=value>/]s<seed>, --jobs at a time in processes of one CPU thread "
-                        "each, with one progress display; then the fedpd compare table of all of them, a row per "
-                        "config (and grid value) over its seeds, and with --select the value each config does best "
-                        "with. Run the same command again to continue a sweep that stopped: complete runs are "
-                        "skipped, interrupted ones resume from their checkpoint.",
-                        epilog="examples:\n  fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out "
-                        "runs/table\n  fedpd sweep examples/fedpd.toml --seeds 1,2 --set algorithm.p=0.3 --jobs 2\n"
-                        "  fedpd sweep examples/fedavg.toml --seeds 1-3 --grid solver.lr=1,0.3 --select train_loss:last3"
-                        "\n  fedpd sweep "
-                        "examples/fedpd.toml --seeds 1-8 --ray 10.0.0.5:6379 --cpus-per-run 2\n\n"
-                        + EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sw = sub.add_parser(
+        "sweep",
+        help="several configs and/or seeds as independent runs, in parallel processes",
+        description="Run every CONFIG with every seed (and every --grid value) as its own run "
+        "directory, OUT/<config>/[<key=value>/]s<seed>, --jobs at a time in processes of one CPU thread "
+        "each, with one progress display; then the fedpd compare table of all of them, a row per "
+        "config (and grid value) over its seeds, and with --select the value each config does best "
+        "with. Run the same command again to continue a sweep that stopped: complete runs are "
+        "skipped, interrupted ones resume from their checkpoint.",
+        epilog="examples:\n  fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out "
+        "runs/table\n  fedpd sweep examples/fedpd.toml --seeds 1,2 --set algorithm.p=0.3 --jobs 2\n"
+        "  fedpd sweep examples/fedavg.toml --seeds 1-3 --grid solver.lr=1,0.3 --select train_loss:last3"
+        "\n  fedpd sweep "
+        "examples/fedpd.toml --seeds 1-8 --ray 10.0.0.5:6379 --cpus-per-run 2\n\n" + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sw.add_argument("configs", nargs="+", metavar="CONFIG", help="TOML config files")
     sw.add_argument("--seeds", metavar="LIST", help="seeds, e.g. 1,2,3 or 1-4: the values of run.seed, or of the keys "
                     "--vary names (default: each config's own run.seed)")

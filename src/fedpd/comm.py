@@ -55,9 +55,18 @@ class CommCounter:
         self._active = False
 
     def state_dict(self) -> dict:
-        return {"uplink_floats": self.uplink_floats, "downlink_floats": self.downlink_floats, "comm_rounds": self.comm_rounds,
-                "rejected_uploads": self.rejected_uploads, "dropouts": self.dropouts}
+        return {
+            "uplink_floats": self.uplink_floats,
+            "downlink_floats": self.downlink_floats,
+            "comm_rounds": self.comm_rounds,
+            "rejected_uploads": self.rejected_uploads,
+            "dropouts": self.dropouts,
+        }
 
     def load_state_dict(self, sd: dict) -> None:
-        self.uplink_floats, self.downlink_floats, self.comm_rounds = sd["uplink_floats"], sd["downlink_floats"], sd["comm_rounds"]
+        self.uplink_floats, self.downlink_floats, self.comm_rounds = (
+            sd["uplink_floats"],
+            sd["downlink_floats"],
+            sd["comm_rounds"],
+        )
         self.rejected_uploads, self.dropouts = sd["rejected_uploads"], sd["dropouts"]

@@ -32,10 +32,11 @@ from fedpd.asynchronous import AsynchronousOptions
 from fedpd.privacy import PrivacyOptions
 from fedpd.system import SystemOptions
 
+# re-exported: build.py and flower/ read TOML text with it (tomli before Python 3.11)
 if sys.version_info >= (3, 11):
-    import tomllib
+    import tomllib  # noqa: F401
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # noqa: F401
 
 SECTIONS = ("problem", "model", "algorithm", "solver", "sampler", "run", "attack", "privacy", "system", "asynchronous")
 #: run options a resume may change: the target, and how the run is executed (not what it computes)
@@ -66,8 +67,13 @@ class RunOptions(Options):
         "(fedpd.build.runs_per_client)")
     client_chunk: int = Field(0, ge=0, description="vectorised execution: clients computed together; 0: all "
                               "participants at once (refused with execution = per_client)")
-    threads: int = Field(0, ge=0, le=THREADS_MAX, description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless "
-                         "a local step is large, OMP_NUM_THREADS if set); changes no result")
+    threads: int = Field(
+        0,
+        ge=0,
+        le=THREADS_MAX,
+        description="torch CPU threads; 0: automatic (fedpd.threads: 1 unless "
+        "a local step is large, OMP_NUM_THREADS if set); changes no result",
+    )
     workers: int | Literal["auto"] = Field(
         "auto", description="inprocess engine: how many worker processes of this machine (1 or more) the round's "
         "participants train on, each holding its own copy of the data; auto: one per usable core when a round's local "

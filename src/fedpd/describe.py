@@ -46,8 +46,10 @@ FIXED = {"run": ("fedpd.config:RunOptions", "every run's [run] options (rounds, 
 
 
 #: what ``fedpd show`` says first where it is not the list's line
-SHOWN = {"run": "[run]: the options every run has",
-         "privacy": "[privacy]: client-level differential privacy for any run (off unless clip is set; docs/privacy.md)"}
+SHOWN = {
+    "run": "[run]: the options every run has",
+    "privacy": "[privacy]: client-level differential privacy for any run (off unless clip is set; docs/privacy.md)",
+}
 
 
 def fixed_options(section: str):
@@ -424,8 +426,10 @@ def check_show(section_word: str, name: str | None) -> tuple[str, str | None]:
                           f"package.module:Attribute)")
     if name not in table and not is_import_path(name):
         own = "; fedpd's own datasets: fedpd data list" if section == "dataset" else ""
-        raise ConfigError(f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table) or 'none installed'}, "
-                          f"or an import path package.module:Attribute{own})")
+        raise ConfigError(
+            f"fedpd show {section}: unknown {section} {name!r} (allowed: {', '.join(table) or 'none installed'}, "
+            f"or an import path package.module:Attribute{own})"
+        )
     lookup(section, name)  # an import path that does not name a usable plug-in: one line
     return section, name
 

@@ -79,7 +79,7 @@ def _chunks(split, clients: Tensor | None, chunk: int = CHUNK):
             yield slice(start, stop), torch.searchsorted(offsets, pos, right=True) - 1
         return
     sizes = split.sizes[clients]
-    first, group, held = 0, [], 0
+    first, held = 0, 0
     bounds = []
     for j, m in enumerate(sizes.tolist()):
         if held and held + m > chunk:

@@ -115,13 +115,17 @@ class LeNet(nn.Module):
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size: int | tuple[int, int] = 32):
         super().__init__()
-        sizes = (image_size, image_size) if isinstance(image_size, int) and not isinstance(image_size, bool) else image_size
+        sizes = (
+            (image_size, image_size) if isinstance(image_size, int) and not isinstance(image_size, bool) else image_size
+        )
         sizes = _ints("image_size", sizes)
         if len(sizes) != 2:
             raise ConfigError(f"image_size must be an integer or (height, width), got {_short(image_size)}")
         out = [((s - 4) // 2 - 4) // 2 for s in sizes]
         if min(out) < 1:
-            raise ConfigError(f"image_size must be at least 16 for LeNet's two 5×5 convs and pools, got {_short(image_size)}")
+            raise ConfigError(
+                f"image_size must be at least 16 for LeNet's two 5×5 convs and pools, got {_short(image_size)}"
+            )
         self.conv1 = nn.Conv2d(_int("in_channels", in_channels), 64, 5)
         self.conv2 = nn.Conv2d(64, 64, 5)
         self.fc1 = nn.Linear(64 * out[0] * out[1], 384)
@@ -169,7 +173,9 @@ class _BasicBlock(nn.Module):
         self.norm2 = nn.GroupNorm(groups, c_out)
         self.shortcut = None
         if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.GroupNorm(groups, c_out))
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.GroupNorm(groups, c_out)
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         h = F.relu(self.norm1(self.conv1(x)))
@@ -261,7 +267,9 @@ class CharLSTM(nn.Module):
     (fedpd's Shakespeare loader uses 81: LEAF's 80 characters + one for any other; the
     ``dataset`` problem passes it); logits of the last step."""
 
-    def __init__(self, vocab_size: int = 80, embed_dim: int = 8, hidden: int = 256, layers: int = 2, num_classes: int = 80):
+    def __init__(
+        self, vocab_size: int = 80, embed_dim: int = 8, hidden: int = 256, layers: int = 2, num_classes: int = 80
+    ):
         super().__init__()
         self.embedding = nn.Embedding(_int("vocab_size", vocab_size), _int("embed_dim", embed_dim))
         self.lstm = StackedLSTM(embed_dim, _int("hidden", hidden), layers)
@@ -304,9 +312,13 @@ class SentimentLSTM(nn.Module):
             try:
                 weights = torch.as_tensor(embedding_weights, dtype=torch.get_default_dtype()).detach().clone()
             except (TypeError, ValueError, RuntimeError) as e:
-                raise ConfigError(f"embedding_weights must be a [vocab_size, dim] matrix: {' '.join(str(e).split())}") from None
+                raise ConfigError(
+                    f"embedding_weights must be a [vocab_size, dim] matrix: {' '.join(str(e).split())}"
+                ) from None
             if weights.dim() != 2 or min(weights.shape) < 1:
-                raise ConfigError(f"embedding_weights must be a [vocab_size, dim] matrix, got shape {tuple(weights.shape)}")
+                raise ConfigError(
+                    f"embedding_weights must be a [vocab_size, dim] matrix, got shape {tuple(weights.shape)}"
+                )
             if vocab_size is not None and _int("vocab_size", vocab_size) != weights.shape[0]:
                 raise ConfigError(f"vocab_size {vocab_size} does not match embedding_weights' {weights.shape[0]} rows")
             if embed_dim is not None and _int("embed_dim", embed_dim) != weights.shape[1]:
@@ -376,7 +388,15 @@ def _char_lstm(input_shape, num_classes, *, vocab_size=80, embed_dim=8, hidden=2
 
 
 def _sentiment_lstm(
-    input_shape, num_classes, *, vocab_size=None, embed_dim=None, hidden=100, layers=1, embedding_weights=None, freeze_embedding=True
+    input_shape,
+    num_classes,
+    *,
+    vocab_size=None,
+    embed_dim=None,
+    hidden=100,
+    layers=1,
+    embedding_weights=None,
+    freeze_embedding=True,
 ):
     _sequence(input_shape)
     return SentimentLSTM(vocab_size, embed_dim, hidden, layers, num_classes, embedding_weights, freeze_embedding)

@@ -92,8 +92,9 @@ def bucketing(w: Tensor, bucket_size: int, generator: torch.Generator | None) ->
     so every engine and a resumed run draw the same π. The paper's analysis needs δ·s ≤ 1/2 for
     a Byzantine share δ = f/K (each Byzantine row can spoil a whole bucket); the rule after it
     must tolerate f bad rows among ⌈K/s⌉ (:meth:`Bucketing.rows_needed` declares the rows it takes,
-    so an s for which the rule's own condition fails is refused before anything runs). ByzFL's ``Bucketing(s)`` draws π from torch's global generator: seeded
-    alike, the two make the same buckets.
+    so an s for which the rule's own condition fails is refused before anything runs). ByzFL's
+    ``Bucketing(s)`` draws π from torch's global generator: seeded alike, the two make the same
+    buckets.
     """
     w = _check(w)
     if generator is None:

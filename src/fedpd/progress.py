@@ -85,8 +85,11 @@ class Progress:
             done = round - self.start
             elapsed = time.perf_counter() - self.t0
             left = elapsed / done * (self.total - round) if done > 0 else 0.0
-            print(f"{self.label}round {round}/{self.total}  {self.last}  [{_fmt_time(elapsed)}, ~{_fmt_time(left)} left]",
-                  file=self.stream, flush=True)
+            print(
+                f"{self.label}round {round}/{self.total}  {self.last}  [{_fmt_time(elapsed)}, ~{_fmt_time(left)} left]",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self._bar is not None:

@@ -250,12 +250,16 @@ class _RunningMean:
             return
         self.comm.up(up)  # what was sent, rejected or not
         if int(ids[0]) <= self.last or not bool((ids[1:] > ids[:-1]).all()):
-            raise RuntimeError(f"round {self.round}: the engine gave clients out of id order (after client {self.last})")
+            raise RuntimeError(
+                f"round {self.round}: the engine gave clients out of id order (after client {self.last})"
+            )
         self.last = int(ids[-1])
         if self.layout is None:  # the first group's: a later group laid out otherwise is rejected
             self.layout = {k: (v.shape[1:], v.dtype) for k, v in up.items()}
             check_upload_models(self.algorithm, {k: s for k, (s, _) in self.layout.items()}, self.mean.server)
-        if {k: (v.shape, v.dtype) for k, v in up.items()} != {k: ((ids.numel(), *s), d) for k, (s, d) in self.layout.items()}:
+        if {k: (v.shape, v.dtype) for k, v in up.items()} != {
+            k: ((ids.numel(), *s), d) for k, (s, d) in self.layout.items()
+        }:
             self.comm.rejected_uploads += ids.numel()
             return
         keep = finite_rows(up, ids.numel())

@@ -41,10 +41,14 @@ if TYPE_CHECKING:
 class GDOptions(Options):
     lr: float = Field(0.01, gt=0, description="local step size η1")
     local_steps: int = Field(8, ge=1, le=STEPS_MAX, description="Q: local steps per round")
-    momentum: float = Field(0.0, ge=0, lt=1, description="heavy-ball momentum (torch.optim.SGD's), buffer reset each round")
+    momentum: float = Field(
+        0.0, ge=0, lt=1, description="heavy-ball momentum (torch.optim.SGD's), buffer reset each round"
+    )
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay added to the gradient")
     lr_decay: float = Field(1.0, gt=0, le=1, description="step size of round t: lr · lr_decay^t")
-    straggler_fraction: float = Field(0.0, ge=0, le=1, description="chance a participant takes a uniform number of steps in [1, Q]")
+    straggler_fraction: float = Field(
+        0.0, ge=0, le=1, description="chance a participant takes a uniform number of steps in [1, Q]"
+    )
     sam_radius: float = Field(0.0, ge=0, description="SAM perturbation radius r; 0: plain gradients")
     clip_norm: float = Field(0.0, ge=0, description="clip each step's ∇f_i + v_i − μc_i (all but the μx and weight "
                              "decay terms) to this norm, per client, as FL-Simulator (10); 0: no clipping")
@@ -60,8 +64,11 @@ class SGDOptions(GDOptions):
     @model_validator(mode="after")
     def _steps_or_epochs(self):
         if self.local_epochs and self.given("local_steps"):
-            raise refuse("local_steps", f"local_epochs = {self.local_epochs} sets each client's steps "
-                         f"(E·⌈n_k / batch_size⌉), so it would be ignored (allowed: no local_steps, or local_epochs = 0)")
+            raise refuse(
+                "local_steps",
+                f"local_epochs = {self.local_epochs} sets each client's steps "
+                f"(E·⌈n_k / batch_size⌉), so it would be ignored (allowed: no local_steps, or local_epochs = 0)",
+            )
         return self
 
 
@@ -236,7 +243,9 @@ class GradientSolver:
     """
 
     name = "gd"
-    description = "full-batch gradient descent, local_steps steps per round (momentum, weight decay, lr decay, SAM, clipping)"
+    description = (
+        "full-batch gradient descent, local_steps steps per round (momentum, weight decay, lr decay, SAM, clipping)"
+    )
     Options = GDOptions
 
     lr: float = 0.01

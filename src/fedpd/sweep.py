@@ -145,7 +145,9 @@ def specs(configs: list[str | Path], seeds: list[int] | None = None, overrides: 
     out, taken_anywhere, skipped = [], set(), []
     for path, name in zip(paths, _names(paths)):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.=+-]*", name):
-            raise ConfigError(f"config {str(path)!r}: its name makes no directory name (letters, digits, _ . = + - only)")
+            raise ConfigError(
+                f"config {str(path)!r}: its name makes no directory name (letters, digits, _ . = + - only)"
+            )
         raw = apply_overrides(load_toml(path), list(overrides))
         plugins.search(plugins.default_path(path))  # its plug-ins, for this process and the workers it spawns
         if seeds is None:

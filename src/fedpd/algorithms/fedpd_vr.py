@@ -54,7 +54,14 @@ class FedPDVR(PrimalDual):
     Options = FedPDVROptions
     participation = "all"
     needs_gradient_solver = True
-    unused_solver_options = ("momentum", "weight_decay", "sam_radius", "straggler_fraction", "clip_norm", "local_epochs")
+    unused_solver_options = (
+        "momentum",
+        "weight_decay",
+        "sam_radius",
+        "straggler_fraction",
+        "clip_norm",
+        "local_epochs",
+    )
 
     def __init__(self, eta: float = 1.0, p: float = 0.0, skip: str = "random", refresh_every: int = 20,
                  defence: Defence | None = None):

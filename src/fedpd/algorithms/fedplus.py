@@ -74,7 +74,9 @@ class _FedPlusCommon(Options):
     aggregate_over: Literal["all", "participants"] = Field("all", description="all: every party's latest model "
                                                            "(Alg. 1); participants: this round's uploads")
     weights: WEIGHTS = Field("uniform", description="uniform (the paper's 1/N) or samples (each party sends n_k)")
-    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: the solver's steps")
+    party_steps: PartySteps = Field(
+        default_factory=list, description="E_k per party (length N); []: the solver's steps"
+    )
     local_step: Literal["implicit", "explicit"] = Field("implicit", description="eq. (14)'s implicit step or a "
                                                         "gradient step on the σ-term")
 
@@ -120,7 +122,9 @@ class FedPlusOptions(MedianVariantOptions, DefenceOptions):
 
 
 class FedPlusLocalOptions(Options):
-    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: the solver's steps")
+    party_steps: PartySteps = Field(
+        default_factory=list, description="E_k per party (length N); []: the solver's steps"
+    )
 
 
 class FedPlusServerOptions(DefenceOptions):
@@ -128,9 +132,15 @@ class FedPlusServerOptions(DefenceOptions):
     rule: ClassVar[str] = "mean"
     defence_keys: ClassVar[tuple[str, ...]] = ("aggregator_options",)
 
-    aggregate_over: Literal["all", "participants"] = Field("participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's")
-    weights: WEIGHTS = Field("uniform", description='uniform: every participant weighs the same; samples: by data size (each sends n_k)')
-    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: the solver's steps")
+    aggregate_over: Literal["all", "participants"] = Field(
+        "participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's"
+    )
+    weights: WEIGHTS = Field(
+        "uniform", description="uniform: every participant weighs the same; samples: by data size (each sends n_k)"
+    )
+    party_steps: PartySteps = Field(
+        default_factory=list, description="E_k per party (length N); []: the solver's steps"
+    )
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the preset's aggregator")
 
     @model_validator(mode="after")
@@ -149,10 +159,18 @@ class FedPlusCoMedOptions(FedPlusServerOptions):
 
 class FedPlusFedProxOptions(Options):
     sigma: float = Field(0.1, gt=0, description="FedProx's mu")
-    aggregate_over: Literal["all", "participants"] = Field("participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's")
-    weights: WEIGHTS = Field("uniform", description='uniform: every participant weighs the same; samples: by data size (each sends n_k)')
-    party_steps: PartySteps = Field(default_factory=list, description="E_k per party (length N); []: the solver's steps")
-    local_step: Literal["implicit", "explicit"] = Field("implicit", description='implicit: proximal step of eq. (14); explicit: gradient step on the σ-term')
+    aggregate_over: Literal["all", "participants"] = Field(
+        "participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's"
+    )
+    weights: WEIGHTS = Field(
+        "uniform", description="uniform: every participant weighs the same; samples: by data size (each sends n_k)"
+    )
+    party_steps: PartySteps = Field(
+        default_factory=list, description="E_k per party (length N); []: the solver's steps"
+    )
+    local_step: Literal["implicit", "explicit"] = Field(
+        "implicit", description="implicit: proximal step of eq. (14); explicit: gradient step on the σ-term"
+    )
 
 
 class FedPlus(Algorithm):

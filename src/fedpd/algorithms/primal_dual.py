@@ -44,7 +44,7 @@ from fedpd.algorithms.base import Algorithm, expand, metric_terms, sq_dist, with
 from fedpd.algorithms.robust import MeansDefenceOptions, RobustMeans
 from fedpd.context import ClientContext, ServerContext
 from fedpd.defence import Defence
-from fedpd.options import Options, refuse
+from fedpd.options import refuse
 from fedpd.solvers import LocalObjective
 
 
@@ -196,7 +196,9 @@ class PrimalDual(RobustMeans, Algorithm):
         if self.virtual_dual:  # catch up on the virtual updates missed while absent
             lam = lam + (message["D"] - clients["D_last"])
         start = clients["x"] if self.start == "warm" else anchor
-        x, extra, gap, steps = self.local_solve(ctx, clients, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor))
+        x, extra, gap, steps = self.local_solve(
+            ctx, clients, start, LocalObjective(linear=lam, mu=1 / self.eta, center=anchor)
+        )
         metrics = {"metric_primal_residual": sq_dist(x, anchor)}
         if gap is not None:
             metrics["metric_dual_drift"] = gap

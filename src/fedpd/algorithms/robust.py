@@ -183,7 +183,9 @@ class AggregatorOptions(DefenceOptions):
     aggregator: AggregatorName = Field("mean", description="server aggregation (fedpd list: aggregators; or an "
                                        "import path package.module:function)")
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the aggregator")
-    weights: WEIGHTS = Field("uniform", description="uniform, or samples: by each client's data size (sent with the upload)")
+    weights: WEIGHTS = Field(
+        "uniform", description="uniform, or samples: by each client's data size (sent with the upload)"
+    )
     client_momentum: float = Field(0.0, ge=0, lt=1, description="β: each client uploads x0 + m_i, m_i = (1 − β)(x_i − "
                                    "x0) + β m_i (Karimireddy et al. 2021); 0: off")
     client_momentum_start: MOMENTUM_STARTS = Field("zero", description="m_i before a client's first upload: zero "

@@ -12,9 +12,27 @@ from fedpd.data.partition import (PARTITIONS, dirichlet, format_label_matrix, ii
 from fedpd.exports import lazy
 
 __all__ = [
-    "DATASETS", "LEAF_CHARS", "Dataset", "dataset_status", "load_dataset", "load_image_folder", "load_glove", "read_idx",
-    "resolve_data_dir", "download", "random_crop_flip", "PARTITIONS", "iid", "dirichlet", "shards", "power_law",
-    "natural", "partition", "train_test_split_per_client", "label_matrix", "format_label_matrix",
+    "DATASETS",
+    "LEAF_CHARS",
+    "Dataset",
+    "dataset_status",
+    "load_dataset",
+    "load_image_folder",
+    "load_glove",
+    "read_idx",
+    "resolve_data_dir",
+    "download",
+    "random_crop_flip",
+    "PARTITIONS",
+    "iid",
+    "dirichlet",
+    "shards",
+    "power_law",
+    "natural",
+    "partition",
+    "train_test_split_per_client",
+    "label_matrix",
+    "format_label_matrix",
 ]
 # `download` and `partition` (NumPy at most) are imported above: they are also the names of their
 # modules, and a module loaded after its function had been looked up would take the name back.

@@ -28,7 +28,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     sub.required = True
 
     def data_dir(q):
-        q.add_argument("--data-dir", metavar="D", help="data directory (default: $FEDPD_DATA, else ~/.cache/fedpd/data)")
+        q.add_argument(
+            "--data-dir", metavar="D", help="data directory (default: $FEDPD_DATA, else ~/.cache/fedpd/data)"
+        )
 
     q = sub.add_parser("list", help="show each known dataset: present, missing or corrupt, and where")
     data_dir(q)
@@ -36,7 +38,9 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
                    help="also hash canonical files and read extracted CIFAR batches (default: sizes only)")
     q.set_defaults(func=cmd_list)
 
-    q = sub.add_parser("download", help="fetch a dataset's canonical archives (mnist, fashion-mnist, cifar10, cifar100)")
+    q = sub.add_parser(
+        "download", help="fetch a dataset's canonical archives (mnist, fashion-mnist, cifar10, cifar100)"
+    )
     q.add_argument("name", metavar="NAME", help="dataset: mnist, fashion-mnist, cifar10 or cifar100")
     data_dir(q)
     q.add_argument("--base-url", metavar="URL", help="fetch from URL/<file> instead of the public mirrors")
@@ -48,17 +52,29 @@ def add_data_parser(subparsers) -> argparse.ArgumentParser:
     q.add_argument("--partition", choices=PARTITIONS, default="iid", help="how to split (default iid)")
     q.add_argument("--clients", type=int, metavar="N", help="number of clients (not used by natural)")
     q.add_argument("--alpha", type=float, default=0.5, metavar="A", help="Dirichlet concentration (default 0.5)")
-    q.add_argument("--classes-per-client", type=int, default=2, metavar="C", help="shards or label_power_law: labels per client (default 2)")
+    q.add_argument(
+        "--classes-per-client",
+        type=int,
+        default=2,
+        metavar="C",
+        help="shards or label_power_law: labels per client (default 2)",
+    )
     q.add_argument("--min-size", type=int, default=1, metavar="M", help="minimum samples per client (default 1)")
     q.add_argument("--balanced", action="store_true",
                    help="dirichlet only: every client the same number of samples, its label mix ~ Dir(alpha)")
     q.add_argument("--exponent", type=float, default=1.5, help="power_law Pareto exponent (default 1.5)")
     q.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the partition (default 0)")
     data_dir(q)
-    q.add_argument("--path", metavar="P", help="image-folder: folder or .tar.gz; csv, npz: the file (absolute, relative "
-                   "to the working directory, or under the data dir)")
+    q.add_argument(
+        "--path",
+        metavar="P",
+        help="image-folder: folder or .tar.gz; csv, npz: the file (absolute, relative "
+        "to the working directory, or under the data dir)",
+    )
     q.add_argument("--label-column", metavar="COL", help="csv only: the column of the labels (default label)")
-    q.add_argument("--label-mode", choices=("fine", "coarse"), help="cifar100 only: 100 fine (default) or 20 coarse labels")
+    q.add_argument(
+        "--label-mode", choices=("fine", "coarse"), help="cifar100 only: 100 fine (default) or 20 coarse labels"
+    )
     q.add_argument("--no-verify", action="store_true", help="skip the canonical size/hash check of dataset files")
     q.add_argument("--plot", metavar="FILE.png", help="also draw the label matrix as a heatmap (needs matplotlib)")
     q.set_defaults(func=cmd_split)
@@ -143,7 +159,9 @@ def label_matrix_figure(matrix: np.ndarray, title: str, class_names: list[str] |
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
     except ImportError:
-        raise ConfigError("--plot needs matplotlib, which is not installed: pip install matplotlib (or 'fedpd[plot]')") from None
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed: pip install matplotlib (or 'fedpd[plot]')"
+        ) from None
     k, c = matrix.shape
     names = list(class_names) if class_names is not None and len(class_names) == c else [str(i) for i in range(c)]
     long_names = max((len(n) for n in names), default=1) > 3

@@ -21,7 +21,12 @@ from fedpd.data.checksums import CANONICAL, Expected, verify_file
 from fedpd.errors import ConfigError, DataError
 from fedpd.io import create_temp
 
-_IDX = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+_IDX = [
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+]
 
 #: dataset -> files fetched into ``<data_dir>/<dataset>/``
 FILES: dict[str, list[str]] = {
@@ -54,7 +59,14 @@ class _Reporter:
             return
         if self.stream.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
             self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                                  TimeRemainingColumn(), console=Console(file=self.stream))
@@ -96,7 +108,9 @@ def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, time
                     total = int(length) if length and length.isdigit() else None
                     if expected is not None and total is not None and total != expected.size:
                         raise DataError(f"{url}: server sends {total} bytes, expected {expected.size} (wrong file?)")
-                    reporter = _Reporter(dest.name, total if total is not None else getattr(expected, "size", None), progress)
+                    reporter = _Reporter(
+                        dest.name, total if total is not None else getattr(expected, "size", None), progress
+                    )
                     while chunk := resp.read(1 << 16):
                         out.write(chunk)
                         if digest is not None:
@@ -118,7 +132,9 @@ def _fetch(url: str, dest: Path, expected: Expected | None, progress: bool, time
                 raise DataError(f"{url}: got {done} bytes, expected {expected.size}; nothing was saved")
             want = expected.sha256 or expected.md5
             if digest is not None and digest.hexdigest() != want:
-                raise DataError(f"{url}: {algorithm} mismatch, got {digest.hexdigest()}, expected {want}; nothing was saved")
+                raise DataError(
+                    f"{url}: {algorithm} mismatch, got {digest.hexdigest()}, expected {want}; nothing was saved"
+                )
         os.replace(tmp, dest)
         if reporter is not None:
             reporter.close(done, True)
@@ -158,7 +174,9 @@ def download(name: str, data_dir: str | os.PathLike | None = None, base_url: str
 
     key = canonical_name(name)
     if key not in FILES:
-        raise ConfigError(f"no download for {key!r}; downloadable: {', '.join(FILES)} (LEAF data needs LEAF's own scripts)")
+        raise ConfigError(
+            f"no download for {key!r}; downloadable: {', '.join(FILES)} (LEAF data needs LEAF's own scripts)"
+        )
     table = dict(CANONICAL.get(key, {}))
     for fname, exp in (expected or {}).items():
         table[fname] = exp if isinstance(exp, Expected) else Expected(*exp)

@@ -270,7 +270,9 @@ def partition(method: str, labels, n_clients: int | None = None, seed=0, *, alph
         raise ConfigError(f"balanced: applies to the dirichlet partition only, not {method!r} (allowed: false)")
     if method == "natural":
         if user_ids is None:
-            raise ConfigError("natural partition needs per-sample user ids (LEAF datasets: femnist, shakespeare, sent140)")
+            raise ConfigError(
+                "natural partition needs per-sample user ids (LEAF datasets: femnist, shakespeare, sent140)"
+            )
         return natural(user_ids)
     if method not in PARTITIONS:
         raise ConfigError(f"unknown partition {method!r}; expected one of {', '.join(PARTITIONS)}")

@@ -92,9 +92,11 @@ class DiskStore:
         have = sum(p.stat().st_size for p in directory.glob("*")) if directory.is_dir() else 0
         free = system.free_bytes(base)
         if need_bytes - have > free:
-            raise StoreError(f"run.store_dir: {str(base)!r} has {_human(free)} free; this run's disk store may need "
-                             f"{_human(need_bytes - have)} more (its clients' states and undo log) (allowed: a directory "
-                             f"with more space, fewer rounds, or more frequent checkpoints)")
+            raise StoreError(
+                f"run.store_dir: {str(base)!r} has {_human(free)} free; this run's disk store may need "
+                f"{_human(need_bytes - have)} more (its clients' states and undo log) (allowed: a directory "
+                f"with more space, fewer rounds, or more frequent checkpoints)"
+            )
 
     # --- its identity: store.json --------------------------------------------------------------
     def _read_manifest(self) -> dict:

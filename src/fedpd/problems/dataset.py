@@ -148,7 +148,9 @@ class DatasetOptions(Options):
     balanced: bool = Field(False, description="dirichlet: every client n/N samples, its label mix ~ Dir(alpha) "
                            "(the A-FedPD authors' FL-Simulator split)")
     exponent: float = Field(1.5, gt=0, description="power_law exponent")
-    test: Literal["pooled", "per_client"] = Field("pooled", description='pooled: one test set for the server model; per_client: a test split per client')
+    test: Literal["pooled", "per_client"] = Field(
+        "pooled", description="pooled: one test set for the server model; per_client: a test split per client"
+    )
     test_fraction: float = Field(0.2, ge=0, lt=1, description="per_client: share of each client's samples")
     max_samples: int | None = Field(None, ge=1, description="random training subsample (quick runs)")
     max_test_samples: int | None = Field(None, ge=1, description="random test subsample")
@@ -296,8 +298,10 @@ def dataset_problem(
         raise ConfigError(f"problem.augment: needs image data; {key} has samples of shape "
                           f"{tuple(ds.x_train.shape[1:])} (allowed: false)")
     if partition == "natural" and ds.train_users is None:
-        raise ConfigError(f"problem.partition: 'natural' needs each sample's user (a LEAF dataset, or a loader that "
-                          f"returns client_train); {key} has none (allowed: iid, dirichlet, shards, power_law, label_power_law)")
+        raise ConfigError(
+            f"problem.partition: 'natural' needs each sample's user (a LEAF dataset, or a loader that "
+            f"returns client_train); {key} has none (allowed: iid, dirichlet, shards, power_law, label_power_law)"
+        )
 
     x_tr, y_tr, u_tr = _subsample(ds.x_train, ds.y_train, ds.train_users, max_samples, rng)
     x_te, y_te, u_te = _subsample(ds.x_test, ds.y_test, ds.test_users, max_test_samples, rng)

@@ -198,7 +198,9 @@ def fedplus_image_problem(x: Tensor, y: Tensor, *, variant: str = "robust", clie
 
 class FedPlusMNISTOptions(Options):
     dataset: str = Field("mnist", description='image dataset to build it from (fedpd data list)')
-    variant: Literal["robust", "personal"] = Field("robust", description='robust: negated parties; personal: also noisy classes per party')
+    variant: Literal["robust", "personal"] = Field(
+        "robust", description="robust: negated parties; personal: also noisy classes per party"
+    )
     clients: int = Field(10, ge=1, description='number of clients (parties)')
     negate_fraction: Optional[float] = Field(None, ge=0, le=1, description="default: 0.1 (N <= 10) or 0.2")
     classes_per_party: int = Field(2, ge=0, description='personal: classes given Laplace noise per party')

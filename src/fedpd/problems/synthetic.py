@@ -80,7 +80,9 @@ def fedpd_logreg(
             truth = (1 - heterogeneity) * shared + heterogeneity * own
         else:
             truth = shared if non_iid == "weak" else torch.rand(dim, generator=g, dtype=torch.float64) * 20 - 10
-        a = torch.cat([torch.randn(n, dim - 1, generator=g, dtype=torch.float64), torch.ones(n, 1, dtype=torch.float64)], 1)
+        a = torch.cat(
+            [torch.randn(n, dim - 1, generator=g, dtype=torch.float64), torch.ones(n, 1, dtype=torch.float64)], 1
+        )
         score = a @ truth + label_noise * torch.randn(n, generator=g, dtype=torch.float64)
         xs.append(a)
         ys.append(torch.where(score >= 0, 1.0, -1.0).to(torch.float64))
@@ -154,7 +156,9 @@ def fedprox_synthetic(
     g = torch.Generator().manual_seed(seed)
     f64 = torch.float64
     # every client's size in one vectorised draw (N = 10⁶: milliseconds)
-    sizes = (torch.distributions.LogNormal(4.0, 2.0).icdf(torch.rand(clients, generator=g, dtype=f64).clamp(1e-6, 1 - 1e-6))).long() + 50
+    sizes = (
+        torch.distributions.LogNormal(4.0, 2.0).icdf(torch.rand(clients, generator=g, dtype=f64).clamp(1e-6, 1 - 1e-6))
+    ).long() + 50
     sizes = sizes.clamp(max=max_client_samples)
     largest = int(sizes.max())
     check_memory("problem.dim", 8 * ((dim + 1) * classes * 6 + dim * (largest + 2)),

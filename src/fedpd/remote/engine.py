@@ -330,8 +330,10 @@ class RemoteEngine:
                 raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} ({self.no_reply[node]}): "
                                   f"{hosting_advice(self.hosted.get(node, []))}, then resume")
             if reply is None:
-                raise ConfigError(f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
-                                  f"(run.node_timeout): {hosting_advice(self.hosted.get(node, []))}, then resume")
+                raise ConfigError(
+                    f"{self.node_name(node)}: no reply to {requests[node].kind} within {self.timeout:g} s "
+                    f"(run.node_timeout): {hosting_advice(self.hosted.get(node, []))}, then resume"
+                )
             if "error" in reply.config:
                 raise ConfigError(f"{self.node_name(node)}: {requests[node].kind} failed: {reply.config['error']}")
         self._carried(carried, replies)
@@ -570,7 +572,9 @@ class RemoteEngine:
         carried = self._carry(requests)
         replies = self.exchange(requests, drop_gone=True)  # a node that is gone is not waited for
         refused(replies)
-        answered = {n for n, r in replies.items() if r is not None and not (n in by_node and self._problem(r, by_node[n]))}
+        answered = {
+            n for n, r in replies.items() if r is not None and not (n in by_node and self._problem(r, by_node[n]))
+        }
         self._carried({n: c for n, c in carried.items() if n in answered}, replies)  # (a commit sent again is harmless)
         for node in starting:
             reply = replies.get(node)
@@ -641,7 +645,9 @@ class RemoteEngine:
         for clients, (round, accepted) in self.pending.items():
             node = self._host(list(clients))
             if node is not None:
-                requests[node] = Envelope("commit", {"round": round, "accepted": accepted}, pack("r", self.replies[round]))
+                requests[node] = Envelope(
+                    "commit", {"round": round, "accepted": accepted}, pack("r", self.replies[round])
+                )
                 asked[node], rounds[node] = list(clients), round
         if not requests:
             return
@@ -663,7 +669,9 @@ class RemoteEngine:
         sd = {"comm": self.comm.state_dict(), "sample_grads": self._sample_grads, "rounds": self.rounds,
               "run": self.token, "layout": self.layout()}
         if self.pending:  # commits the nodes have not made yet: a resume makes them
-            sd["pending"] = [{"clients": list(c), "round": r, "accepted": list(a)} for c, (r, a) in self.pending.items()]
+            sd["pending"] = [
+                {"clients": list(c), "round": r, "accepted": list(a)} for c, (r, a) in self.pending.items()
+            ]
             sd["replies"] = {int(r): dict(v) for r, v in self.replies.items()}
         return sd
 

@@ -53,7 +53,9 @@ def pack(prefix: str, state: dict[str, Tensor]) -> dict[str, np.ndarray]:
 def unpack(prefix: str, arrays: dict[str, np.ndarray], device: torch.device | str = "cpu") -> dict[str, Tensor]:
     """The tensors packed under ``prefix`` (on ``device``)."""
     start = len(prefix) + 1
-    return {k[start:]: torch.from_numpy(np.array(v)).to(device) for k, v in arrays.items() if k.startswith(prefix + "/")}
+    return {
+        k[start:]: torch.from_numpy(np.array(v)).to(device) for k, v in arrays.items() if k.startswith(prefix + "/")
+    }
 
 
 def client_ranges(ids) -> str:

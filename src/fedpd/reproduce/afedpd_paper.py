@@ -79,7 +79,7 @@ def published() -> dict:
     """{(dataset, model, split, method): "81.87 ± .12" or "-"} from TABLE2."""
     names = {m.upper().replace("AFEDPD", "A-FEDPD"): m for m in METHODS}
     out = {}
-    for i, line in enumerate(l for l in TABLE2.strip().splitlines()):
+    for i, line in enumerate(TABLE2.strip().splitlines()):
         name, rest = line.split(" ", 1)
         cells = re.findall(r"\d+\.\d+ ± \.\d+|-", rest)
         model = "lenet" if i < 8 else "resnet18_gn"
@@ -98,32 +98,79 @@ class AFedPDTable2(Experiment):
     source = f"{AFEDPD}, Table 2 (test accuracy, C = 100, P = 10, 50 local iterations, 4 seeds)"
     datasets = ("cifar10",)
     budgets = {
-        "smoke": Budget("smoke", (0,), "1 round of 2 local steps on 500 training images, IID, A-FedPDSAM only (tests only).",
-                        {"blocks": (("cifar10", "lenet"),), "splits": ("iid",), "rounds": 1, "local_steps": 2,
-                         "max_samples": 500, "max_test_samples": 200, "eval_every": 1, "batch_size": 4,
-                         "methods": ("afedpdsam",)}),
-        "reduced": Budget("reduced", (0,), "CIFAR-10 with LeNet only; 10 000 of the 50 000 training images (100 per "
-                          "client before the split; the paper: 500), 2 000 of the 10 000 test images, 20 rounds of 10 "
-                          "local steps (the paper: 50 local steps for, we assume, 800 rounds: 1/200 of its local "
-                          "work), one seed (the paper: 4). Accuracies are therefore early-training values, far below "
-                          "the paper's; only the order of the methods can be compared, and at this budget even that "
-                          "is noisy.",
-                        {"blocks": (("cifar10", "lenet"),), "splits": tuple(SPLITS), "rounds": 20, "local_steps": 10,
-                         "max_samples": 10000, "max_test_samples": 2000, "eval_every": 10}),
-        "medium": Budget("medium", (0, 1, 2), "CIFAR-10 with LeNet, IID and Dir-0.1, the six methods FedAvg, SCAFFOLD, "
-                         "FedDyn, A-FedPD, FedSAM, A-FedPDSAM; the paper's local work per round (100 clients of 500 "
-                         "training images, 10 per round, 50 local steps of batch 50), all 10 000 test images, 100 "
-                         "rounds (the paper: 800, assumed) and 3 seeds (the paper: 4). " + MEDIUM_COST["afedpd_table2"],
-                         {"blocks": (("cifar10", "lenet"),), "splits": ("iid", "dir0.1"), "rounds": 100,
-                          "local_steps": 50, "max_samples": None, "max_test_samples": None, "eval_every": 10,
-                          "checkpoint_every": 10, **AUTHORS,
-                          "methods": ("fedavg", "scaffold", "feddyn", "afedpd", "fedsam", "afedpdsam")}),
-        "full": Budget("full", (0, 1, 2, 3), "the paper's setup: every block of Table 2 (CIFAR-10 and CIFAR-100, LeNet "
-                       "and ResNet-18 with group norm), all training images, 50 local steps, 800 rounds (assumed), "
-                       "4 seeds. For a GPU: on one CPU core here a LeNet run takes about 8 h (FedAvg: 800 rounds "
-                       "of 33 s; the SAM methods about twice that).",
-                       {"blocks": tuple(BLOCKS), "splits": tuple(SPLITS), "rounds": 800, "local_steps": 50,
-                        "max_samples": None, "max_test_samples": None, "eval_every": 20, **AUTHORS}),
+        "smoke": Budget(
+            "smoke",
+            (0,),
+            "1 round of 2 local steps on 500 training images, IID, A-FedPDSAM only (tests only).",
+            {
+                "blocks": (("cifar10", "lenet"),),
+                "splits": ("iid",),
+                "rounds": 1,
+                "local_steps": 2,
+                "max_samples": 500,
+                "max_test_samples": 200,
+                "eval_every": 1,
+                "batch_size": 4,
+                "methods": ("afedpdsam",),
+            },
+        ),
+        "reduced": Budget(
+            "reduced",
+            (0,),
+            "CIFAR-10 with LeNet only; 10 000 of the 50 000 training images (100 per "
+            "client before the split; the paper: 500), 2 000 of the 10 000 test images, 20 rounds of 10 "
+            "local steps (the paper: 50 local steps for, we assume, 800 rounds: 1/200 of its local "
+            "work), one seed (the paper: 4). Accuracies are therefore early-training values, far below "
+            "the paper's; only the order of the methods can be compared, and at this budget even that "
+            "is noisy.",
+            {
+                "blocks": (("cifar10", "lenet"),),
+                "splits": tuple(SPLITS),
+                "rounds": 20,
+                "local_steps": 10,
+                "max_samples": 10000,
+                "max_test_samples": 2000,
+                "eval_every": 10,
+            },
+        ),
+        "medium": Budget(
+            "medium",
+            (0, 1, 2),
+            "CIFAR-10 with LeNet, IID and Dir-0.1, the six methods FedAvg, SCAFFOLD, "
+            "FedDyn, A-FedPD, FedSAM, A-FedPDSAM; the paper's local work per round (100 clients of 500 "
+            "training images, 10 per round, 50 local steps of batch 50), all 10 000 test images, 100 "
+            "rounds (the paper: 800, assumed) and 3 seeds (the paper: 4). " + MEDIUM_COST["afedpd_table2"],
+            {
+                "blocks": (("cifar10", "lenet"),),
+                "splits": ("iid", "dir0.1"),
+                "rounds": 100,
+                "local_steps": 50,
+                "max_samples": None,
+                "max_test_samples": None,
+                "eval_every": 10,
+                "checkpoint_every": 10,
+                **AUTHORS,
+                "methods": ("fedavg", "scaffold", "feddyn", "afedpd", "fedsam", "afedpdsam"),
+            },
+        ),
+        "full": Budget(
+            "full",
+            (0, 1, 2, 3),
+            "the paper's setup: every block of Table 2 (CIFAR-10 and CIFAR-100, LeNet "
+            "and ResNet-18 with group norm), all training images, 50 local steps, 800 rounds (assumed), "
+            "4 seeds. For a GPU: on one CPU core here a LeNet run takes about 8 h (FedAvg: 800 rounds "
+            "of 33 s; the SAM methods about twice that).",
+            {
+                "blocks": tuple(BLOCKS),
+                "splits": tuple(SPLITS),
+                "rounds": 800,
+                "local_steps": 50,
+                "max_samples": None,
+                "max_test_samples": None,
+                "eval_every": 20,
+                **AUTHORS,
+            },
+        ),
     }
 
     def datasets_for(self, budget):
@@ -146,16 +193,30 @@ class AFedPDTable2(Experiment):
                 for method, (_, options) in METHODS.items():
                     if method not in budget.get("methods", METHODS):
                         continue
-                    cfg = {"problem": problem, "model": {"name": model}, "algorithm": {"name": method, **options},
-                           "solver": {"name": "sgd", "lr": 0.1, "local_steps": budget["local_steps"],
-                                      "batch_size": budget.get("batch_size", 50),
-                                      "weight_decay": 0.001, "lr_decay": 0.998,
-                                      **({"clip_norm": budget["clip_norm"]} if budget.get("clip_norm") else {})},
-                           "sampler": {"name": "uniform", "clients_per_round": 10},
-                           # one client at a time: faster than vectorising LeNet over 10 clients on a CPU
-                           "run": {"rounds": budget["rounds"], "eval_every": budget["eval_every"], "threads": 1,
-                                   "client_chunk": 1, "checkpoint_every": budget.get("checkpoint_every", max(budget["eval_every"], 100)),
-                                   **budget.get("eval", {})}}
+                    cfg = {
+                        "problem": problem,
+                        "model": {"name": model},
+                        "algorithm": {"name": method, **options},
+                        "solver": {
+                            "name": "sgd",
+                            "lr": 0.1,
+                            "local_steps": budget["local_steps"],
+                            "batch_size": budget.get("batch_size", 50),
+                            "weight_decay": 0.001,
+                            "lr_decay": 0.998,
+                            **({"clip_norm": budget["clip_norm"]} if budget.get("clip_norm") else {}),
+                        },
+                        "sampler": {"name": "uniform", "clients_per_round": 10},
+                        # one client at a time: faster than vectorising LeNet over 10 clients on a CPU
+                        "run": {
+                            "rounds": budget["rounds"],
+                            "eval_every": budget["eval_every"],
+                            "threads": 1,
+                            "client_chunk": 1,
+                            "checkpoint_every": budget.get("checkpoint_every", max(budget["eval_every"], 100)),
+                            **budget.get("eval", {}),
+                        },
+                    }
                     specs += grid(f"{dataset}-{model}/{split}/{method}", cfg, budget.seeds,
                                   {"dataset": dataset, "model": model, "split": split, "method": method})
         return specs
@@ -202,8 +263,10 @@ class AFedPDTable2(Experiment):
         sections.append("## Figure\n\nTest accuracy against rounds (dashed: SAM local optimiser); the line is the "
                         f"mean over the seeds, the band their range (min–max).\n\n![test accuracy]({name})")
         sections.append(rep.claims_section(CLAIMS, results))
-        sections.append("The full budget's configs (every block and seed): `fedpd reproduce afedpd_table2 --budget full "
-                        "--configs-only --out DIR`.")
+        sections.append(
+            "The full budget's configs (every block and seed): `fedpd reproduce afedpd_table2 --budget full "
+            "--configs-only --out DIR`."
+        )
         return sections
 
 

@@ -73,10 +73,14 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--format", default="table", choices=("table", "csv", "json", "markdown"),
                    help="with --list: table (default: fitted to the terminal, long text wrapped), or csv, json, "
                    "markdown: every column (the budgets' whole notes), nothing else on stdout")
-    p.add_argument("--budget", choices=BUDGETS, default=None,
-                   help="smoke: a few rounds (tests); reduced (the default): under an hour on a 2-core CPU; medium: >= 3 "
-                   "seeds and enough work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's "
-                   "(a cluster). With --report-only or --verify: the largest budget the records are of")
+    p.add_argument(
+        "--budget",
+        choices=BUDGETS,
+        default=None,
+        help="smoke: a few rounds (tests); reduced (the default): under an hour on a 2-core CPU; medium: >= 3 "
+        "seeds and enough work to test the paper's claims (hours; fedpd reproduce --list); full: the paper's "
+        "(a cluster). With --report-only or --verify: the largest budget the records are of",
+    )
     p.add_argument("--out", help="report directory (default reproductions/NAME-BUDGET); its runs/ holds the run "
                    "directories, and running the command again continues an interrupted reproduction")
     p.add_argument("--runs", metavar="PATTERNS", help="run only the runs whose key (as the progress lines show it, "
@@ -85,10 +89,15 @@ def add_reproduce_parser(sub) -> None:
                    "--out: the rest run later (the same command with other patterns, or none), and the report "
                    "meanwhile lists the runs not recorded yet. With --estimate: these runs' cost; with --verify: "
                    "among these runs' records")
-    p.add_argument("--set", action="append", metavar="run.KEY=VALUE", help="how the runs made now execute "
-                   "(repeatable; run.device=cuda; allowed: run.device, run.threads, run.workers, run.client_chunk and the "
-                   "rest of the README's RESUMABLE list but run.rounds). Not what they compute, so "
-                   "their records count as the experiment's wherever they ran")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="run.KEY=VALUE",
+        help="how the runs made now execute "
+        "(repeatable; run.device=cuda; allowed: run.device, run.threads, run.workers, run.client_chunk and the "
+        "rest of the README's RESUMABLE list but run.rounds). Not what they compute, so "
+        "their records count as the experiment's wherever they ran",
+    )
     p.add_argument("--jobs", type=int, help="runs at once, one process and one thread each (default: the CPU cores)")
     add_cluster_options(p)
     p.add_argument("--data-dir", help="datasets folder (default $FEDPD_DATA; with --ray, the same path on every node)")

@@ -68,7 +68,9 @@ def cluster_from(args) -> Cluster | None:
     """The cluster ``--ray`` names (None: run on this machine); one line for options that do not fit."""
     if args.ray is None:
         if args.cpus_per_run is not None or args.gpus_per_run is not None:
-            raise ConfigError("--cpus-per-run / --gpus-per-run: they apply to runs on a Ray cluster (add --ray ADDRESS)")
+            raise ConfigError(
+                "--cpus-per-run / --gpus-per-run: they apply to runs on a Ray cluster (add --ray ADDRESS)"
+            )
         return None
     address = args.ray or os.environ.get("RAY_ADDRESS", "")
     if not address:

@@ -43,7 +43,9 @@ def experiments() -> dict[str, Experiment]:
 def get(name: str) -> Experiment:
     table = experiments()
     if name not in table:
-        raise ConfigError(f"reproduce: unknown experiment {name!r} (allowed: {', '.join(table)}; fedpd reproduce --list)")
+        raise ConfigError(
+            f"reproduce: unknown experiment {name!r} (allowed: {', '.join(table)}; fedpd reproduce --list)"
+        )
     return table[name]
 
 
@@ -53,8 +55,10 @@ def listing_table() -> tuple[list, list[dict]]:
 
     from fedpd.reproduce.costs import medium_hours
 
-    columns = [Column(key, key, key in ("runs", "seeds", "core_hours"))
-               for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "core_hours", "note")]
+    columns = [
+        Column(key, key, key in ("runs", "seeds", "core_hours"))
+        for key in ("experiment", "title", "source", "datasets", "budget", "runs", "seeds", "core_hours", "note")
+    ]
     rows = []
     for exp in experiments().values():
         for b in BUDGETS:
@@ -108,8 +112,10 @@ def check_data(exp: Experiment, budget, data_dir: str | None) -> None:
     for name in exp.datasets_for(budget):
         status = dataset_status(name, data_dir)
         if status.state != "present":
-            raise ConfigError(f"reproduce {exp.name}: dataset {name} is {status.state} ({status.detail or status.where}); "
-                              f"give --data-dir or set FEDPD_DATA to the folder that holds it")
+            raise ConfigError(
+                f"reproduce {exp.name}: dataset {name} is {status.state} ({status.detail or status.where}); "
+                f"give --data-dir or set FEDPD_DATA to the folder that holds it"
+            )
 
 
 def select(specs: list, runs: str | None, name: str) -> list:
@@ -454,7 +460,7 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         f"Reproduces: {exp.source}.",
         "",
         f"Built from the {len(done)} run records in `records/` (the latest finished on {latest}) by `{rebuild}`. "
-        "Everything below, but the section \"Reading\", is written by that command from the records.",
+        'Everything below, but the section "Reading", is written by that command from the records.',
         "",
         "## Budget",
         "",
@@ -464,10 +470,14 @@ def write_report(exp: Experiment, budget, specs, out: Path, recorded: dict) -> P
         f"({_other_seeds(specs, budget.seeds)}each seed s sets `run.seed = s`"
         f"{' and `problem.seed = s`' if _problem_seeded(specs) else ''}); rounds per run: "
         f"{', '.join(map(str, rounds)) or '—'}; mean ± std is over the seeds (sample std, n − 1).",
-        (f"- **{len(missing)} of the {len(specs)} runs are not recorded yet** (the tables and claims use the "
-         f"{len(done)} that are; `fedpd reproduce {exp.name} --budget {budget.name} --out <this folder>` runs the "
-         f"rest): {', '.join(f'`{k}`' for k in missing[:12])}{f' and {len(missing) - 12} more' if len(missing) > 12 else ''}."
-         if missing else f"- Every one of the {len(specs)} runs is recorded."),
+        (
+            f"- **{len(missing)} of the {len(specs)} runs are not recorded yet** (the tables and claims use the "
+            f"{len(done)} that are; `fedpd reproduce {exp.name} --budget {budget.name} --out <this folder>` runs the "
+            f"rest): {', '.join(f'`{k}`' for k in missing[:12])}"
+            f"{f' and {len(missing) - 12} more' if len(missing) > 12 else ''}."
+            if missing
+            else f"- Every one of the {len(specs)} runs is recorded."
+        ),
         f"- Compute: {compute:.0f} s summed over the runs' own `wall_s` (rounds and evaluations; one CPU thread "
         f"each unless the machine says otherwise), {compute / 3600:.2f} core-hours.",
         "- The runs were made by:",

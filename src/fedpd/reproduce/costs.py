@@ -66,12 +66,12 @@ EXTRA_HOURS = {"robustness": 40.0, "fedplus_table2": 0.9, "fedplus_standard": 1.
 #: how the added seeds of EXTRA_HOURS were costed: ``--estimate`` of the settings they add, CPU time, 2026-12-02
 MORE_SEEDS = {
     "fedplus_table2": "The Fed+ variants' κ seeds 3–9 on MNIST-robust add about 0.9 core-hours (`--runs "
-                      "'kappa/mnist-robust-*/fed*_plus/*,project/mnist-robust-*/*' --estimate 3`, CPU time, 2026-12-02, "
-                      "load average 5–7: 0.03–0.12 s per round, 0.2 s per evaluation).",
+    "'kappa/mnist-robust-*/fed*_plus/*,project/mnist-robust-*/*' --estimate 3`, CPU time, 2026-12-02, "
+    "load average 5–7: 0.03–0.12 s per round, 0.2 s per evaluation).",
     "fedplus_standard": "The synthetic data set's seeds 3–9 add about 1.3 core-hours (`--runs 'synthetic/*' --estimate "
-                        "2`, CPU time, 2026-12-02, load average 5: 0.17–0.33 s per round).",
+    "2`, CPU time, 2026-12-02, load average 5: 0.17–0.33 s per round).",
     "fedpd_fig2": "The SGD curves' seeds 5–14 add about 2.8 core-hours (`--runs '*/fedavg-sgd/*,*/fedpd-sgd/*' "
-                  "--estimate 3`, CPU time, 2026-12-02, load average 3–5: 0.40–0.44 s per round).",
+    "--estimate 3`, CPU time, 2026-12-02, load average 3–5: 0.40–0.44 s per round).",
 }
 
 

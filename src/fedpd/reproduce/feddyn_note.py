@@ -35,9 +35,21 @@ ETA = 1.0
 RUNS = {
     "fedpd": ("FedPD, p = 0", {"name": "fedpd", "eta": ETA, "p": 0.0}, {"name": "all"}),
     "feddyn": ("FedDyn, all clients", {"name": "feddyn", "eta": ETA}, {"name": "all"}),
-    "feddyn-k10": ("FedDyn, 10 of 20 per round", {"name": "feddyn", "eta": ETA}, {"name": "uniform", "clients_per_round": 10}),
-    "feddyn-k4": ("FedDyn, 4 of 20 per round", {"name": "feddyn", "eta": ETA}, {"name": "uniform", "clients_per_round": 4}),
-    "feddyn-k2": ("FedDyn, 2 of 20 per round", {"name": "feddyn", "eta": ETA}, {"name": "uniform", "clients_per_round": 2}),
+    "feddyn-k10": (
+        "FedDyn, 10 of 20 per round",
+        {"name": "feddyn", "eta": ETA},
+        {"name": "uniform", "clients_per_round": 10},
+    ),
+    "feddyn-k4": (
+        "FedDyn, 4 of 20 per round",
+        {"name": "feddyn", "eta": ETA},
+        {"name": "uniform", "clients_per_round": 4},
+    ),
+    "feddyn-k2": (
+        "FedDyn, 2 of 20 per round",
+        {"name": "feddyn", "eta": ETA},
+        {"name": "uniform", "clients_per_round": 2},
+    ),
     "fedpd-p0.5": ("FedPD, p = 0.5", {"name": "fedpd", "eta": ETA, "p": 0.5}, {"name": "all"}),
 }
 #: (problem, run) compared with (problem, "fedpd")
@@ -183,7 +195,10 @@ def _identical(results):
     if not ds:
         return None, "not run (or not recorded yet) at this budget"
     d = max(ds.values())
-    return d < 1e-10, f"largest relative distance over all rounds and seeds: {d:.1e} (identical: < 1e-10, float64 rounding)"
+    return (
+        d < 1e-10,
+        f"largest relative distance over all rounds and seeds: {d:.1e} (identical: < 1e-10, float64 rounding)",
+    )
 
 
 def _parts_with_participation(results):

@@ -23,7 +23,8 @@ from fedpd.reproduce import report as rep
 from fedpd.reproduce.costs import MEDIUM_COST, MORE_SEEDS
 from fedpd.reproduce.spec import Budget, Claim, Experiment, grid
 
-FEDPD = "Zhang, Hong, Dhople, Yin, Liu, *FedPD: a federated learning framework with optimal rates and adaptivity to non-IID data* (IEEE TSP, 2021)"
+FEDPD = ("Zhang, Hong, Dhople, Yin, Liu, *FedPD: a federated learning framework with optimal rates and adaptivity "
+         "to non-IID data* (IEEE TSP, 2021)")
 GRAD = "‖∇f‖²"
 
 # --- Fig. 2 -------------------------------------------------------------------------------------
@@ -120,7 +121,9 @@ class FedPDFig2(Experiment):
             for method, (label, _, _) in FIG2_METHODS.items():
                 runs = results.select(panel=panel, method=method)
                 rep.band(ax, runs, "grad_norm_sq", x="comm_rounds", label=label, log=True)
-                reach = [r.first_reach("grad_norm_sq", targets[r.seed]) for r in runs if targets.get(r.seed) is not None]
+                reach = [
+                    r.first_reach("grad_norm_sq", targets[r.seed]) for r in runs if targets.get(r.seed) is not None
+                ]
                 rows.append([label, rep.fmt_ms([r.final("grad_norm_sq") for r in runs], "e"),
                              rep.fmt_ms([r.final("comm_rounds") for r in runs], "int"),
                              rep.fmt_ms([x for x in reach if x is not None], "int", expected=len(runs)),
@@ -177,7 +180,9 @@ def _comparable(panel, a, b):
             return NOT_RUN
         edge = math.log10(COMPARABLE)
         verdict = rep.equivalence(diff, edge)
-        spread = "; ".join(f"{FIG2_METHODS[m][0]}: the seeds' max / min {_spread(results, panel, m):.2g}" for m in (a, b))
+        spread = "; ".join(
+            f"{FIG2_METHODS[m][0]}: the seeds' max / min {_spread(results, panel, m):.2g}" for m in (a, b)
+        )
         return verdict, (f"log10({FIG2_METHODS[a][0]} / {FIG2_METHODS[b][0]}) per seed = {diff.text('.2f')} "
                          f"(comparable: inside "
                          f"±{edge:.2f}, a factor of {COMPARABLE:g}); {spread}")
@@ -309,17 +314,33 @@ class FedPDPHeterogeneity(Experiment):
     title = "FedPD: communication saving p against data heterogeneity"
     source = (f"{FEDPD}, §3.2: Remark 3, Table 2 (p as a function of ε/δ²) and Fig. 1; δ-non-i.i.d. as in eq. (6)")
     budgets = {
-        "smoke": Budget("smoke", (0,), "3 rounds, 10 agents × 40 samples, two p and two heterogeneities (tests only).",
-                        {"rounds": 3, "clients": 10, "samples": 40, "p": (0.0, 0.5), "h": (0.0, 1.0)}),
-        "reduced": Budget("reduced", (0, 1, 2), "the paper's problem (100 agents × 400 samples, d = 20, T = 600 rounds, "
-                          "FedPD-GD Q = 8, η = 1) on a grid of 5 values of p × 4 heterogeneities, 3 seeds. The paper "
-                          "states the relation as a theorem (Table 2) and shows no experiment for it.",
-                          {"rounds": 600, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
-        "medium": Budget("medium", (0, 1, 2, 3, 4), "as reduced, 5 seeds and T = 2000 rounds: the full budget, "
-                         "which fits a 2-core machine. " + MEDIUM_COST["fedpd_p_heterogeneity"],
-                         {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
-        "full": Budget("full", (0, 1, 2, 3, 4), "as reduced, 5 seeds and T = 2000 rounds.",
-                       {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES}),
+        "smoke": Budget(
+            "smoke",
+            (0,),
+            "3 rounds, 10 agents × 40 samples, two p and two heterogeneities (tests only).",
+            {"rounds": 3, "clients": 10, "samples": 40, "p": (0.0, 0.5), "h": (0.0, 1.0)},
+        ),
+        "reduced": Budget(
+            "reduced",
+            (0, 1, 2),
+            "the paper's problem (100 agents × 400 samples, d = 20, T = 600 rounds, "
+            "FedPD-GD Q = 8, η = 1) on a grid of 5 values of p × 4 heterogeneities, 3 seeds. The paper "
+            "states the relation as a theorem (Table 2) and shows no experiment for it.",
+            {"rounds": 600, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES},
+        ),
+        "medium": Budget(
+            "medium",
+            (0, 1, 2, 3, 4),
+            "as reduced, 5 seeds and T = 2000 rounds: the full budget, "
+            "which fits a 2-core machine. " + MEDIUM_COST["fedpd_p_heterogeneity"],
+            {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES},
+        ),
+        "full": Budget(
+            "full",
+            (0, 1, 2, 3, 4),
+            "as reduced, 5 seeds and T = 2000 rounds.",
+            {"rounds": 2000, "clients": 100, "samples": 400, "p": P_VALUES, "h": H_VALUES},
+        ),
     }
 
     def runs(self, budget):
@@ -346,11 +367,15 @@ class FedPDPHeterogeneity(Experiment):
         rows = [[f"{h:g}", rep.fmt_ms([d[0] for d in dsq[h]], "e"), rep.fmt_ms([d[1] for d in dsq[h]], "e"),
                  rep.fmt_ms([r.records[0].get("grad_norm_sq") for r in results.select(h=h, p=ps[0])], "e")]
                 for h in hs]
-        sections = ["## Heterogeneity\n\n`problem.heterogeneity = h` gives agent i the ground truth (1 − h)·x* + h·x_i* "
-                    "(h = 1 is the paper's strongly non-i.i.d. data). Even at h = 0 the agents' 400 samples differ, so "
-                    "δ > 0. Measured at the initial model x⁰ = 0 (seeds' mean ± std, "
-                    f"{rep.seeds_of(everything.select(p=ps[0]))}):\n\n" + rep.md_table(
-                        ["h", "δ² = max_i ‖∇f_i(x⁰) − ∇f(x⁰)‖²", "mean_i ‖∇f_i(x⁰) − ∇f(x⁰)‖²", f"{GRAD} at x⁰"], rows)]
+        sections = [
+            "## Heterogeneity\n\n`problem.heterogeneity = h` gives agent i the ground truth (1 − h)·x* + h·x_i* "
+            "(h = 1 is the paper's strongly non-i.i.d. data). Even at h = 0 the agents' 400 samples differ, so "
+            "δ > 0. Measured at the initial model x⁰ = 0 (seeds' mean ± std, "
+            f"{rep.seeds_of(everything.select(p=ps[0]))}):\n\n"
+            + rep.md_table(
+                ["h", "δ² = max_i ‖∇f_i(x⁰) − ∇f(x⁰)‖²", "mean_i ‖∇f_i(x⁰) − ∇f(x⁰)‖²", f"{GRAD} at x⁰"], rows
+            )
+        ]
         fig, axes = rep.figure(1, len(REL_TARGETS) + 1, size=(5 * (len(REL_TARGETS) + 1), 3.8))
         for col, rel in enumerate(REL_TARGETS):
             rows = []

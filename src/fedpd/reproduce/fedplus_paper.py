@@ -174,30 +174,68 @@ class FedPlusTable2(Experiment):
     source = f"{FEDPLUS}, §5.1, Table 2"
     datasets = ("mnist",)
     budgets = {
-        "smoke": Budget("smoke", (0,), "2 rounds on 2 000 MNIST images, N = 10 datasets and the regression only "
-                        "(tests only).", {"mnist_rounds": 2, "regression_rounds": 2, "project_regression_rounds": 2,
-                                          "max_samples": 2000, "datasets": ("mnist-robust-n10", "regression"),
-                                          "methods": ("scaffold", "apfl", "fedgeomed_plus"), "kappa_seeds": (0,),
-                                          "kappa_datasets": ("regression",), "kappa_methods": ("scaffold", "fedgeomed_plus")}),
-        "reduced": Budget("reduced", (0, 1, 2, 3, 4), "MNIST: 100 rounds instead of the paper's T = 500 (all 70 000 "
-                          "images); regression: the paper's T = 500 in the paper setting, 30 rounds in the project "
-                          "setting (as measured before); 5 seeds as the paper.",
-                          {"mnist_rounds": 100, "regression_rounds": 500, "project_regression_rounds": 30,
-                           "max_samples": 0, "datasets": tuple(DATASETS)}),
-        "medium": Budget("medium", (0, 1, 2, 3, 4), "the paper's T = 500 rounds on MNIST and the regression "
-                         "(the project setting's regression: 30, as tuned), 5 seeds as the paper: the full budget, "
-                         "which fits a 2-core machine; the κ setting (added later): T = 500, three values of each "
-                         "method's knob on seeds 0, 1, 2, cross-fitted, and the Fed+ variants on MNIST-robust on "
-                         "seeds 0–9 (seeds 3–9 added later: 3 left \"FedCoMed+ performs poorly\" undecided). "
-                         + MEDIUM_COST["fedplus_table2"] + " " + MORE_SEEDS["fedplus_table2"],
-                         {"mnist_rounds": 500, "regression_rounds": 500, "project_regression_rounds": 30,
-                          "max_samples": 0, "datasets": tuple(DATASETS),
-                          "kappa_more": {"datasets": MNIST_ROBUST, "methods": FEDPLUS_METHODS,
-                                         "seeds": tuple(range(3, 10))}}),
-        "full": Budget("full", (0, 1, 2, 3, 4), "T = 500 rounds everywhere (the project setting's regression: 30, as "
-                       "tuned), 5 seeds.", {"mnist_rounds": 500, "regression_rounds": 500,
-                                            "project_regression_rounds": 30, "max_samples": 0,
-                                            "datasets": tuple(DATASETS)}),
+        "smoke": Budget(
+            "smoke",
+            (0,),
+            "2 rounds on 2 000 MNIST images, N = 10 datasets and the regression only (tests only).",
+            {
+                "mnist_rounds": 2,
+                "regression_rounds": 2,
+                "project_regression_rounds": 2,
+                "max_samples": 2000,
+                "datasets": ("mnist-robust-n10", "regression"),
+                "methods": ("scaffold", "apfl", "fedgeomed_plus"),
+                "kappa_seeds": (0,),
+                "kappa_datasets": ("regression",),
+                "kappa_methods": ("scaffold", "fedgeomed_plus"),
+            },
+        ),
+        "reduced": Budget(
+            "reduced",
+            (0, 1, 2, 3, 4),
+            "MNIST: 100 rounds instead of the paper's T = 500 (all 70 000 "
+            "images); regression: the paper's T = 500 in the paper setting, 30 rounds in the project "
+            "setting (as measured before); 5 seeds as the paper.",
+            {
+                "mnist_rounds": 100,
+                "regression_rounds": 500,
+                "project_regression_rounds": 30,
+                "max_samples": 0,
+                "datasets": tuple(DATASETS),
+            },
+        ),
+        "medium": Budget(
+            "medium",
+            (0, 1, 2, 3, 4),
+            "the paper's T = 500 rounds on MNIST and the regression "
+            "(the project setting's regression: 30, as tuned), 5 seeds as the paper: the full budget, "
+            "which fits a 2-core machine; the κ setting (added later): T = 500, three values of each "
+            "method's knob on seeds 0, 1, 2, cross-fitted, and the Fed+ variants on MNIST-robust on "
+            'seeds 0–9 (seeds 3–9 added later: 3 left "FedCoMed+ performs poorly" undecided). '
+            + MEDIUM_COST["fedplus_table2"]
+            + " "
+            + MORE_SEEDS["fedplus_table2"],
+            {
+                "mnist_rounds": 500,
+                "regression_rounds": 500,
+                "project_regression_rounds": 30,
+                "max_samples": 0,
+                "datasets": tuple(DATASETS),
+                "kappa_more": {"datasets": MNIST_ROBUST, "methods": FEDPLUS_METHODS, "seeds": tuple(range(3, 10))},
+            },
+        ),
+        "full": Budget(
+            "full",
+            (0, 1, 2, 3, 4),
+            "T = 500 rounds everywhere (the project setting's regression: 30, as tuned), 5 seeds.",
+            {
+                "mnist_rounds": 500,
+                "regression_rounds": 500,
+                "project_regression_rounds": 30,
+                "max_samples": 0,
+                "datasets": tuple(DATASETS),
+            },
+        ),
     }
 
     def runs(self, budget):
@@ -260,14 +298,21 @@ class FedPlusTable2(Experiment):
                 rows.append(row)
             seeds = rep.seeds_of(results.select(setting=setting)) if setting != "kappa" else \
                 f"the tuned value of each seed, table below: {_kappa_seeds_text(budget)}"
-            sections.append(f"## Setting \"{setting}\": {what}\n\nOurs (mean ± std over the seeds, "
-                            f"{seeds}) and, in brackets, "
-                            "the paper's Table 2. MNIST: personalised test accuracy %, higher is better; regression: "
-                            "personalised mean squared test error, lower is better (the paper does not define its error, "
-                            "so compare the order, not the scale)."
-                            + (" †: the project has no tuned MNIST values for this baseline; these are the runs of the "
-                               "paper setting." if setting == "project" else "") + "\n\n"
-                            + rep.md_table(["data set", *METHODS.values()], rows))
+            sections.append(
+                f'## Setting "{setting}": {what}\n\nOurs (mean ± std over the seeds, '
+                f"{seeds}) and, in brackets, "
+                "the paper's Table 2. MNIST: personalised test accuracy %, higher is better; regression: "
+                "personalised mean squared test error, lower is better (the paper does not define its error, "
+                "so compare the order, not the scale)."
+                + (
+                    " †: the project has no tuned MNIST values for this baseline; these are the runs of the "
+                    "paper setting."
+                    if setting == "project"
+                    else ""
+                )
+                + "\n\n"
+                + rep.md_table(["data set", *METHODS.values()], rows)
+            )
             if setting == "kappa":
                 sections.append(_kappa_grid_section(results, datasets, budget))
         rows = []

@@ -119,23 +119,45 @@ class FedPlusStandard(Experiment):
     source = f"{FEDPLUS}, §5.2 and Figure 4"
     datasets = ("mnist",)
     budgets = {
-        "smoke": Budget("smoke", (0,), "2 rounds of 1 local epoch; synthetic N = 3 and 15, MNIST on 2 000 images over "
-                        "20 parties (10 and 20), a cap of 60 samples per synthetic party; FedAvg and FedGeoMed+ "
-                        "(tests only).",
-                        {"rounds": 2, "epochs": 1, "mnist_parties": 20, "min_size": 2, "max_samples": 2000,
-                         "max_client_samples": 60, "parties": {"synthetic": (3, 15), "mnist": (10, 20)},
-                         "methods": ("fedavg", "fedgeomed_plus")}),
-        "reduced": Budget("reduced", (0,), "the paper's setting (E = 20 local epochs, FedProx's 200 / 100 rounds) with "
-                          "one seed: a first look, no verdict.",
-                          {"epochs": 20, "mnist_parties": 1000, "min_size": 10}),
-        "medium": Budget("medium", tuple(range(10)), "the paper's §5.2 setting — 10 parties a round, batch 10, E = 20 "
-                         "local epochs, its learning rates, σ and δ, FedProx's μ = 1 and its 200 (synthetic) and 100 "
-                         "(MNIST) rounds — with 10 paired seeds on the synthetic data and 3 on MNIST (the paper does not "
-                         "say how many it ran; synthetic seeds 3–9 added later: 3 left most of its claims undecided). "
-                         + MEDIUM_COST["fedplus_standard"] + " " + MORE_SEEDS["fedplus_standard"],
-                         {"epochs": 20, "mnist_parties": 1000, "min_size": 10, "seeds_of": {"mnist": (0, 1, 2)}}),
-        "full": Budget("full", (0, 1, 2, 3, 4), "as medium, with 5 seeds.",
-                       {"epochs": 20, "mnist_parties": 1000, "min_size": 10}),
+        "smoke": Budget(
+            "smoke",
+            (0,),
+            "2 rounds of 1 local epoch; synthetic N = 3 and 15, MNIST on 2 000 images over "
+            "20 parties (10 and 20), a cap of 60 samples per synthetic party; FedAvg and FedGeoMed+ "
+            "(tests only).",
+            {
+                "rounds": 2,
+                "epochs": 1,
+                "mnist_parties": 20,
+                "min_size": 2,
+                "max_samples": 2000,
+                "max_client_samples": 60,
+                "parties": {"synthetic": (3, 15), "mnist": (10, 20)},
+                "methods": ("fedavg", "fedgeomed_plus"),
+            },
+        ),
+        "reduced": Budget(
+            "reduced",
+            (0,),
+            "the paper's setting (E = 20 local epochs, FedProx's 200 / 100 rounds) with "
+            "one seed: a first look, no verdict.",
+            {"epochs": 20, "mnist_parties": 1000, "min_size": 10},
+        ),
+        "medium": Budget(
+            "medium",
+            tuple(range(10)),
+            "the paper's §5.2 setting — 10 parties a round, batch 10, E = 20 "
+            "local epochs, its learning rates, σ and δ, FedProx's μ = 1 and its 200 (synthetic) and 100 "
+            "(MNIST) rounds — with 10 paired seeds on the synthetic data and 3 on MNIST (the paper does not "
+            "say how many it ran; synthetic seeds 3–9 added later: 3 left most of its claims undecided). "
+            + MEDIUM_COST["fedplus_standard"]
+            + " "
+            + MORE_SEEDS["fedplus_standard"],
+            {"epochs": 20, "mnist_parties": 1000, "min_size": 10, "seeds_of": {"mnist": (0, 1, 2)}},
+        ),
+        "full": Budget(
+            "full", (0, 1, 2, 3, 4), "as medium, with 5 seeds.", {"epochs": 20, "mnist_parties": 1000, "min_size": 10}
+        ),
     }
 
     def runs(self, budget):
@@ -325,8 +347,10 @@ def _untrained(results, dataset: str, key: str) -> str:
     share = trained_share(runs[0].spec.config) if runs and runs[0].spec.config else 1.0
     if key != "personal_acc" or share > 0.999:
         return ""
-    return (f", and Fed+'s personal accuracy there counts the parties never sampled (about {100 * (1 - share):.1f} %), at "
-            "their initial model (the scaling rows)")
+    return (
+        f", and Fed+'s personal accuracy there counts the parties never sampled (about {100 * (1 - share):.1f} %), at "
+        "their initial model (the scaling rows)"
+    )
 
 
 def _mean(values: dict) -> float:
@@ -353,11 +377,13 @@ def _best_fedplus_vs_fedprox_on_average(key):
         texts = [f"{label}: {best} − FedProx = {_gain(g, base, 'FedProx')}" for label, best, g, base in gains]
         mean_points = statistics.fmean(g for *_, g, _ in gains)
         mean_rel = statistics.fmean(100 * g / base for *_, g, base in gains)
-        return rep.NOT_TESTABLE, ("the paper's figure is an average over its four data sets, of which FEMNIST and "
-                                  "Sent140 are not here, and the data sets here cannot decide it. Here, the variant with "
-                                  "the largest mean on each: " + "; ".join(texts) + f"; their mean over the {len(gains)} "
-                                  f"data sets here: {mean_points:+.2f} points ({mean_rel:+.1f} %; the paper: 9.90 % "
-                                  "over four)")
+        return rep.NOT_TESTABLE, (
+            "the paper's figure is an average over its four data sets, of which FEMNIST and "
+            "Sent140 are not here, and the data sets here cannot decide it. Here, the variant with "
+            "the largest mean on each: " + "; ".join(texts) + f"; their mean over the {len(gains)} "
+            f"data sets here: {mean_points:+.2f} points ({mean_rel:+.1f} %; the paper: 9.90 % "
+            "over four)"
+        )
     return check
 
 

@@ -69,13 +69,25 @@ class FedPlusKappaSweep(Experiment):
     title = "Fed+ Table 2, synthetic regression: the FedAvg+ / FedGeoMed+ gap over κ and around the paper's point"
     source = f"{FEDPLUS}, §5.1, Table 2 (the regression row) and §4.4.1 (the recommended κ)"
     budgets = {
-        "smoke": Budget("smoke", (0,), "2 rounds, the paper's point and κ = 0.9 only (tests only).",
-                        {"rounds": 2, "first": FIRST[:1], "kappa": ((1e-4, 0.1, 0.0, (0.9,)),), "largest": False}),
-        "reduced": Budget("reduced", (0,), "every point on data set 0 only (the paper's T = 500): no interval, a first "
-                          "look.", {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": False}),
-        "medium": Budget("medium", SEEDS, "the paper's T = 500 rounds, every point; the κ sweep on three data sets, "
-                         "the first sweep on one (its largest gap on three): the full budget. " + MEDIUM_COST["fedplus_kappa"],
-                         {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": True}),
+        "smoke": Budget(
+            "smoke",
+            (0,),
+            "2 rounds, the paper's point and κ = 0.9 only (tests only).",
+            {"rounds": 2, "first": FIRST[:1], "kappa": ((1e-4, 0.1, 0.0, (0.9,)),), "largest": False},
+        ),
+        "reduced": Budget(
+            "reduced",
+            (0,),
+            "every point on data set 0 only (the paper's T = 500): no interval, a first look.",
+            {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": False},
+        ),
+        "medium": Budget(
+            "medium",
+            SEEDS,
+            "the paper's T = 500 rounds, every point; the κ sweep on three data sets, "
+            "the first sweep on one (its largest gap on three): the full budget. " + MEDIUM_COST["fedplus_kappa"],
+            {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": True},
+        ),
         "full": Budget("full", SEEDS, "as medium.", {"rounds": 500, "first": FIRST, "kappa": KAPPA, "largest": True}),
     }
 
@@ -146,10 +158,13 @@ class FedPlusKappaSweep(Experiment):
                 c = _gap(results, point)
                 rows.append(["mean", rep.fmt_num(_mean(avg), ".0f"), rep.fmt_num(_mean(geo), ".0f"),
                              f"{_mean(avg) / _mean(geo):.2f}", f"{c.diff.text('.0f')} (95 % t-interval)"])
-            sections.append(f"### Its largest gap (σ = {sigma:g}, κ = {1 / (1 + lr * sigma):.3f}) on three data sets\n\n"
-                            "`problem.seed` 0, 1, 2, the run seed equal to it.\n\n" + rep.md_table(
-                                ["data set", "FedAvg+", "FedGeoMed+", "FedAvg+ / FedGeoMed+", "FedAvg+ − FedGeoMed+"],
-                                rows))
+            sections.append(
+                f"### Its largest gap (σ = {sigma:g}, κ = {1 / (1 + lr * sigma):.3f}) on three data sets\n\n"
+                "`problem.seed` 0, 1, 2, the run seed equal to it.\n\n"
+                + rep.md_table(
+                    ["data set", "FedAvg+", "FedGeoMed+", "FedAvg+ / FedGeoMed+", "FedAvg+ − FedGeoMed+"], rows
+                )
+            )
         sections.append(rep.claims_section(CLAIMS, results))
         return sections
 
@@ -178,8 +193,10 @@ def _ratio_over_rounds(results, point: dict) -> list[float]:
     if not all(curves.values()):
         return []
     rounds = sorted(set.intersection(*(set(c) for cs in curves.values() for c in cs)) - {0})
-    return [statistics.fmean(c[t] for c in curves["fedavg_plus"]) / statistics.fmean(c[t] for c in curves["fedgeomed_plus"])
-            for t in rounds]
+    return [
+        statistics.fmean(c[t] for c in curves["fedavg_plus"]) / statistics.fmean(c[t] for c in curves["fedgeomed_plus"])
+        for t in rounds
+    ]
 
 
 def _gap(results, point: dict, scale: float = 1.0) -> rep.Comparison:
@@ -227,11 +244,20 @@ def _geomed_ahead_everywhere(results):
 
 
 CLAIMS = [
-    Claim(f"FedGeoMed+ has about half FedAvg+'s error on the regression ({PAPER_RATIO[0]:g} against "
-          f"{PAPER_RATIO[1]:g}: a ratio of {GAP:g} or more) somewhere in the recommended "
-          "κ ∈ [0.9, 0.999]", "§5.1, Table 2; §4.4.1", _paper_gap_somewhere, paired=True),
-    Claim("FedGeoMed+'s error is below FedAvg+'s at every point of the recommended κ range swept here (Table 2's order)",
-          "§5.1, Table 2; §4.4.1", _geomed_ahead_everywhere, paired=True),
+    Claim(
+        f"FedGeoMed+ has about half FedAvg+'s error on the regression ({PAPER_RATIO[0]:g} against "
+        f"{PAPER_RATIO[1]:g}: a ratio of {GAP:g} or more) somewhere in the recommended "
+        "κ ∈ [0.9, 0.999]",
+        "§5.1, Table 2; §4.4.1",
+        _paper_gap_somewhere,
+        paired=True,
+    ),
+    Claim(
+        "FedGeoMed+'s error is below FedAvg+'s at every point of the recommended κ range swept here (Table 2's order)",
+        "§5.1, Table 2; §4.4.1",
+        _geomed_ahead_everywhere,
+        paired=True,
+    ),
 ]
 
 EXPERIMENTS = [FedPlusKappaSweep()]

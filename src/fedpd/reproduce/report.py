@@ -489,7 +489,9 @@ def machine_text(m: dict) -> str:
     if not m:
         return "unknown"
     threads = m.get("threads")
-    text = f"{m.get('cores', '?')} cores ({m.get('cpu', '?')}), {threads} thread{'s' * (threads != 1)}, {m.get('device')}"
+    text = (
+        f"{m.get('cores', '?')} cores ({m.get('cpu', '?')}), {threads} thread{'s' * (threads != 1)}, {m.get('device')}"
+    )
     return text + (f" ({m['gpu']})" if m.get("gpu") else "")
 
 

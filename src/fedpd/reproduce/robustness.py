@@ -126,21 +126,36 @@ FEDPLUS = {"sigma": 1.0, "init": "median"}
 METHODS = {
     "fedavg": ("FedAvg (mean)", {"name": "fedavg"}),
     "median": ("coordinate median", {"name": "fedavg", "aggregator": "coordinate_median"}),
-    "trimmed": ("trimmed mean (β = 0.2)", {"name": "fedavg", "aggregator": "trimmed_mean",
-                                           "aggregator_options": {"trim_ratio": 0.2}}),
-    "krum": ("Krum (f = 4)", {"name": "fedavg", "aggregator": "krum", "aggregator_options": {"n_byzantine": BYZANTINE}}),
-    "bulyan": ("Bulyan (f = 4)", {"name": "fedavg", "aggregator": "bulyan",
-                                  "aggregator_options": {"n_byzantine": BYZANTINE}}),
+    "trimmed": (
+        "trimmed mean (β = 0.2)",
+        {"name": "fedavg", "aggregator": "trimmed_mean", "aggregator_options": {"trim_ratio": 0.2}},
+    ),
+    "krum": (
+        "Krum (f = 4)",
+        {"name": "fedavg", "aggregator": "krum", "aggregator_options": {"n_byzantine": BYZANTINE}},
+    ),
+    "bulyan": (
+        "Bulyan (f = 4)",
+        {"name": "fedavg", "aggregator": "bulyan", "aggregator_options": {"n_byzantine": BYZANTINE}},
+    ),
     "rfa": ("RFA (geometric median)", {"name": "fedavg", "aggregator": "geometric_median"}),
-    "cc": (f"centered clipping (τ = {BOUND:g}, L = 3)", {
-        "name": "fedavg", "aggregator": "centered_clipping", "aggregator_options": {"tau": BOUND, "iterations": 3}}),
-    "nb": (f"norm bounding (M = {BOUND:g})", {"name": "fedavg", "aggregator": "norm_bounding",
-                                              "aggregator_options": {"max_norm": BOUND}}),
+    "cc": (
+        f"centered clipping (τ = {BOUND:g}, L = 3)",
+        {"name": "fedavg", "aggregator": "centered_clipping", "aggregator_options": {"tau": BOUND, "iterations": 3}},
+    ),
+    "nb": (
+        f"norm bounding (M = {BOUND:g})",
+        {"name": "fedavg", "aggregator": "norm_bounding", "aggregator_options": {"max_norm": BOUND}},
+    ),
     "fedavg_plus": ("FedAvg+ (δ = 0.1)", {"name": "fedavg_plus", "delta": 0.1, **FEDPLUS}),
-    "fedgeomed_plus": ("FedGeoMed+ (δ = 0.5 × spread)", {"name": "fedgeomed_plus", "delta": 0.5,
-                                                         "delta_rule": "spread", **FEDPLUS}),
-    "fedcomed_plus": ("FedCoMed+ (δ = 0.5 × spread)", {"name": "fedcomed_plus", "delta": 0.5,
-                                                       "delta_rule": "spread", **FEDPLUS}),
+    "fedgeomed_plus": (
+        "FedGeoMed+ (δ = 0.5 × spread)",
+        {"name": "fedgeomed_plus", "delta": 0.5, "delta_rule": "spread", **FEDPLUS},
+    ),
+    "fedcomed_plus": (
+        "FedCoMed+ (δ = 0.5 × spread)",
+        {"name": "fedcomed_plus", "delta": 0.5, "delta_rule": "spread", **FEDPLUS},
+    ),
     "fedgeomed_plus_fixed": ("FedGeoMed+ (fixed δ = 0.1)", {"name": "fedgeomed_plus", "delta": 0.1, **FEDPLUS}),
     "fedcomed_plus_fixed": ("FedCoMed+ (fixed δ = 0.1)", {"name": "fedcomed_plus", "delta": 0.1, **FEDPLUS}),
 }
@@ -236,7 +251,9 @@ ALL = {"splits": tuple(SPLITS), "methods": tuple(METHODS), "attacks": tuple(ATTA
 
 class Robustness(Experiment):
     name = "robustness"
-    title = "Every defence against every attack (MNIST MLP, 20 % Byzantine; the backdoor), and DP's utility-privacy curve"
+    title = (
+        "Every defence against every attack (MNIST MLP, 20 % Byzantine; the backdoor), and DP's utility-privacy curve"
+    )
     source = ("Baruch, Baruch, Goldberg, *A little is enough: circumventing defenses for distributed learning* "
               "(NeurIPS 2019); Xie, Koyejo, Gupta, *Fall of empires: breaking Byzantine-tolerant SGD by inner product "
               "manipulation* (UAI 2020); Bagdasaryan, Veit, Hua, Estrin, Shmatikov, *How to backdoor federated "
@@ -247,30 +264,72 @@ class Robustness(Experiment):
               "(McMahan, Ramage, Talwar, Zhang, ICLR 2018)")
     datasets = ("mnist",)
     budgets = {
-        "smoke": Budget("smoke", (0,), "2 rounds of 2 local steps on a 2 000-image subsample, i.i.d. only, three "
-                        "methods, three attacks, and a 100-client DP curve of two points (tests only).",
-                        {"rounds": 2, "local_steps": 2, "max_samples": 2000, "splits": ("iid",),
-                         "methods": ("fedavg", "nb", "fedcomed_plus"), "attacks": ("none", "ipm100", "backdoor"),
-                         "eval_every": 1, "dp_methods": tuple(DP_METHODS), "dp_z": (0.0, 2.0), "dp_rounds": 2,
-                         "dp_clients": 100, "dp_per_round": 10, "hetero_splits": ("dir0.3",),
-                         "hetero_methods": ("trimmed+nnm+m",),
-                         "hetero_attacks": ("mimic", "optimal_alie"), "hetero_rounds": 2,
-                         "holdout": ("trimmed+nnm+m", (1,))}),
-        "reduced": Budget("reduced", (0,), "20 rounds of 20 local SGD steps (batch 50, lr 0.05) on all 60 000 training "
-                          "images, one seed: the whole grid (13 methods × 11 attacks × 2 splits), a first look — with "
-                          "one seed no claim on it can be decided; and the DP curve (100 rounds, 3 seeds: it is "
-                          "cheap). The attack papers use other models and data; this is our own setup, no paper's "
-                          "table. " + REDUCED_COST,
-                          {"rounds": 20, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100,
-                           "dp_seeds": (0, 1, 2)}),
-        "medium": Budget("medium", (0, 1, 2), "30 rounds, 3 seeds (each its own split, initialisation and Byzantine "
-                         "clients), the whole grid and the DP curve (100 rounds); the heterogeneous part 100 rounds "
-                         "on Dirichlet(0.3). " + MEDIUM_COST["robustness"] + " " + HETERO_COST,
-                         {"rounds": 30, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100, **H_ALL,
-                          "holdout": (H_HOLDOUT, (3, 4, 5, 6, 7))}),
-        "full": Budget("full", (0, 1, 2, 3, 4), "100 rounds, 5 seeds; the heterogeneous part on Dirichlet(0.3) and (0.1).",
-                       {"rounds": 100, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 200, **H_ALL,
-                        "hetero_splits": tuple(H_SPLITS), "holdout": (H_HOLDOUT, (5, 6, 7, 8, 9))}),
+        "smoke": Budget(
+            "smoke",
+            (0,),
+            "2 rounds of 2 local steps on a 2 000-image subsample, i.i.d. only, three "
+            "methods, three attacks, and a 100-client DP curve of two points (tests only).",
+            {
+                "rounds": 2,
+                "local_steps": 2,
+                "max_samples": 2000,
+                "splits": ("iid",),
+                "methods": ("fedavg", "nb", "fedcomed_plus"),
+                "attacks": ("none", "ipm100", "backdoor"),
+                "eval_every": 1,
+                "dp_methods": tuple(DP_METHODS),
+                "dp_z": (0.0, 2.0),
+                "dp_rounds": 2,
+                "dp_clients": 100,
+                "dp_per_round": 10,
+                "hetero_splits": ("dir0.3",),
+                "hetero_methods": ("trimmed+nnm+m",),
+                "hetero_attacks": ("mimic", "optimal_alie"),
+                "hetero_rounds": 2,
+                "holdout": ("trimmed+nnm+m", (1,)),
+            },
+        ),
+        "reduced": Budget(
+            "reduced",
+            (0,),
+            "20 rounds of 20 local SGD steps (batch 50, lr 0.05) on all 60 000 training "
+            "images, one seed: the whole grid (13 methods × 11 attacks × 2 splits), a first look — with "
+            "one seed no claim on it can be decided; and the DP curve (100 rounds, 3 seeds: it is "
+            "cheap). The attack papers use other models and data; this is our own setup, no paper's "
+            "table. " + REDUCED_COST,
+            {"rounds": 20, "max_samples": None, **ALL, "eval_every": 10, "dp_rounds": 100, "dp_seeds": (0, 1, 2)},
+        ),
+        "medium": Budget(
+            "medium",
+            (0, 1, 2),
+            "30 rounds, 3 seeds (each its own split, initialisation and Byzantine "
+            "clients), the whole grid and the DP curve (100 rounds); the heterogeneous part 100 rounds "
+            "on Dirichlet(0.3). " + MEDIUM_COST["robustness"] + " " + HETERO_COST,
+            {
+                "rounds": 30,
+                "max_samples": None,
+                **ALL,
+                "eval_every": 10,
+                "dp_rounds": 100,
+                **H_ALL,
+                "holdout": (H_HOLDOUT, (3, 4, 5, 6, 7)),
+            },
+        ),
+        "full": Budget(
+            "full",
+            (0, 1, 2, 3, 4),
+            "100 rounds, 5 seeds; the heterogeneous part on Dirichlet(0.3) and (0.1).",
+            {
+                "rounds": 100,
+                "max_samples": None,
+                **ALL,
+                "eval_every": 10,
+                "dp_rounds": 200,
+                **H_ALL,
+                "hetero_splits": tuple(H_SPLITS),
+                "holdout": (H_HOLDOUT, (5, 6, 7, 8, 9)),
+            },
+        ),
     }
 
     def runs(self, budget):
@@ -388,9 +447,12 @@ class Robustness(Experiment):
             if doors:
                 drows = [[METHODS[m][0], *(rep.fmt_ms(attack_runs.values("test_acc", split=split, attack=a, method=m),
                                                       "pct") for a in doors)] for m in methods]
-                same = (" Under norm bounding both backdoors upload the same step once the server has clipped it (the "
-                        "constrained attacker clips to the server's bound), so their cells agree (to rounding)." if len(doors) == 2
-                        and "nb" in methods else "")
+                same = (
+                    " Under norm bounding both backdoors upload the same step once the server has clipped it (the "
+                    "constrained attacker clips to the server's bound), so their cells agree (to rounding)."
+                    if len(doors) == 2 and "nb" in methods
+                    else ""
+                )
                 sections.append(f"Test accuracy (main task, %) under the backdoors ({SPLIT_LABELS[split]}).{same}\n\n"
                                 + rep.md_table(["method", *(ATTACKS[a][0] for a in doors)], drows))
             prow = []
@@ -491,7 +553,10 @@ def _falls(method, attack, below=0.5):
         vals = {s: v for s, v in vals.items() if not math.isnan(v)}  # a split none of whose runs is recorded
         if not vals:
             return None, f"{METHODS[method][0]} under {ATTACKS[attack][0]} not run (or not recorded yet) at this budget"
-        return all(v < below for v in vals.values()), ", ".join(f"{SPLIT_LABELS[s]} {100 * v:.1f} %" for s, v in vals.items())
+        return all(v < below for v in vals.values()), ", ".join(
+            f"{SPLIT_LABELS[s]} {100 * v:.1f} %" for s, v in vals.items()
+        )
+
     return check
 
 
@@ -520,9 +585,20 @@ def _losses(methods, attack, higher: bool, margin: float = 5.0):
     against ``margin``: above it (``higher``, "degraded") or below it ("holds"); Bonferroni over
     all these comparisons."""
     def check(results):
-        parts = [rep.compare("clean", _points(results, m, "none", s), ATTACKS[attack][0], _points(results, m, attack, s),
-                             higher=higher, style=".1f", margin=margin).where(f"{METHODS[m][0]}, {SPLIT_LABELS[s]}")
-                 for s in SPLITS for m in methods if _present(results, m, s)]
+        parts = [
+            rep.compare(
+                "clean",
+                _points(results, m, "none", s),
+                ATTACKS[attack][0],
+                _points(results, m, attack, s),
+                higher=higher,
+                style=".1f",
+                margin=margin,
+            ).where(f"{METHODS[m][0]}, {SPLIT_LABELS[s]}")
+            for s in SPLITS
+            for m in methods
+            if _present(results, m, s)
+        ]
         if not parts:
             return None, "not run (or not recorded yet) at this budget"
         verdict, text = rep.all_of(parts)
@@ -695,10 +771,19 @@ def _worst_gain(pairs, margin: float = 5.0):
     """For each (defence with pre-aggregation, the rule alone): the worst case over the attacks is more
     than ``margin`` points higher with it, paired over the seeds, on every heterogeneous split run."""
     def check(results):
-        parts = [rep.compare(H_METHODS[a][0], _worst_by_seed(results, a, s), H_METHODS[b][0],
-                             _worst_by_seed(results, b, s), style=".1f", margin=margin).where(H_SPLIT_LABELS[s])
-                 for s in H_SPLITS for a, b in pairs
-                 if results.select(part="hetero", split=s, method=a) and results.select(part="hetero", split=s, method=b)]
+        parts = [
+            rep.compare(
+                H_METHODS[a][0],
+                _worst_by_seed(results, a, s),
+                H_METHODS[b][0],
+                _worst_by_seed(results, b, s),
+                style=".1f",
+                margin=margin,
+            ).where(H_SPLIT_LABELS[s])
+            for s in H_SPLITS
+            for a, b in pairs
+            if results.select(part="hetero", split=s, method=a) and results.select(part="hetero", split=s, method=b)
+        ]
         if not parts:
             return None, "not run (or not recorded yet) at this budget"
         verdict, text = rep.all_of(parts)
@@ -759,38 +844,89 @@ def _holdout_within(points: float = 5.0):
 
 CLAIMS = [
     Claim("a mean is broken by IPM with large ε", "Xie et al. 2020", _falls("fedavg", "ipm100")),
-    Claim("with the fixed δ = 0.1 FedCoMed+ thresholds nothing on MNIST and is broken like a mean by IPM ε = 100",
-          "the project's measurement (6.9 %)", _falls("fedcomed_plus_fixed", "ipm100")),
-    Claim("with δ on the scale of the uploads (delta_rule = \"spread\") FedCoMed+ and FedGeoMed+ act as medians and "
-          "hold under IPM ε = 100 (within 5 points of their clean accuracy)", "the project's delta_rule; fedplus_delta.py",
-          _holds(("fedcomed_plus", "fedgeomed_plus"), "ipm100"), paired=True),
-    Claim("the median, trimmed mean, Krum and RFA hold under IPM ε = 100 (within 5 points of their clean accuracy)",
-          "Yin et al. 2018; Blanchard et al. 2017; "
-          "Pillutla et al. 2022", _holds(("median", "trimmed", "krum", "rfa"), "ipm100"), paired=True),
-    Claim("Bulyan and centered clipping hold under IPM ε = 100 (within 5 points of their clean accuracy)",
-          "El Mhamdi et al. 2018; Karimireddy et al. 2021, §6", _holds(("bulyan", "cc"), "ipm100"), paired=True),
-    Claim("a little is enough: ALIE degrades each robust aggregator (median, trimmed mean, Krum, RFA) by more than 5 "
-          "points",
-          "Baruch et al. 2019", _hurts(("median", "trimmed", "krum", "rfa"), "alie"), paired=True),
-    Claim("IPM with small ε degrades the median and Krum (each by more than 5 points)", "Xie et al. 2020",
-          _hurts(("median", "krum"), "ipm0.1"), paired=True),
-    Claim("model replacement backdoors FedAvg: one attacker of 20 makes the trigger work (backdoor accuracy above "
-          "50 %)", "Bagdasaryan et al. 2020, §5", _backdoored("fedavg", "backdoor")),
-    Claim("norm bounding limits the constrain-free backdoor: its accuracy more than 10 points below FedAvg's",
-          "Sun et al. 2019, §4", _limits("nb", "backdoor"), paired=True),
-    Claim("client-level DP trades accuracy for privacy: test accuracy falls with every step to more noise "
-          "(smaller ε), for FedAvg and FedDyn", "McMahan et al. 2018, §3", _noise_costs, paired=True),
-    Claim("heterogeneous clients, 25 % Byzantine: NNM restores trimmed mean and Krum — their worst case over the "
-          "attacks is more than 5 points higher after NNM", "Allouah et al. 2023, §6",
-          _worst_gain((("trimmed+nnm", "trimmed"), ("krum+nnm", "krum"))), paired=True),
-    Claim("heterogeneous clients, 25 % Byzantine: bucketing (s = 2) raises the worst case of the median and RFA by "
-          "more than 5 points", "Karimireddy et al. 2022, §5",
-          _worst_gain((("median+bucketing", "median"), ("rfa+bucketing", "rfa"))), paired=True),
-    Claim("heterogeneous clients, 25 % Byzantine: some defence's worst accuracy over every attack stays within 5 "
-          "points of clean FedAvg", "the project's goal", _some_defence_within(), paired=True),
-    Claim(f"heterogeneous clients, 25 % Byzantine, on held-out seeds: {H_METHODS[H_HOLDOUT][0]} (the best worst "
-          "case on seeds 0–2) keeps its worst accuracy over every attack within 5 points of clean FedAvg",
-          "the project's goal, checked on seeds it was not chosen on", _holdout_within(), paired=True),
+    Claim(
+        "with the fixed δ = 0.1 FedCoMed+ thresholds nothing on MNIST and is broken like a mean by IPM ε = 100",
+        "the project's measurement (6.9 %)",
+        _falls("fedcomed_plus_fixed", "ipm100"),
+    ),
+    Claim(
+        'with δ on the scale of the uploads (delta_rule = "spread") FedCoMed+ and FedGeoMed+ act as medians and '
+        "hold under IPM ε = 100 (within 5 points of their clean accuracy)",
+        "the project's delta_rule; fedplus_delta.py",
+        _holds(("fedcomed_plus", "fedgeomed_plus"), "ipm100"),
+        paired=True,
+    ),
+    Claim(
+        "the median, trimmed mean, Krum and RFA hold under IPM ε = 100 (within 5 points of their clean accuracy)",
+        "Yin et al. 2018; Blanchard et al. 2017; Pillutla et al. 2022",
+        _holds(("median", "trimmed", "krum", "rfa"), "ipm100"),
+        paired=True,
+    ),
+    Claim(
+        "Bulyan and centered clipping hold under IPM ε = 100 (within 5 points of their clean accuracy)",
+        "El Mhamdi et al. 2018; Karimireddy et al. 2021, §6",
+        _holds(("bulyan", "cc"), "ipm100"),
+        paired=True,
+    ),
+    Claim(
+        "a little is enough: ALIE degrades each robust aggregator (median, trimmed mean, Krum, RFA) by more than 5 "
+        "points",
+        "Baruch et al. 2019",
+        _hurts(("median", "trimmed", "krum", "rfa"), "alie"),
+        paired=True,
+    ),
+    Claim(
+        "IPM with small ε degrades the median and Krum (each by more than 5 points)",
+        "Xie et al. 2020",
+        _hurts(("median", "krum"), "ipm0.1"),
+        paired=True,
+    ),
+    Claim(
+        "model replacement backdoors FedAvg: one attacker of 20 makes the trigger work (backdoor accuracy above 50 %)",
+        "Bagdasaryan et al. 2020, §5",
+        _backdoored("fedavg", "backdoor"),
+    ),
+    Claim(
+        "norm bounding limits the constrain-free backdoor: its accuracy more than 10 points below FedAvg's",
+        "Sun et al. 2019, §4",
+        _limits("nb", "backdoor"),
+        paired=True,
+    ),
+    Claim(
+        "client-level DP trades accuracy for privacy: test accuracy falls with every step to more noise "
+        "(smaller ε), for FedAvg and FedDyn",
+        "McMahan et al. 2018, §3",
+        _noise_costs,
+        paired=True,
+    ),
+    Claim(
+        "heterogeneous clients, 25 % Byzantine: NNM restores trimmed mean and Krum — their worst case over the "
+        "attacks is more than 5 points higher after NNM",
+        "Allouah et al. 2023, §6",
+        _worst_gain((("trimmed+nnm", "trimmed"), ("krum+nnm", "krum"))),
+        paired=True,
+    ),
+    Claim(
+        "heterogeneous clients, 25 % Byzantine: bucketing (s = 2) raises the worst case of the median and RFA by "
+        "more than 5 points",
+        "Karimireddy et al. 2022, §5",
+        _worst_gain((("median+bucketing", "median"), ("rfa+bucketing", "rfa"))),
+        paired=True,
+    ),
+    Claim(
+        "heterogeneous clients, 25 % Byzantine: some defence's worst accuracy over every attack stays within 5 "
+        "points of clean FedAvg",
+        "the project's goal",
+        _some_defence_within(),
+        paired=True,
+    ),
+    Claim(
+        f"heterogeneous clients, 25 % Byzantine, on held-out seeds: {H_METHODS[H_HOLDOUT][0]} (the best worst "
+        "case on seeds 0–2) keeps its worst accuracy over every attack within 5 points of clean FedAvg",
+        "the project's goal, checked on seeds it was not chosen on",
+        _holdout_within(),
+        paired=True,
+    ),
 ]
 
 EXPERIMENTS = [Robustness()]

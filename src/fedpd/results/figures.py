@@ -120,8 +120,16 @@ def _curves(runs: list[Run], metric: str, x: str, labels: list[str] | None, grou
         common = sorted(set.intersection(*(set(p) for p in per_run)))
         xs = [float(np.mean([p[rnd][0] for p in per_run])) for rnd in common]
         ys = np.array([[p[rnd][1] for p in per_run] for rnd in common], dtype=float)
-        curves.append(Curve(f"{name} (mean ± std, {len(members)} seeds)", members, xs, ys.mean(1).tolist(), ys.std(1).tolist(),
-                            ys.min(1).tolist()))
+        curves.append(
+            Curve(
+                f"{name} (mean ± std, {len(members)} seeds)",
+                members,
+                xs,
+                ys.mean(1).tolist(),
+                ys.std(1).tolist(),
+                ys.min(1).tolist(),
+            )
+        )
     return curves
 
 

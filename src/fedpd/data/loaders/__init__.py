@@ -119,7 +119,9 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, **options
     spec = _SPECS[key]
     unknown = sorted(set(options) - set(spec.options))
     if unknown:
-        raise ConfigError(f"{key}: unknown option(s) {', '.join(unknown)}; expected {', '.join(spec.options) or 'none'}")
+        raise ConfigError(
+            f"{key}: unknown option(s) {', '.join(unknown)}; expected {', '.join(spec.options) or 'none'}"
+        )
     return spec.load(resolve_data_dir(data_dir), **options)
 
 

@@ -178,7 +178,10 @@ def _read_cifar(kind: str, path: Path, name: str, label_mode: str):
     for (x, y), split in zip(splits, ("train", "test")):
         if len(y) and (y.min() < 0 or y.max() >= num_classes):
             bad = int(y.min()) if y.min() < 0 else int(y.max())
-            raise DataError(f"{path}: {split} label {bad} out of range, expected 0-{num_classes - 1} ({lay.meta} names {num_classes})")
+            raise DataError(
+                f"{path}: {split} label {bad} out of range, expected 0-{num_classes - 1} "
+                f"({lay.meta} names {num_classes})"
+            )
     return splits, classes
 
 

@@ -93,7 +93,9 @@ def load_idx(root: Path, name: str, verify: bool = True) -> Dataset:
     y_te = read_idx(files["test_labels"], IDX_LABELS_MAGIC)
     for x, y, kx, ky in ((x_tr, y_tr, "train_images", "train_labels"), (x_te, y_te, "test_images", "test_labels")):
         if len(x) != len(y):
-            raise DataError(f"{files[kx]}: {len(x)} images but {files[ky].name} has {len(y)} labels; expected equal counts")
+            raise DataError(
+                f"{files[kx]}: {len(x)} images but {files[ky].name} has {len(y)} labels; expected equal counts"
+            )
         if len(y) and int(y.max()) > 9:
             raise DataError(f"{files[ky]}: label {int(y.max())} out of range, expected 0-9")
     return Dataset(name=name, x_train=u8_images(x_tr[:, None]), y_train=as_labels(y_tr),

@@ -99,7 +99,9 @@ def _decode_all(path: Path, mode: str):
         if shape is None:
             shape = arr.shape
         elif arr.shape != shape:
-            raise DataError(f"{where}: image shape {arr.shape}, expected {shape} like the first image (one size for all)")
+            raise DataError(
+                f"{where}: image shape {arr.shape}, expected {shape} like the first image (one size for all)"
+            )
         entries[split].append((cls, where, arr))
 
     if path.is_dir():
@@ -119,7 +121,9 @@ def _decode_all(path: Path, mode: str):
                     if key:
                         add(*key, f"{path}:{m.name}", tf.extractfile(m).read())
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-            raise DataError(f"{path}: corrupt or truncated archive ({e}); expected a tar(.gz) of train/ and test/") from None
+            raise DataError(
+                f"{path}: corrupt or truncated archive ({e}); expected a tar(.gz) of train/ and test/"
+            ) from None
     for split, items in entries.items():
         if not items:
             raise DataError(f"{path}: no images under {split}/<class>/ (extensions {', '.join(IMAGE_EXTENSIONS)})")
@@ -136,7 +140,9 @@ def _decode_all(path: Path, mode: str):
 
 def load_image_folder_option(root: Path, path: str | None = None, mode: str = "RGB") -> Dataset:
     if not path:
-        raise ConfigError("image-folder: no path given, expected path=<folder or .tar.gz> (absolute or under the data dir)")
+        raise ConfigError(
+            "image-folder: no path given, expected path=<folder or .tar.gz> (absolute or under the data dir)"
+        )
     p = Path(path).expanduser()
     if not p.is_absolute() and not p.exists():
         p = root / p

@@ -50,7 +50,9 @@ def _read_leaf(files: list[Path]) -> list[tuple[str, list, list, Path]]:
             with open(f, "rb") as fh:
                 obj = json.load(fh)
         except json.JSONDecodeError as e:
-            raise DataError(f"{f}: invalid JSON at line {e.lineno} column {e.colno} ({e.msg}); expected a LEAF file") from None
+            raise DataError(
+                f"{f}: invalid JSON at line {e.lineno} column {e.colno} ({e.msg}); expected a LEAF file"
+            ) from None
         except (OSError, UnicodeDecodeError) as e:
             raise DataError(f"{f}: cannot read ({e}); expected a LEAF JSON file") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("user_data"), dict):
@@ -113,8 +115,12 @@ def load_leaf(root: Path, name: str, vocab_size: int = 10000, seq_len: int = 25)
     meta: dict = {"format": "leaf"}
     if name == "sent140":
         if vocab_size < 3 or seq_len < 1:
-            raise ConfigError(f"sent140: vocab_size={vocab_size}, seq_len={seq_len}; expected vocab_size >= 3, seq_len >= 1")
-        counts = Counter(tok for _, xs, _, f in splits["train"] for x in xs for tok in _sent140_text(x, str(f)).lower().split())
+            raise ConfigError(
+                f"sent140: vocab_size={vocab_size}, seq_len={seq_len}; expected vocab_size >= 3, seq_len >= 1"
+            )
+        counts = Counter(
+            tok for _, xs, _, f in splits["train"] for x in xs for tok in _sent140_text(x, str(f)).lower().split()
+        )
         words = sorted(counts, key=lambda t: (-counts[t], t))[: vocab_size - 2]
         vocab = {w: i + 2 for i, w in enumerate(words)}
         meta.update(vocab=["<pad>", "<unk>", *words], vocab_size=len(words) + 2, seq_len=seq_len)
@@ -181,7 +187,9 @@ def load_glove(path: str | os.PathLike, vocab: list[str], seed: int = 0) -> torc
                     try:
                         found[i] = np.array(parts[-dim:], dtype=np.float32)
                     except ValueError:
-                        raise DataError(f"{path}:{lineno}: non-numeric vector for {vocab[i]!r}; expected {dim} numbers") from None
+                        raise DataError(
+                            f"{path}:{lineno}: non-numeric vector for {vocab[i]!r}; expected {dim} numbers"
+                        ) from None
     except OSError as e:
         raise DataError(f"{path}: cannot read the GloVe file ({e.strerror or e})") from None
     except UnicodeDecodeError as e:
