@@ -1,7 +1,11 @@
-"""Small builders shared by the tests."""
+"""Small builders shared by the tests: paths, simulations by hand, the CLI in this process, and the
+configs and checks the tests of one-line refusals share."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import tomli_w
 import torch
 
 from fedpd import registry
@@ -11,6 +15,11 @@ from fedpd.context import ClientContext, ServerContext
 from fedpd.problems.base import ClientData
 from fedpd.simulation import Simulation
 from fedpd.streams import ClientStreams
+
+#: the tests folder (where these shared modules and the scripts the tests start sit, whatever the
+#: subfolder of the test module) and the repository's root
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 
 def simulation(algorithm: dict, *, problem: dict | None = None, solver: dict | None = None,
@@ -94,11 +103,124 @@ def run_cli(args, capsys) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+def one_line_error(code: int, err: str) -> str:
+    """The one line of stderr of a command that exited with status 2."""
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    return lines[0]
+
+
+def quick_run(out: Path, capsys, *extra: str) -> None:
+    """``fedpd run examples/fedavg.toml`` for 2 rounds into ``out``, which must succeed."""
+    code, _, err = run_cli(["run", ROOT / "examples" / "fedavg.toml", "--out", out, "--quiet", "--set",
+                            "run.rounds=2", *extra], capsys)
+    assert code == 0, err
+
+
+#: a small valid config (least squares, FedAvg, full-batch GD, one round) that tests of one bad key
+#: change in one place
+BASE = {"problem": {"name": "least_squares", "clients": 5, "samples_per_client": 8, "dim": 3},
+        "algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 2},
+        "run": {"rounds": 1}}
+
+#: FedAvg on least squares with ``{rounds}`` rounds and metrics every round, as TOML (``.format`` it)
+FEDAVG_LS = """
+[problem]
+name = "least_squares"
+clients = 4
+[algorithm]
+name = "fedavg"
+[solver]
+name = "gd"
+[run]
+rounds = {rounds}
+eval_every = 1
+"""
+
+#: FedAvg on least squares with 4 of 6 clients a round (a uniform sampler), 2 rounds, as TOML
+SAMPLED_FEDAVG = """
+[problem]
+name = "least_squares"
+clients = 6
+[algorithm]
+name = "fedavg"
+[solver]
+name = "gd"
+lr = 0.1
+[sampler]
+name = "uniform"
+clients_per_round = 4
+[run]
+rounds = 2
+"""
+
+
+def config_file(tmp_path: Path, **sections) -> Path:
+    """BASE with ``sections`` merged in (a key given None is left out), as a TOML file."""
+    cfg = {k: dict(v) for k, v in BASE.items()}
+    for name, values in sections.items():
+        merged = {**cfg.get(name, {}), **values}
+        cfg[name] = {k: v for k, v in merged.items() if v is not None}
+    path = tmp_path / "c.toml"
+    path.write_text(tomli_w.dumps(cfg))
+    return path
+
+
+def refused(tmp_path: Path, capsys, path: Path, *args) -> str:
+    """``fedpd run PATH ARGS``: its one line, after checking exit 2 and that nothing was written."""
+    out = tmp_path / "run"
+    code, stdout, err = run_cli(["run", path, "--out", out, "--quiet", *args], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("fedpd: error: "), (code, err)
+    assert stdout == "" and not out.exists()
+    return lines[0].removeprefix("fedpd: error: ")
+
+
+def runs(tmp_path: Path, capsys, path: Path, *args, out: str = "run") -> Path:
+    """``fedpd run PATH ARGS`` into ``tmp_path / out``, which must succeed and leave a checkpoint."""
+    code, _, err = run_cli(["run", path, "--out", tmp_path / out, "--quiet", *args], capsys)
+    assert code == 0, err
+    assert (tmp_path / out / "checkpoint.pt").is_file()
+    return tmp_path / out
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    """A package ``pkg`` under ``root`` of ``files`` (relative path: text)."""
+    for name, text in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "pkg"
+
+
+def import_byzfl():
+    """ByzFL's aggregators and attacks (one namespace), or skip the test where ByzFL is not installed.
+    Its package ``__init__`` imports its benchmark, which needs a torchvision built for the installed
+    torch; the rules need only torch, numpy and scipy, so the package is imported without it."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    import pytest
+
+    if "byzfl" not in sys.modules:  # the package without its benchmark, once per process
+        spec = importlib.util.find_spec("byzfl")
+        if spec is None:
+            pytest.skip("byzfl is not installed (pip install 'fedpd[byzfl]'): the ByzFL comparisons need it")
+        package = types.ModuleType("byzfl")
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["byzfl"] = package
+    aggregators = importlib.import_module("byzfl.aggregators")
+    attacks = importlib.import_module("byzfl.attacks")
+    names = {k: getattr(m, k) for m in (aggregators, attacks) for k in dir(m) if not k.startswith("_")}
+    return types.SimpleNamespace(**names)
+
+
 def fedpd_imports(path) -> list[tuple[str, str]]:
     """(module, name) of every ``from fedpd... import name`` in a source file; a plain
     ``import fedpd...`` fails (a user's module reaches fedpd's names through ``from`` imports)."""
     import ast
-    from pathlib import Path
 
     imported = []
     for node in ast.walk(ast.parse(Path(path).read_text())):

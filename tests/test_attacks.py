@@ -11,7 +11,7 @@ from fedpd.problems.base import ClientSplit
 from fedpd.problems.fedplus import outlier_parties
 from fedpd.problems.poisoning import party_count, transform_parties
 from fedpd.screen import screen
-from tests.helpers import ls_hessian, simulation
+from helpers import ls_hessian, simulation
 
 DT = torch.float64
 

@@ -14,41 +14,8 @@ import tomli_w
 from fedpd import names, plugins, registry
 from fedpd.config import Unset, load_config
 from fedpd.errors import ConfigError
-from helpers import run_cli
+from helpers import BASE, config_file, refused, run_cli, runs
 from user_plugins import write_module
-
-BASE = {"problem": {"name": "least_squares", "clients": 5, "samples_per_client": 8, "dim": 3},
-        "algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 2},
-        "run": {"rounds": 1}}
-
-
-def config(tmp_path: Path, **sections) -> Path:
-    """BASE with ``sections`` merged in (a key given None is left out), as a TOML file."""
-    cfg = {**BASE}
-    for name, values in sections.items():
-        merged = {**cfg.get(name, {}), **values}
-        cfg[name] = {k: v for k, v in merged.items() if v is not None}
-    path = tmp_path / "c.toml"
-    path.write_text(tomli_w.dumps(cfg))
-    return path
-
-
-def refused(tmp_path: Path, capsys, path: Path, *args) -> str:
-    """``fedpd run PATH ARGS``: its one line, after checking exit 2 and that nothing was written."""
-    out = tmp_path / "run"
-    code, stdout, err = run_cli(["run", path, "--out", out, "--quiet", *args], capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("fedpd: error: "), (code, err)
-    assert stdout == "" and not out.exists()
-    return lines[0].removeprefix("fedpd: error: ")
-
-
-def runs(tmp_path: Path, capsys, path: Path, *args) -> Path:
-    out = tmp_path / "run"
-    code, _, err = run_cli(["run", path, "--out", out, "--quiet", *args], capsys)
-    assert code == 0, err
-    assert (out / "checkpoint.pt").is_file()
-    return out
 
 
 # --- 1: a valid combination that crashed in round 1 -------------------------------------------
@@ -56,7 +23,7 @@ def test_primal_dual_with_every_client_and_virtual_duals_runs(tmp_path, capsys):
     """participation = all, dual_mean = all, virtual_dual = true: A-FedPD's sets with every
     client every round (KeyError 'D' in round 1 before); equal to A-FedPD under full participation
     (tests/test_primal_dual.py)."""
-    path = config(tmp_path, algorithm={"name": "primal_dual", "participation": "all", "dual_mean": "all",
+    path = config_file(tmp_path, algorithm={"name": "primal_dual", "participation": "all", "dual_mean": "all",
                                        "virtual_dual": True}, run={"rounds": 2})
     runs(tmp_path, capsys, path)
 
@@ -202,7 +169,7 @@ def test_an_aggregator_that_returns_the_wrong_shape_is_one_line(user_module, tmp
     new run's directory is taken away (nothing to resume before a first checkpoint)."""
     directory, module = user_module
     monkeypatch.chdir(directory)
-    path = config(tmp_path, algorithm={"aggregator": f"{module}:two_rows"})
+    path = config_file(tmp_path, algorithm={"aggregator": f"{module}:two_rows"})
     line = refused(tmp_path, capsys, path)
     assert line.startswith(f"algorithm.aggregator: {module}:two_rows returned an aggregate of shape (2, 3) for 5 "
                            f"rows of (3,)")
@@ -212,7 +179,7 @@ def test_a_run_stopped_by_bad_input_before_its_first_checkpoint_leaves_nothing(t
     """The exact solver on clients with fewer samples than features and nothing else to make
     their local problem strictly convex: no unique minimiser, found in round 1. The run's own
     files go (config.toml, metrics.jsonl, the disk store), what the directory held stays."""
-    path = config(tmp_path, problem={"samples_per_client": 2}, solver={"name": "exact", "lr": None,
+    path = config_file(tmp_path, problem={"samples_per_client": 2}, solver={"name": "exact", "lr": None,
                                                                        "local_steps": None},
                   run={"rounds": 3, "store": "disk"})
     assert refused(tmp_path, capsys, path).startswith("solver.name: the exact local problem of client 0 and others "
@@ -222,7 +189,7 @@ def test_a_run_stopped_by_bad_input_before_its_first_checkpoint_leaves_nothing(t
     code, _, err = run_cli(["run", path, "--out", tmp_path / "run", "--quiet"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert [p.name for p in (tmp_path / "run").iterdir()] == ["notes.txt"]
-    runs(tmp_path / "ok", capsys, config(tmp_path, problem={"samples_per_client": 2, "ridge": 0.1},
+    runs(tmp_path / "ok", capsys, config_file(tmp_path, problem={"samples_per_client": 2, "ridge": 0.1},
                                           solver={"name": "exact", "lr": None, "local_steps": None}))
 
 
@@ -248,7 +215,7 @@ def test_deep_nesting_is_one_line_in_a_file_a_set_and_a_dict(tmp_path, capsys):
     path = tmp_path / "deep.toml"
     path.write_text(f"[run]\nxx = {deep}\n")
     assert "nested too deeply" in refused(tmp_path, capsys, path)
-    assert refused(tmp_path, capsys, config(tmp_path), "--set", f"run.xx={deep}").startswith(
+    assert refused(tmp_path, capsys, config_file(tmp_path), "--set", f"run.xx={deep}").startswith(
         "--set run.xx: arrays or tables nested too deeply")
     value = 1
     for _ in range(5000):
@@ -282,7 +249,7 @@ def test_a_file_with_bare_cr_line_endings_is_refused_as_toml_refuses_it(tmp_path
      "solver.local_steps: the minibatch draws of a round (100000 local steps x 1000000 clients x 8 samples"),
 ])
 def test_numbers_too_large_for_what_they_are_used_for(sections, needle, tmp_path, capsys):
-    assert refused(tmp_path, capsys, config(tmp_path, **sections)).startswith(needle)
+    assert refused(tmp_path, capsys, config_file(tmp_path, **sections)).startswith(needle)
 
 
 # --- 6 and 7: attacks -------------------------------------------------------------------------
@@ -304,7 +271,7 @@ def test_label_flip_on_the_synthetic_problem_runs(tmp_path, capsys):
     ({"name": "sign_flip", "parties": [-1]}, "attack.parties.0: input should be greater than or equal to 0"),
 ])
 def test_attacks_that_would_be_ignored_or_contradict_themselves(attack, needle, tmp_path, capsys):
-    assert refused(tmp_path, capsys, config(tmp_path, attack=attack)).startswith(needle)
+    assert refused(tmp_path, capsys, config_file(tmp_path, attack=attack)).startswith(needle)
 
 
 # --- 7 and 46: run options a run would ignore ---------------------------------------------------
@@ -316,12 +283,12 @@ def test_run_options_that_would_be_ignored(tmp_path, capsys):
         ({"eval_clients": 6}, "run.eval_clients: 6 exceeds the problem's 5 clients (allowed: 1..5, or 0"),
         ({"nodes": 3}, "run.nodes: 3 nodes are the loopback and flower engines'"),
     ]:
-        assert needle in refused(tmp_path, capsys, config(tmp_path, run=run)), run
+        assert needle in refused(tmp_path, capsys, config_file(tmp_path, run=run)), run
     assert not (tmp_path / "a_file").read_text()
 
 
 def test_set_and_unset_of_one_key_is_refused(tmp_path, capsys):
-    line = refused(tmp_path, capsys, config(tmp_path), "--set", "run.rounds=3", "--unset", "run.rounds")
+    line = refused(tmp_path, capsys, config_file(tmp_path), "--set", "run.rounds=3", "--unset", "run.rounds")
     assert line == "--unset run.rounds: also given a value by --set run.rounds=... (allowed: one of the two)"
     with pytest.raises(ConfigError, match="--unset run.rounds"):
         load_config(BASE, [Unset("run.rounds"), "run.rounds=3"])
@@ -382,5 +349,5 @@ class BadEval(FedAvg):
 def test_a_hook_that_returns_the_wrong_shape_is_one_line_naming_it(name, needle, tmp_path, capsys, monkeypatch):
     module = write_module(tmp_path, BAD_HOOKS, "bad_hooks")
     monkeypatch.chdir(tmp_path)
-    path = config(tmp_path, algorithm={"name": f"{module}:{name}"})
+    path = config_file(tmp_path, algorithm={"name": f"{module}:{name}"})
     assert refused(tmp_path, capsys, path).startswith(f"algorithm.name: {needle}")

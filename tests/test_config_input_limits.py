@@ -14,20 +14,7 @@ import tomli_w
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.io import parse_toml
-from helpers import run_cli
-
-BASE = {"problem": {"name": "least_squares", "clients": 5, "samples_per_client": 8, "dim": 3},
-        "algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 2},
-        "run": {"rounds": 1}}
-
-
-def refused(tmp_path: Path, capsys, path: Path, *args) -> str:
-    out = tmp_path / "run"
-    code, stdout, err = run_cli(["run", path, "--out", out, "--quiet", *args], capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("fedpd: error: "), (code, err)
-    assert stdout == "" and not out.exists()
-    return lines[0].removeprefix("fedpd: error: ")
+from helpers import BASE, refused, run_cli
 
 
 def base_file(tmp_path: Path, extra: str = "") -> Path:

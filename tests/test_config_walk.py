@@ -19,6 +19,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers import write_package
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedpd"
 
 
@@ -218,16 +220,8 @@ def test_the_lowest_layers_get_options_not_the_config():
                           ("fedpd.engines", "in_process")}
 
 
-def _package(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / "pkg" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root / "pkg"
-
-
 def test_the_walk_follows_parameters_aliases_attributes_and_classes(tmp_path):
-    pkg = _package(tmp_path, {
+    pkg = write_package(tmp_path, {
         "__init__.py": "",
         "low.py": "def use(c, x=0):\n    return c\n\ndef value(n):\n    return n\n",
         "mid.py": ("from pkg import low\n\nclass Sim:\n    def __init__(self, config):\n"

@@ -55,7 +55,7 @@ BLOCKS = {
         "as written, tests/test_reproduce.py every experiment at the smoke budget"),
     ("docs/algorithms.md", "cd tests && OMP_NUM_THREADS=1 python -c"): ("run", "tests/test_doc_commands.py"),
     ("docs/algorithms.md", "fedpd run examples/feddyn.toml --out runs/feddyn-ipm"): (
-        "run", "tests/test_robust_means.py"),
+        "run", "tests/defences/test_robust_means.py"),
     ("docs/benchmarks.md", "fedpd run benchmarks/configs/mnist_fedavg_logistic.toml"): (
         "exempt", "a benchmark on MNIST, run by hand; tests/test_dataset_problem.py runs the config to the accuracy "
         "the page shows"),

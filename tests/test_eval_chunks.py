@@ -15,7 +15,7 @@ from fedpd.flat import FlatModel
 from fedpd.models import build_model
 from fedpd.problems import losses
 from fedpd.problems.base import ClientSplit, Problem
-from tests.helpers import simulation
+from helpers import simulation
 
 
 def image_problem(model: str = "lenet", clients: int = 3, samples: int = 40) -> Problem:

@@ -10,7 +10,7 @@ import torch
 
 from fedpd.aggregators import coordinate_median, geometric_median
 from fedpd.algorithms.base import expand
-from tests.helpers import context, ls_grad, server_context, simulation
+from helpers import context, ls_grad, server_context, simulation
 
 DT = torch.float64
 GD = {"name": "gd", "lr": 0.1, "local_steps": 3}

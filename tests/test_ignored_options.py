@@ -6,54 +6,22 @@ config.toml) is never refused, and a resume checks only what it sets."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
-import tomli_w
 
 import fedpd
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
-from helpers import run_cli
+from helpers import BASE, config_file, refused, run_cli, runs
 
 #: a data set's problem (its options are checked when the config is, before any file is read)
 DATASET = {"name": "dataset", "dataset": "mnist"}
-BASE = {"problem": {"name": "least_squares", "clients": 5, "samples_per_client": 8, "dim": 3},
-        "algorithm": {"name": "fedavg"}, "solver": {"name": "gd", "lr": 0.1, "local_steps": 2},
-        "run": {"rounds": 1}}
-
-
-def config(tmp_path: Path, **sections) -> Path:
-    """BASE with ``sections`` merged in (a key given None is left out), as a TOML file."""
-    cfg = {k: dict(v) for k, v in BASE.items()}
-    for name, values in sections.items():
-        merged = {**cfg.get(name, {}), **values}
-        cfg[name] = {k: v for k, v in merged.items() if v is not None}
-    path = tmp_path / "c.toml"
-    path.write_text(tomli_w.dumps(cfg))
-    return path
-
-
-def refused(tmp_path: Path, capsys, path: Path, *args) -> str:
-    """``fedpd run PATH ARGS``: its one line, after checking exit 2 and that nothing was written."""
-    out = tmp_path / "run"
-    code, stdout, err = run_cli(["run", path, "--out", out, "--quiet", *args], capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("fedpd: error: "), (code, err)
-    assert stdout == "" and not out.exists()
-    return lines[0].removeprefix("fedpd: error: ")
-
-
-def runs(tmp_path: Path, capsys, path: Path, *args, out: str = "run") -> Path:
-    code, _, err = run_cli(["run", path, "--out", tmp_path / out, "--quiet", *args], capsys)
-    assert code == 0, err
-    return tmp_path / out
 
 
 # --- [privacy]: DP or a refusal, never neither -------------------------------------------------
 @pytest.mark.parametrize("key, value", [("noise_multiplier", 5.0), ("target_epsilon", 1.0), ("accountant", "pld")])
 def test_privacy_options_without_clip_are_refused(key, value, tmp_path, capsys):
-    line = refused(tmp_path, capsys, config(tmp_path, privacy={key: value}))
+    line = refused(tmp_path, capsys, config_file(tmp_path, privacy={key: value}))
     assert line.startswith(f"privacy.{key}: set, but privacy.clip is not: the run would have no differential "
                            f"privacy"), line
     assert 'privacy.clip = "fixed" or "adaptive"' in line
@@ -62,20 +30,20 @@ def test_privacy_options_without_clip_are_refused(key, value, tmp_path, capsys):
 def test_clip_none_written_out_switches_the_section_off(tmp_path, capsys):
     """The off switch (a private config's non-private baseline): it says no DP, so nothing is
     silently lost; the run is the one without [privacy]."""
-    out = runs(tmp_path, capsys, config(tmp_path, privacy={"noise_multiplier": 5.0}), "--set", "privacy.clip=none")
+    out = runs(tmp_path, capsys, config_file(tmp_path, privacy={"noise_multiplier": 5.0}), "--set", "privacy.clip=none")
     assert "privacy" not in (out / "config.toml").read_text()
 
 
 @pytest.mark.parametrize("key, value", [("target_quantile", 0.7), ("clip_lr", 0.5), ("quantile_noise", 2.0)])
 def test_adaptive_clipping_options_with_a_fixed_clip_are_refused(key, value, tmp_path, capsys):
-    path = config(tmp_path, privacy={"clip": "fixed", key: value}, sampler={"name": "all"})
+    path = config_file(tmp_path, privacy={"clip": "fixed", key: value}, sampler={"name": "all"})
     line = refused(tmp_path, capsys, path)
     assert line.startswith(f"privacy.{key}: adaptive clipping's, and privacy.clip = \"fixed\""), line
 
 
 def test_a_private_runs_own_config_runs_again(tmp_path, capsys):
     """Its config.toml states every privacy option, the adaptive ones at their defaults."""
-    first = runs(tmp_path, capsys, config(tmp_path, privacy={"clip": "fixed"}, sampler={"name": "all"}), out="a")
+    first = runs(tmp_path, capsys, config_file(tmp_path, privacy={"clip": "fixed"}, sampler={"name": "all"}), out="a")
     assert "target_quantile" in (first / "config.toml").read_text()
     runs(tmp_path, capsys, first / "config.toml", out="b")
 
@@ -89,7 +57,7 @@ def test_a_private_runs_own_config_runs_again(tmp_path, capsys):
     ({"pre": "bucketing", "n_byzantine": 1}, "aggregator_options.n_byzantine: read by nnm, arc, krum and bulyan"),
 ])
 def test_pre_aggregation_options_no_step_reads_are_refused(options, needle, tmp_path, capsys):
-    path = config(tmp_path, algorithm={"aggregator": "trimmed_mean",
+    path = config_file(tmp_path, algorithm={"aggregator": "trimmed_mean",
                                        "aggregator_options": {"trim_ratio": 0.2, **options}})
     assert needle in refused(tmp_path, capsys, path)
 
@@ -109,7 +77,7 @@ def test_pre_aggregation_options_no_step_reads_are_refused(options, needle, tmp_
 ])
 def test_run_options_the_engine_does_not_use_are_refused(run, needle, tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
-    path = config(tmp_path, run={k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in run.items()})
+    path = config_file(tmp_path, run={k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in run.items()})
     assert refused(tmp_path, capsys, path).startswith(needle)
     assert (tmp_path / "a_file").read_text() == "" and not (tmp_path / "state").exists()
 
@@ -125,7 +93,7 @@ def test_run_options_at_their_defaults_are_not_refused(tmp_path, capsys):
 def test_a_resume_checks_what_it_sets(tmp_path, capsys):
     """A disk store's run moved to loopback nodes still reads its states from that store (the run's
     config.toml says store = "disk"); a node timeout a resume sets on loopback is refused."""
-    first = runs(tmp_path, capsys, config(tmp_path, run={"store": "disk", "rounds": 1}))
+    first = runs(tmp_path, capsys, config_file(tmp_path, run={"store": "disk", "rounds": 1}))
     code, _, err = run_cli(["run", "--resume", first, "--set", "run.rounds=2", "--set", "run.engine=loopback",
                             "--quiet"], capsys)
     assert code == 0, err

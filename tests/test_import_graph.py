@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from helpers import write_package
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedpd"
 
 
@@ -162,16 +164,8 @@ def test_no_module_imports_against_the_layers():
                                          "fedpd.runner -> fedpd.results.runs"]
 
 
-def _package(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / "pkg" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root / "pkg"
-
-
 def test_the_checker_finds_a_cycle_through_a_lazy_relative_import(tmp_path):
-    pkg = _package(tmp_path, {
+    pkg = write_package(tmp_path, {
         "__init__.py": "",
         "a.py": "from pkg.sub import b\n",
         "sub/__init__.py": "",
@@ -185,7 +179,7 @@ def test_the_checker_finds_a_cycle_through_a_lazy_relative_import(tmp_path):
 
 
 def test_the_checker_passes_a_package_without_a_cycle(tmp_path):
-    pkg = _package(tmp_path, {
+    pkg = write_package(tmp_path, {
         "__init__.py": "from pkg.a import f\n",  # a package __init__ importing its own modules is no cycle
         "a.py": "from pkg.b import g\nfrom pkg import b\n\ndef f():\n    import pkg.c.d\n",
         "b.py": "import numpy\n\ndef g():\n    pass\n",

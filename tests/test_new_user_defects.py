@@ -13,7 +13,7 @@ import pytest
 
 import fedpd
 
-from helpers import run_cli as cli
+from helpers import FEDAVG_LS, run_cli as cli
 
 
 def fedpd_process(args: list, cwd: Path, **kwargs) -> subprocess.Popen:
@@ -26,20 +26,6 @@ def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-LEAST_SQUARES = """
-[problem]
-name = "least_squares"
-clients = 4
-[algorithm]
-name = "fedavg"
-[solver]
-name = "gd"
-[run]
-rounds = {rounds}
-eval_every = 1
-"""
-
-
 # --- 1: a reader that leaves the pipe stops nothing ---------------------------------------------
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sets a pipe's size (Linux fcntl)")
 def test_a_run_whose_reader_leaves_the_pipe_runs_to_its_end(tmp_path):
@@ -47,7 +33,7 @@ def test_a_run_whose_reader_leaves_the_pipe_runs_to_its_end(tmp_path):
     while the run still writes progress lines; the run goes on to its last round."""
     import fcntl
 
-    (tmp_path / "c.toml").write_text(LEAST_SQUARES.format(rounds=120))
+    (tmp_path / "c.toml").write_text(FEDAVG_LS.format(rounds=120))
     proc = fedpd_process(["run", "c.toml", "--out", "run"], tmp_path, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT)
     fcntl.fcntl(proc.stdout.fileno(), 1031, 4096)  # F_SETPIPE_SZ: the writer meets the closed pipe soon
@@ -58,7 +44,7 @@ def test_a_run_whose_reader_leaves_the_pipe_runs_to_its_end(tmp_path):
 
 
 def test_a_closed_stdout_is_said_on_stderr_after_the_run_ends(tmp_path):
-    (tmp_path / "c.toml").write_text(LEAST_SQUARES.format(rounds=3))
+    (tmp_path / "c.toml").write_text(FEDAVG_LS.format(rounds=3))
     proc = fedpd_process(["run", "c.toml", "--out", "run", "--quiet"], tmp_path, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     proc.stdout.close()  # the reader left before the final line
@@ -75,7 +61,7 @@ def test_a_run_that_crashed_before_its_first_checkpoint_offers_no_resume(tmp_pat
                                           "        raise RuntimeError('a bug in my hook')\n")
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "c.toml"
-    config.write_text(LEAST_SQUARES.format(rounds=3).replace('"fedavg"', '"crashing:Crash"'))
+    config.write_text(FEDAVG_LS.format(rounds=3).replace('"fedavg"', '"crashing:Crash"'))
     with pytest.raises(RuntimeError, match="a bug in my hook"):
         cli(["run", config, "--out", "run", "--quiet"], capsys)
     assert (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoint.pt").exists()
@@ -123,7 +109,7 @@ def test_unset_drops_a_plugins_own_option_when_switching_to_a_built_in(tmp_path,
     (tmp_path / "q_algorithm.py").write_text(Q_ALGORITHM)
     monkeypatch.chdir(tmp_path)
     config = tmp_path / "q.toml"
-    config.write_text(LEAST_SQUARES.format(rounds=2).replace('name = "fedavg"', 'name = "q_algorithm:QAvg"\nq = 0.3'))
+    config.write_text(FEDAVG_LS.format(rounds=2).replace('name = "fedavg"', 'name = "q_algorithm:QAvg"\nq = 0.3'))
     switch = ["--set", "algorithm.name=fedavg"]
     code, _, err = cli(["run", config, "--out", "a", "--quiet", *switch], capsys)
     assert code == 2 and "algorithm.q: unknown key" in err and "--unset algorithm.q" in err, err

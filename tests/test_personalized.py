@@ -9,7 +9,7 @@ import torch
 
 from fedpd.evaluation import evaluate_personal
 from fedpd.problems.fedplus import fedplus_image_problem, split_equally
-from tests.helpers import context, ls_grad, server_context, simulation
+from helpers import context, ls_grad, server_context, simulation
 
 DT = torch.float64
 ETA = 0.05

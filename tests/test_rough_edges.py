@@ -3,25 +3,11 @@ runs are taken apart, and duplicate runs are not counted as seeds."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from helpers import run_cli
+from helpers import ROOT, one_line_error, quick_run, run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
 FEDAVG = ROOT / "examples" / "fedavg.toml"
-
-
-def quick_run(out: Path, capsys, *extra: str) -> None:
-    code, _, err = run_cli(["run", FEDAVG, "--out", out, "--quiet", "--set", "run.rounds=2", *extra], capsys)
-    assert code == 0, err
-
-
-def one_line_error(code: int, err: str) -> str:
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1, err
-    return lines[0]
 
 
 def test_an_empty_checkpoint_is_one_line_not_a_traceback(tmp_path, capsys):
@@ -91,20 +77,6 @@ def test_argument_errors_name_the_command_once(capsys):
     assert line.startswith("fedpd run: error: argument --threads")
     line = one_line_error(*run_cli(["compare"], capsys)[::2])
     assert line.startswith("fedpd compare: error:") and "fedpd: error" not in line
-
-
-KRUM = '[problem]\nname = "least_squares"\nclients = 8\n[algorithm]\nname = "fedavg"\naggregator = "krum"\n'
-
-
-@pytest.mark.parametrize("form", ["toml", "dotted", "inline"])
-def test_a_typo_in_aggregator_options_names_the_key_and_the_aggregators_options(tmp_path, capsys, form):
-    config = tmp_path / "krum.toml"
-    config.write_text(KRUM + ("aggregator_options = {f = 100}\n" if form == "toml" else ""))
-    extra = {"toml": [], "dotted": ["--set", "algorithm.aggregator_options.f=100"],
-             "inline": ["--set", "algorithm.aggregator_options={f = 100}"]}[form]
-    line = one_line_error(*run_cli(["run", config, "--out", tmp_path / "r", "--quiet", *extra], capsys)[::2])
-    assert "algorithm.aggregator_options.f: unknown key (allowed for aggregator 'krum': n_byzantine, m)" in line, line
-    assert not (tmp_path / "r").exists()
 
 
 def test_set_reaches_into_a_table_and_keeps_its_other_keys():

@@ -18,10 +18,9 @@ from fedpd.progress import summary
 from fedpd.results.runs import X_AXES
 from fedpd.simulation import Simulation
 
-from helpers import run_cli as cli
+from helpers import ROOT, run_cli as cli
 from user_plugins import write_module
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = {"problem": {"name": "synthetic", "clients": 6, "max_client_samples": 40},
         "solver": {"name": "sgd", "lr": 0.1, "local_steps": 2, "batch_size": 8},
         "run": {"rounds": 2, "eval_every": 1}}

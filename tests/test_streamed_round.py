@@ -19,7 +19,7 @@ from fedpd.defence import build_defence
 from fedpd.comm import CommCounter
 from fedpd.engine import InProcessEngine
 from fedpd.protocol import run_round
-from tests.helpers import simulation
+from helpers import simulation
 
 PROBLEM = {"name": "synthetic", "clients": 9, "dim": 5, "classes": 3, "max_client_samples": 20, "seed": 2}
 SGD = {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4, "straggler_fraction": 0.4}

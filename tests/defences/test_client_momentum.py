@@ -1,6 +1,7 @@
-"""Client momentum and centered clipping under IPM with a large ε, worked out by hand on two honest
-clients and one attacker in 2-D, against fedpd's own momentum, attack and rule, and against
-ByzFL's centered clipping, which keeps the paper's centre (its last output).
+"""Client momentum: a client's momentum by hand, kept in the store across the rounds it misses,
+refused where uploads are not updates; and with centered clipping under IPM with a large ε, worked
+out by hand on two honest clients and one attacker in 2-D, against fedpd's own momentum, attack and
+rule, and against ByzFL's centered clipping, which keeps the paper's centre (its last output).
 
 What goes wrong is a property of the method, not a bug in fedpd's reference point. Each forged row
 farther than τ from the centre moves centered clipping's aggregate by τ/n, however small the honest
@@ -19,11 +20,11 @@ import torch
 
 from fedpd.algorithms import FedAvg
 from fedpd.attacks import IPM
-from fedpd.defence import build_defence
 from fedpd.config import load_config
 from fedpd.context import ServerContext
+from fedpd.defence import build_defence
 from fedpd.errors import ConfigError
-from helpers import context, simulation
+from helpers import context, server_context, simulation
 
 G = ((0.9, 0.3), (0.9, -0.3))  # the two honest clients' updates, the same every round: their mean is (0.9, 0)
 TAU, EPS, N = 1.0, 100.0, 3  # centered clipping's radius; IPM's ε; two honest clients and one attacker
@@ -108,9 +109,9 @@ def test_fedpds_steps_are_the_ones_written_out_by_hand(beta, start, tau):
 def test_the_centre_is_byzfls_centered_clipping_which_starts_each_call_from_its_last_output():
     """ByzFL's CenteredClipping keeps its last output and starts the next call from it — the paper's
     centre. Fed the same momenta (and the forged row) each round, it gives fedpd's steps."""
-    from test_byzfl_reference import _byzfl
+    from helpers import import_byzfl
 
-    theirs = _byzfl().CenteredClipping(tau=TAU, L=1)
+    theirs = import_byzfl().CenteredClipping(tau=TAU, L=1)
     beta, m = 0.9, torch.zeros(2, 2, dtype=torch.float64)
     g = torch.tensor(G, dtype=torch.float64)
     for t, ours in enumerate(by_fedpd(6, beta)):
@@ -213,3 +214,60 @@ def test_client_momentum_start_without_client_momentum_is_refused():
     with pytest.raises(ConfigError, match="^algorithm.client_momentum_start"):
         load_config({"problem": LS, "algorithm": {"name": "fedavg", "client_momentum": 0.5,
                                                   "client_momentum_start": "first"}})
+
+
+# --- a client's momentum by hand, kept in the store across the rounds it misses ---------------------
+def test_client_momentum_uploads_x0_plus_the_momentum_and_keeps_it():
+    beta = 0.75
+    sim = simulation({"name": "fedavg", "client_momentum": beta}, problem=LS, solver=GD)
+    plain = simulation({"name": "fedavg"}, problem=LS, solver=GD)
+    ids = torch.arange(4)
+    message = sim.algorithm.broadcast(sim.server)
+    clients = sim.store.get(ids)
+    assert torch.equal(clients["m"], torch.zeros(4, 3, dtype=clients["m"].dtype))
+    m_before = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    up, state = sim.algorithm.local(message, {**clients, "m": m_before}, context(sim, ids))
+    x, _ = plain.algorithm.local(message, plain.store.get(ids), context(plain, ids))
+    m = (1 - beta) * (x["x"] - message["x0"]) + beta * m_before  # by hand
+    torch.testing.assert_close(state["m"], m)
+    torch.testing.assert_close(up["x"], message["x0"] + m)
+
+
+def test_a_clients_momentum_waits_in_the_store_for_its_next_round():
+    sim = simulation({"name": "fedavg", "client_momentum": 0.5}, problem=LS, solver=GD,
+                     sampler={"name": "uniform", "clients_per_round": 2})
+    seen = set()
+    for _ in range(3):
+        before = sim.store.full("m").clone()
+        took = set(sim.participants(sim.round).tolist())
+        sim.step()
+        after = sim.store.full("m")
+        for i in range(4):
+            if i in took:
+                assert not torch.equal(after[i], before[i])
+            else:  # not taking part: the momentum is kept as it was, not reset or decayed
+                assert torch.equal(after[i], before[i])
+        seen |= took
+    assert len(seen) > 2
+
+
+def test_centered_clipping_with_momentum_starts_from_the_last_aggregate_momentum():
+    sim = simulation({"name": "fedavg", "client_momentum": 0.9, "aggregator": "centered_clipping",
+                      "aggregator_options": {"tau": 1e-3}}, problem=LS, solver=GD)
+    assert torch.equal(sim.server["v"], torch.zeros(3, dtype=sim.server["v"].dtype))
+    ids = torch.arange(4)
+    v = torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64)
+    server = {**sim.server, "v": v}
+    rows = server["x0"] + v + torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    up, _ = sim.algorithm.local(sim.algorithm.broadcast(server), sim.store.get(ids), context(sim, ids))
+    new, _ = sim.algorithm.aggregate(server, {**up, "x": rows}, server_context(sim, ids))
+    # τ tiny: one iteration moves v by at most τ, so the aggregate stays by x0 + v (not by x0)
+    assert float((new["x0"] - (server["x0"] + v)).norm()) <= 1e-3 + 1e-12
+    torch.testing.assert_close(new["v"], new["x0"] - server["x0"])
+
+
+def test_client_momentum_is_refused_where_uploads_are_not_updates():
+    with pytest.raises(ConfigError, match="^algorithm.client_momentum: unknown key"):
+        load_config({"problem": LS, "algorithm": {"name": "feddyn", "client_momentum": 0.5}})
+    with pytest.raises(ConfigError, match="^algorithm.client_momentum: input should be less than 1"):
+        load_config({"problem": LS, "algorithm": {"name": "fedavg", "client_momentum": 1.0}})

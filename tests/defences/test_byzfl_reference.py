@@ -5,15 +5,12 @@ test maps one onto the other and says how. ByzFL is called directly, never throu
 
 ByzFL's package ``__init__`` imports its benchmark, which needs a torchvision built for the installed
 torch (the index's torchvision does not load beside torch's CPU build); its aggregators and attacks
-need only torch, numpy and scipy, so they are imported here without the benchmark."""
+need only torch, numpy and scipy, so they are imported without the benchmark (helpers.import_byzfl)."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import math
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -28,20 +25,7 @@ from fedpd.preaggregators import arc, bucketing, nnm
 from fedpd.problems.base import ClientSplit
 from fedpd.problems.poisoning import transform_parties
 from fedpd.streams import ClientStreams
-
-
-def _byzfl():
-    spec = importlib.util.find_spec("byzfl")
-    if spec is None:
-        pytest.skip("byzfl is not installed (pip install 'fedpd[byzfl]'): the ByzFL comparisons need it")
-    if "byzfl" not in sys.modules:  # the package without its benchmark (see the module docstring)
-        package = types.ModuleType("byzfl")
-        package.__path__ = list(spec.submodule_search_locations)
-        sys.modules["byzfl"] = package
-    aggregators = importlib.import_module("byzfl.aggregators")
-    attacks = importlib.import_module("byzfl.attacks")
-    names = {k: getattr(m, k) for m in (aggregators, attacks) for k in dir(m) if not k.startswith("_")}
-    return types.SimpleNamespace(**names)
+from helpers import import_byzfl
 
 
 B = None
@@ -50,7 +34,7 @@ B = None
 @pytest.fixture(scope="module", autouse=True)
 def byzfl():
     global B
-    B = _byzfl()
+    B = import_byzfl()
 
 
 def rows(seed: int, n: int = 11, d: int = 6) -> torch.Tensor:

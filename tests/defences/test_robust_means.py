@@ -14,7 +14,7 @@ from fedpd.algorithms.robust import RobustMeans
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.registry import ALGORITHMS
-from helpers import context, server_context, simulation
+from helpers import ROOT, context, server_context, simulation
 
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 
@@ -151,11 +151,10 @@ def test_the_docs_feddyn_under_ipm_runs_as_written_and_gives_the_tables_row(tmp_
     import json
     import re
     import shutil
-    from pathlib import Path
 
     from doc_blocks import bash_blocks, clean_env, run_script
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     doc = root / "docs" / "algorithms.md"
     [block] = bash_blocks(doc, "The defence in a means-only server step")
     (tmp_path / "examples").mkdir()

@@ -1,6 +1,6 @@
-"""Pre-aggregation (NNM, bucketing, ARC) before a robust rule, and client momentum (issue 44, parts
-1 and 2): each step's rule on rows computed by hand, its refusals, its randomness from the server's
-stream; a client's momentum by hand, kept in the store across rounds it misses."""
+"""Pre-aggregation (NNM, bucketing, ARC) before a robust rule: each step's rule on rows computed by
+hand, its refusals, its randomness from the server's stream, the chain's options and how `fedpd
+list` shows them (client momentum: test_client_momentum.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fedpd.context import ServerContext
 from fedpd.errors import ConfigError
 from fedpd.preaggregators import arc, bucketing, nnm
 from fedpd.streams import server_generator
-from helpers import context, server_context, simulation
+from helpers import ROOT, context, server_context, simulation
 
 T = lambda *rows: torch.tensor(rows, dtype=torch.float64)  # noqa: E731
 
@@ -173,73 +173,11 @@ def test_fedpd_list_names_each_step_with_its_paper_equations_and_where_it_goes(c
         assert re.search(rf"^  {step}  ", block, re.M), step
 
 
-# --- client momentum ------------------------------------------------------------------------------
-LS = {"name": "least_squares", "clients": 4, "dim": 3, "samples_per_client": 5}
-GD = {"name": "gd", "lr": 0.1, "local_steps": 2}
-
-
-def test_client_momentum_uploads_x0_plus_the_momentum_and_keeps_it():
-    beta = 0.75
-    sim = simulation({"name": "fedavg", "client_momentum": beta}, problem=LS, solver=GD)
-    plain = simulation({"name": "fedavg"}, problem=LS, solver=GD)
-    ids = torch.arange(4)
-    message = sim.algorithm.broadcast(sim.server)
-    clients = sim.store.get(ids)
-    assert torch.equal(clients["m"], torch.zeros(4, 3, dtype=clients["m"].dtype))
-    m_before = torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-    up, state = sim.algorithm.local(message, {**clients, "m": m_before}, context(sim, ids))
-    x, _ = plain.algorithm.local(message, plain.store.get(ids), context(plain, ids))
-    m = (1 - beta) * (x["x"] - message["x0"]) + beta * m_before  # by hand
-    torch.testing.assert_close(state["m"], m)
-    torch.testing.assert_close(up["x"], message["x0"] + m)
-
-
-def test_a_clients_momentum_waits_in_the_store_for_its_next_round():
-    sim = simulation({"name": "fedavg", "client_momentum": 0.5}, problem=LS, solver=GD,
-                     sampler={"name": "uniform", "clients_per_round": 2})
-    seen = set()
-    for _ in range(3):
-        before = sim.store.full("m").clone()
-        took = set(sim.participants(sim.round).tolist())
-        sim.step()
-        after = sim.store.full("m")
-        for i in range(4):
-            if i in took:
-                assert not torch.equal(after[i], before[i])
-            else:  # not taking part: the momentum is kept as it was, not reset or decayed
-                assert torch.equal(after[i], before[i])
-        seen |= took
-    assert len(seen) > 2
-
-
-def test_centered_clipping_with_momentum_starts_from_the_last_aggregate_momentum():
-    sim = simulation({"name": "fedavg", "client_momentum": 0.9, "aggregator": "centered_clipping",
-                      "aggregator_options": {"tau": 1e-3}}, problem=LS, solver=GD)
-    assert torch.equal(sim.server["v"], torch.zeros(3, dtype=sim.server["v"].dtype))
-    ids = torch.arange(4)
-    v = torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64)
-    server = {**sim.server, "v": v}
-    rows = server["x0"] + v + torch.randn(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    up, _ = sim.algorithm.local(sim.algorithm.broadcast(server), sim.store.get(ids), context(sim, ids))
-    new, _ = sim.algorithm.aggregate(server, {**up, "x": rows}, server_context(sim, ids))
-    # τ tiny: one iteration moves v by at most τ, so the aggregate stays by x0 + v (not by x0)
-    assert float((new["x0"] - (server["x0"] + v)).norm()) <= 1e-3 + 1e-12
-    torch.testing.assert_close(new["v"], new["x0"] - server["x0"])
-
-
-def test_client_momentum_is_refused_where_uploads_are_not_updates():
-    with pytest.raises(ConfigError, match="^algorithm.client_momentum: unknown key"):
-        load_config({"problem": LS, "algorithm": {"name": "feddyn", "client_momentum": 0.5}})
-    with pytest.raises(ConfigError, match="^algorithm.client_momentum: input should be less than 1"):
-        load_config({"problem": LS, "algorithm": {"name": "fedavg", "client_momentum": 1.0}})
-
-
 def test_the_docs_config_block_loads_as_written():
     """docs/algorithms.md's [algorithm] block of a chain with client momentum is a valid config."""
     import tomllib
-    from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text()
+    text = (ROOT / "docs" / "algorithms.md").read_text()
     block = text.split("### Heterogeneous clients", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     cfg = load_config({**tomllib.loads(block), "problem": {"name": "least_squares", "clients": 20, "dim": 2,
                                                            "samples_per_client": 3}})
