@@ -2,7 +2,7 @@
 registries, never by a list of names, so that adding one (a function or a class in its module, listed
 in its tuple, plus its own test) fails no other test. tests/defences/test_rules.py, test_printed_tables.py,
 test_plugins.py and test_reproduce.py run these over the built-ins;
-tests/test_extension_points.py over a new rule, step and attack added the way a built-in is."""
+tests/config/test_extension_points.py over a new rule, step and attack added the way a built-in is."""
 
 from __future__ import annotations
 

@@ -77,15 +77,3 @@ def test_argument_errors_name_the_command_once(capsys):
     assert line.startswith("fedpd run: error: argument --threads")
     line = one_line_error(*run_cli(["compare"], capsys)[::2])
     assert line.startswith("fedpd compare: error:") and "fedpd: error" not in line
-
-
-def test_set_reaches_into_a_table_and_keeps_its_other_keys():
-    from fedpd.config import apply_overrides
-    from fedpd.errors import ConfigError
-
-    raw = {"algorithm": {"aggregator": "krum", "aggregator_options": {"n_byzantine": 1}}}
-    out = apply_overrides(raw, ["algorithm.aggregator_options.m=2"])
-    assert out["algorithm"]["aggregator_options"] == {"n_byzantine": 1, "m": 2}
-    assert raw["algorithm"]["aggregator_options"] == {"n_byzantine": 1}  # the caller's dict is left alone
-    with pytest.raises(ConfigError, match=r"--set algorithm.aggregator.x: algorithm.aggregator is 'krum', not a table"):
-        apply_overrides(raw, ["algorithm.aggregator.x=1"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from pathlib import Path
 
 import pytest
 import tomli_w
@@ -21,10 +20,9 @@ from fedpd.algorithms.base import Algorithm
 from fedpd.algorithms.robust import RobustAveraging
 from fedpd.defence import build_defence
 from fedpd.context import ServerContext
-from helpers import run_cli
+from helpers import ROOT, run_cli
 from user_plugins import write_module
 
-ROOT = Path(__file__).resolve().parents[1]
 EXTENDING = (ROOT / "docs" / "extending.md").read_text()
 #: a call as the docs show one: ``name(a, b, k=v)`` (rst) or `name(a, b, k=v)` (markdown), maybe on self
 CALL = re.compile(r"`{1,2}((?:self\.)?([a-z_]+)\(([^`()]*)\))`{1,2}")

@@ -1,7 +1,7 @@
 """Inputs a config fuzzer found that were tracebacks or hangs, each now one line and exit status 2
-with nothing written: an integer longer than Python reads, a key nested 100 000 tables deep
-(refused at once, not after the parser's quadratic time and memory), a ``~user`` path naming
-nobody, and counts of work per round without an upper bound."""
+with nothing written: an integer longer than Python reads, a seed beyond what torch takes, a key
+nested 100 000 tables deep (refused at once, not after the parser's quadratic time and memory), a
+``~user`` path naming nobody, and counts of work per round without an upper bound."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from fedpd.cli import main
 from fedpd.config import load_config
 from fedpd.errors import ConfigError
 from fedpd.io import parse_toml
-from helpers import BASE, refused, run_cli
+from helpers import BASE, SAMPLED_FEDAVG, refused, run_cli
 
 
 def base_file(tmp_path: Path, extra: str = "") -> Path:
@@ -95,3 +96,15 @@ def test_the_bounds_are_stated_in_the_options_descriptions(capsys):
     assert code == 0 and "at most 1000" in " ".join(out.split())
     code, out, _ = run_cli(["list", "optimal_ipm"], capsys)
     assert code == 0 and "at most 1000" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("key", ["problem.seed", "run.seed", "attack.seed"])
+def test_a_seed_beyond_what_torch_takes_is_one_line_before_anything_runs(tmp_path, capsys, key):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(SAMPLED_FEDAVG)
+    extra = ["--set", "attack.name=nan"] if key == "attack.seed" else []  # a bare nan is the attack's name
+    out = tmp_path / "r"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet", "--set", f"{key}=18446744073709551616", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and key in err and "9223372036854775807" in err, err
+    assert not out.exists()
