@@ -184,6 +184,62 @@ def runs(tmp_path: Path, capsys, path: Path, *args, out: str = "run") -> Path:
     return tmp_path / out
 
 
+#: a sweep's config: Synthetic, minibatch SGD, 3 of 6 clients a round, 4 rounds; ``{algorithm}`` to fill
+SWEEP_CONFIG = """
+[problem]
+name = "synthetic"
+clients = 6
+dim = 4
+classes = 3
+max_client_samples = 12
+
+[algorithm]
+name = "{algorithm}"
+
+[solver]
+name = "sgd"
+lr = 0.05
+local_steps = 3
+batch_size = 4
+
+[sampler]
+name = "uniform"
+clients_per_round = 3
+
+[run]
+rounds = 4
+eval_every = 2
+dtype = "float64"
+"""
+
+
+def sweep_configs(tmp_path: Path, *algorithms: str) -> list[Path]:
+    """SWEEP_CONFIG for each of ``algorithms`` (FedAvg and SCAFFOLD when none is named), as files."""
+    out = []
+    for algorithm in algorithms or ("fedavg", "scaffold"):
+        out.append(tmp_path / f"{algorithm}.toml")
+        out[-1].write_text(SWEEP_CONFIG.format(algorithm=algorithm))
+    return out
+
+
+def run_records(path: Path) -> list[dict]:
+    """The records of the run directory ``path``'s metrics.jsonl, wall_s left out."""
+    import json
+
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in (path / "metrics.jsonl").open()]
+
+
+def is_public(module: str, name: str) -> bool:
+    """Whether ``module.name`` is what fedpd or fedpd.algorithms exports under ``name``."""
+    import importlib
+
+    import fedpd
+    import fedpd.algorithms
+
+    obj = getattr(importlib.import_module(module), name)
+    return any(name in getattr(pkg, "__all__", ()) and getattr(pkg, name) is obj for pkg in (fedpd, fedpd.algorithms))
+
+
 def write_package(root: Path, files: dict[str, str]) -> Path:
     """A package ``pkg`` under ``root`` of ``files`` (relative path: text)."""
     for name, text in files.items():

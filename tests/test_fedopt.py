@@ -16,7 +16,7 @@ import pytest
 import fedpd
 import fedpd.algorithms
 from fedpd.cli import main
-from helpers import fedpd_imports, ls_hessian, simulation
+from helpers import fedpd_imports, is_public, ls_hessian, simulation
 
 PROBLEM = {"name": "least_squares", "clients": 5, "dim": 3, "samples_per_client": 6, "seed": 3}
 SAMPLER = {"name": "uniform", "clients_per_round": 3}
@@ -124,11 +124,3 @@ def test_fedopt_imports_only_public_names():
     path = Path(fedpd.algorithms.__file__).parent / "fedopt.py"
     imported = fedpd_imports(path)
     assert imported and all(is_public(module, name) for module, name in imported), imported
-
-
-def is_public(module: str, name: str) -> bool:
-    """Whether ``module.name`` is what fedpd or fedpd.algorithms exports under ``name``."""
-    import importlib
-
-    obj = getattr(importlib.import_module(module), name)
-    return any(name in getattr(pkg, "__all__", ()) and getattr(pkg, name) is obj for pkg in (fedpd, fedpd.algorithms))

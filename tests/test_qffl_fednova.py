@@ -149,7 +149,7 @@ def test_written_with_public_names_only(module):
     """Written as a user's algorithm would be: every fedpd name imported is a public one — what fedpd
     or fedpd.algorithms exports, imported from the module that defines it (fedpd.algorithms exports
     these algorithms too, so they cannot import the package)."""
-    from test_fedopt import is_public
+    from helpers import is_public
 
     path = Path(fedpd.algorithms.__file__).parent / module
     imported = fedpd_imports(path)

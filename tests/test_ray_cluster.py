@@ -22,13 +22,13 @@ import pytest
 from fedpd.cli import main
 from fedpd.errors import ConfigError
 from fedpd.reproduce import cluster
-
+from helpers import run_records as records
+from helpers import sweep_configs
 from ray_cluster import free_port
-from test_sweep import _configs, _records as records
 
 
 def configs(tmp_path: Path) -> list[str]:
-    return [str(p) for p in _configs(tmp_path)]  # fedavg and scaffold, 4 rounds
+    return [str(p) for p in sweep_configs(tmp_path)]  # fedavg and scaffold, 4 rounds
 
 
 def run_dirs(out: Path) -> list[Path]:

@@ -4,56 +4,13 @@ line before anything runs."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from fedpd.cli import main
 from fedpd.errors import ConfigError
 from fedpd.runner import run
 from fedpd.sweep import parse_seeds, specs, sweep
-
-CONFIG = """
-[problem]
-name = "synthetic"
-clients = 6
-dim = 4
-classes = 3
-max_client_samples = 12
-
-[algorithm]
-name = "{algorithm}"
-
-[solver]
-name = "sgd"
-lr = 0.05
-local_steps = 3
-batch_size = 4
-
-[sampler]
-name = "uniform"
-clients_per_round = 3
-
-[run]
-rounds = 4
-eval_every = 2
-dtype = "float64"
-"""
-
-
-def _configs(tmp_path: Path) -> list[Path]:
-    out = []
-    for algorithm in ("fedavg", "scaffold"):
-        path = tmp_path / f"{algorithm}.toml"
-        path.write_text(CONFIG.format(algorithm=algorithm))
-        out.append(path)
-    return out
-
-
-def _records(path: Path) -> list[dict]:
-    import json
-
-    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in (path / "metrics.jsonl").open()]
+from helpers import SWEEP_CONFIG, run_records, sweep_configs
 
 
 @pytest.mark.parametrize("text, seeds", [("3", [3]), ("1,2,5", [1, 2, 5]), ("1-4", [1, 2, 3, 4]), ("0-1, 7", [0, 1, 7])])
@@ -68,7 +25,7 @@ def test_bad_seeds_are_refused(text):
 
 
 def test_every_run_equals_the_run_made_alone_and_a_second_sweep_skips_them(tmp_path):
-    configs = _configs(tmp_path)
+    configs = sweep_configs(tmp_path)
     dirs = sweep(configs, tmp_path / "sweep", seeds=[1, 2], jobs=2,
                  progress=False)
     assert sorted(p.relative_to(tmp_path / "sweep").as_posix() for p in dirs) == [
@@ -76,23 +33,23 @@ def test_every_run_equals_the_run_made_alone_and_a_second_sweep_skips_them(tmp_p
     for path in dirs:
         alone = run(configs[0] if path.parent.name == "fedavg" else configs[1], tmp_path / "alone" / path.parent.name /
                     path.name, overrides=[f"run.seed={path.name[1:]}"])
-        assert _records(path) == [{k: v for k, v in r.items() if k != "wall_s"} for r in alone.history]
-    assert _records(dirs[0]) != _records(dirs[1])  # the seeds differ
+        assert run_records(path) == [{k: v for k, v in r.items() if k != "wall_s"} for r in alone.history]
+    assert run_records(dirs[0]) != run_records(dirs[1])  # the seeds differ
     stamps = {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in dirs}
     sweep(configs, tmp_path / "sweep", seeds=[1, 2], jobs=2, progress=False)
     assert {p: (p / "metrics.jsonl").stat().st_mtime_ns for p in dirs} == stamps
 
 
 def test_overrides_reach_every_run_and_the_config_seed_is_the_default(tmp_path):
-    (spec_a, spec_b) = specs(_configs(tmp_path), None, ["run.rounds=2", "run.seed=9"])
+    (spec_a, spec_b) = specs(sweep_configs(tmp_path), None, ["run.rounds=2", "run.seed=9"])
     assert spec_a.key == "fedavg/s9" and spec_b.key == "scaffold/s9"
     assert spec_a.config["run"]["rounds"] == spec_b.config["run"]["rounds"] == 2
 
 
 def test_a_bad_config_is_refused_before_anything_runs(tmp_path, capsys):
-    good, _ = _configs(tmp_path)
+    good, _ = sweep_configs(tmp_path)
     bad = tmp_path / "bad.toml"
-    bad.write_text(CONFIG.format(algorithm="fedavg").replace("lr = 0.05", "lr = -1"))
+    bad.write_text(SWEEP_CONFIG.format(algorithm="fedavg").replace("lr = 0.05", "lr = -1"))
     code = main(["sweep", str(good), str(bad), "--seeds", "1,2", "--out", str(tmp_path / "s"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
@@ -106,13 +63,13 @@ def test_a_bad_config_is_refused_before_anything_runs(tmp_path, capsys):
     (["--set", "nosuchsection.a=1"], "unknown section"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, args, needle):
-    code = main(["sweep", str(_configs(tmp_path)[0]), "--out", str(tmp_path / "s"), "--quiet", *args])
+    code = main(["sweep", str(sweep_configs(tmp_path)[0]), "--out", str(tmp_path / "s"), "--quiet", *args])
     err = capsys.readouterr().err
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_prints_the_compare_table(tmp_path, capsys):
-    code = main(["sweep", *map(str, _configs(tmp_path)), "--seeds", "3", "--jobs", "1", "--out", str(tmp_path / "s")])
+    code = main(["sweep", *map(str, sweep_configs(tmp_path)), "--seeds", "3", "--jobs", "1", "--out", str(tmp_path / "s")])
     out = capsys.readouterr().out
     assert code == 0
     assert "fedavg/s3" in out and "scaffold/s3" in out and "2 runs in" in out
@@ -120,7 +77,7 @@ def test_cli_prints_the_compare_table(tmp_path, capsys):
 
 def test_a_bad_seed_in_a_config_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
-    bad.write_text(CONFIG.format(algorithm="fedavg").replace('dtype = "float64"', 'dtype = "float64"\nseed = "x"'))
+    bad.write_text(SWEEP_CONFIG.format(algorithm="fedavg").replace('dtype = "float64"', 'dtype = "float64"\nseed = "x"'))
     code = main(["sweep", str(bad), "--out", str(tmp_path / "s"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "run.seed" in err and len(err.strip().splitlines()) == 1

@@ -19,43 +19,9 @@ from fedpd.errors import ConfigError
 from fedpd.results.runs import read_run
 from fedpd.sweep import choose, parse_grid, parse_select, parse_vary, specs, sweep
 from helpers import run_cli as cli
+from helpers import sweep_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-
-CONFIG = """
-[problem]
-name = "synthetic"
-clients = 6
-dim = 4
-classes = 3
-max_client_samples = 12
-
-[algorithm]
-name = "{algorithm}"
-
-[solver]
-name = "sgd"
-lr = 0.05
-local_steps = 3
-batch_size = 4
-
-[sampler]
-name = "uniform"
-clients_per_round = 3
-
-[run]
-rounds = 4
-eval_every = 2
-dtype = "float64"
-"""
-
-
-def configs(tmp_path: Path, *algorithms: str) -> list[Path]:
-    out = []
-    for algorithm in algorithms:
-        out.append(tmp_path / f"{algorithm}.toml")
-        out[-1].write_text(CONFIG.format(algorithm=algorithm))
-    return out
 
 
 # --- parsing: one line for a bad argument -----------------------------------------------------------
@@ -106,7 +72,7 @@ def test_vary_names_seed_keys():
     (["--grid", "solver.lr=1,2", "--set", "solver.lr=3"], "also given by --set"),
     (["--seeds", "1", "--grid", "solver.lr=-1,0.1"], "solver.lr")])
 def test_bad_sweep_arguments_are_one_line_before_anything_runs(tmp_path, capsys, args, needle):
-    code, _, err = cli(["sweep", *configs(tmp_path, "fedavg"), "--out", tmp_path / "s", "--quiet", *args], capsys)
+    code, _, err = cli(["sweep", *sweep_configs(tmp_path, "fedavg"), "--out", tmp_path / "s", "--quiet", *args], capsys)
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "s").exists()
 
@@ -115,7 +81,7 @@ def test_bad_sweep_arguments_are_one_line_before_anything_runs(tmp_path, capsys,
 def test_the_grid_is_the_product_of_the_keys_a_config_takes(tmp_path):
     grid = parse_grid(["solver.lr=0.1,0.03", "algorithm.client_momentum=0,0.5"])
     with pytest.warns(FedpdNotice, match="client_momentum: scaffold.toml does not take it"):
-        runs = specs(configs(tmp_path, "fedavg", "scaffold"), [1, 2], grid=grid)
+        runs = specs(sweep_configs(tmp_path, "fedavg", "scaffold"), [1, 2], grid=grid)
     assert [s.key for s in runs] == [
         f"fedavg/lr={lr}/client_momentum={m}/s{s}" for lr in ("0.1", "0.03") for m in ("0", "0.5") for s in (1, 2)] + [
         f"scaffold/lr={lr}/s{s}" for lr in ("0.1", "0.03") for s in (1, 2)]
@@ -126,9 +92,9 @@ def test_the_grid_is_the_product_of_the_keys_a_config_takes(tmp_path):
 
 
 def test_a_seed_sets_the_keys_vary_names(tmp_path):
-    [plain] = specs(configs(tmp_path, "fedavg"), [3])
-    [both] = specs(configs(tmp_path, "fedavg"), [3], vary=("run.seed", "problem.seed"))
-    [data] = specs(configs(tmp_path, "fedavg"), [3], vary=("problem.seed",))
+    [plain] = specs(sweep_configs(tmp_path, "fedavg"), [3])
+    [both] = specs(sweep_configs(tmp_path, "fedavg"), [3], vary=("run.seed", "problem.seed"))
+    [data] = specs(sweep_configs(tmp_path, "fedavg"), [3], vary=("problem.seed",))
     assert plain.config["run"]["seed"] == 3 and "seed" not in plain.config["problem"]
     assert both.config["run"]["seed"] == both.config["problem"]["seed"] == 3
     assert data.config["problem"]["seed"] == 3 and "seed" not in data.config["run"]
@@ -137,7 +103,7 @@ def test_a_seed_sets_the_keys_vary_names(tmp_path):
 def test_vary_problem_seed_gives_each_seed_its_own_data_and_initial_model(tmp_path):
     """With run.seed alone the seeds share the split and the initial model (the same ‖∇f‖² before
     any round); with problem.seed too they do not."""
-    [cfg] = configs(tmp_path, "fedavg")
+    [cfg] = sweep_configs(tmp_path, "fedavg")
     first = {}
     for vary in (("run.seed",), ("run.seed", "problem.seed")):
         dirs = sweep([cfg], tmp_path / "_".join(vary), seeds=[1, 2], overrides=["run.rounds=1"], jobs=1,
@@ -190,7 +156,7 @@ def test_fewer_evaluations_than_k_is_said(tmp_path):
 
 
 def test_the_sweep_table_marks_the_chosen_value_and_prints_the_rule(tmp_path, capsys):
-    args = ["sweep", *configs(tmp_path, "fedavg", "scaffold"), "--seeds", "1,2", "--grid", "solver.lr=0.1,0.02",
+    args = ["sweep", *sweep_configs(tmp_path, "fedavg", "scaffold"), "--seeds", "1,2", "--grid", "solver.lr=0.1,0.02",
             "--select", "train_loss:last2", "--out", tmp_path / "s", "--jobs", "1", "--quiet"]
     code, out, err = cli([*args, "--format", "json"], capsys)
     rows = {r["run"]: r for r in json.loads(out)}
@@ -228,4 +194,3 @@ def csv_rows(path: Path):
 
     with open(path, newline="") as f:
         yield from csv.DictReader(f)
-

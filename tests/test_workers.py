@@ -22,7 +22,7 @@ from fedpd.errors import ConfigError, FedpdError
 from fedpd.simulation import Simulation
 
 from engine_conformance import config, records
-from test_resume import CONFIGS, kill_when, metrics_without_wall
+from resume_runs import CONFIGS, kill_when, metrics_without_wall
 
 
 def alive(pid: int) -> bool:
