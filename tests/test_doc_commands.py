@@ -57,7 +57,7 @@ BLOCKS = {
     ("docs/algorithms.md", "fedpd run examples/feddyn.toml --out runs/feddyn-ipm"): (
         "run", "tests/defences/test_robust_means.py"),
     ("docs/benchmarks.md", "fedpd run benchmarks/configs/mnist_fedavg_logistic.toml"): (
-        "exempt", "a benchmark on MNIST, run by hand; tests/test_dataset_problem.py runs the config to the accuracy "
+        "exempt", "a benchmark on MNIST, run by hand; tests/problems/test_dataset_problem.py runs the config to the accuracy "
         "the page shows"),
     ("docs/benchmarks.md", "OMP_NUM_THREADS=1 python benchmarks/run_cifar10_reduced.py"): (
         "exempt", "the record of a superseded benchmark (CPU-hours on CIFAR-10, RUN_DIRS stands for its runs)"),
@@ -67,7 +67,7 @@ BLOCKS = {
     ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
         "exempt", "a timing on FEMNIST, run by hand"),
     ("docs/data.md", "fedpd run churn.toml --out runs/churn"): ("run", "tests/data/test_tabular_loader.py"),
-    ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/test_privacy.py"),
+    ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/privacy/test_privacy.py"),
     ("docs/systems.md", "fedpd run examples/fedbuff.toml --out runs/fedbuff"): ("run", "tests/system/test_systems_doc.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/clock.py --repeats 5 --updates 30"): (

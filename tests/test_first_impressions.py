@@ -49,7 +49,7 @@ def test_contributing_says_where_things_go_and_names_files_that_exist():
         assert (ROOT / path).exists(), path
     for name in re.findall(r"`(\w+\.py)`", text):  # a module named bare is one of the package's
         assert list((ROOT / "src" / "fedpd").rglob(name)) or (ROOT / "tests" / name).exists(), name
-    assert "docs/architecture.md" in text and "tests/test_import_graph.py" in text
+    assert "docs/architecture.md" in text and "tests/architecture/test_import_graph.py" in text
 
 
 def test_contributings_quick_test_command_runs_as_written(tmp_path):

@@ -85,16 +85,3 @@ def test_a_narrow_compare_table_keeps_test_accuracy(columns, tmp_path, monkeypat
     header = " ".join(out.splitlines()[:2])
     assert code == 0 and "test acc" in header and "train loss" in header, out
     assert max(len(line) for line in out.splitlines()) <= columns
-
-
-# --- 11: a missing dataset fedpd can download says how ---------------------------------------------
-def test_a_missing_mnist_names_fedpd_data_download(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
-    config = tmp_path / "mnist.toml"
-    config.write_text('[problem]\nname = "dataset"\ndataset = "mnist"\nclients = 4\n[algorithm]\nname = "fedavg"\n'
-                      '[solver]\nname = "sgd"\n[run]\nrounds = 1\n')
-    code, _, err = cli(["run", config, "--out", tmp_path / "run", "--quiet"], capsys)
-    assert code == 2 and err.strip().endswith("; fetch it with: fedpd data download mnist"), err
-    code, _, err = cli(["data", "split", "mnist", "--data-dir", tmp_path / "other"], capsys)
-    assert code == 2 and f"fetch it with: fedpd data download mnist --data-dir {tmp_path / 'other'}" in err, err
-    assert not (tmp_path / "run").exists()

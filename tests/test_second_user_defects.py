@@ -6,20 +6,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import warnings
-from pathlib import Path
 
 import pytest
 
 import fedpd
-from fedpd.checks import FedpdNotice
-from fedpd.config import load_config
 from fedpd.progress import summary
 from fedpd.results.runs import X_AXES
-from fedpd.simulation import Simulation
-
-from helpers import ROOT, run_cli as cli
-from user_plugins import write_module
+from helpers import run_cli as cli
 
 TINY = {"problem": {"name": "synthetic", "clients": 6, "max_client_samples": 40},
         "solver": {"name": "sgd", "lr": 0.1, "local_steps": 2, "batch_size": 8},
@@ -80,55 +73,6 @@ def test_compare_table_leads_with_backdoor_accuracy_and_a_plain_run_has_no_setti
 def test_progress_lines_show_backdoor_accuracy():
     line = summary({"train_loss": 0.5, "test_acc": 0.9, "backdoor_acc": 0.25, "comm_rounds": 3})
     assert line == "train_loss=0.5  test_acc=0.9  backdoor_acc=0.25  comm_rounds=3"
-
-
-# --- 3: personal metrics on a pooled test set dealt i.i.d. over non-i.i.d. clients: one note ----
-LOADER = '''
-import numpy as np
-
-def load():
-    rng = np.random.default_rng(0)
-    y, yt = np.arange(60) % 3, np.arange(30) % 3
-    return rng.normal(size=(60, 4)).astype(np.float32) + y[:, None], y, \\
-        rng.normal(size=(30, 4)).astype(np.float32) + yt[:, None], yt
-'''
-
-
-@pytest.mark.parametrize("algorithm, partition, test, personal_eval, noted", [
-    ("ditto", "shards", "pooled", "auto", True),
-    ("fedavg", "dirichlet", "pooled", "always", True),
-    ("ditto", "shards", "per_client", "auto", False),  # each client's own held-out samples
-    ("ditto", "iid", "pooled", "auto", False),  # an i.i.d. slice is like the client's own data
-    ("fedavg", "shards", "pooled", "auto", False),  # no personal metrics
-    ("ditto", "shards", "pooled", "never", False),
-])
-def test_personal_metrics_on_pooled_slices_of_a_non_iid_split_are_one_note(tmp_path, monkeypatch, algorithm,
-                                                                          partition, test, personal_eval, noted):
-    module = write_module(tmp_path, LOADER, "loader")
-    monkeypatch.chdir(tmp_path)
-    problem = {"name": "dataset", "dataset": f"{module}:load", "clients": 3, "partition": partition, "test": test}
-    if partition == "shards":  # (the only partition here that reads it)
-        problem["classes_per_client"] = 1
-    cfg = {"problem": problem,
-           "algorithm": {"name": algorithm}, "run": {"personal_eval": personal_eval}}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        Simulation(load_config(cfg))
-    notes = [str(w.message) for w in caught if issubclass(w.category, FedpdNotice)]
-    assert len(notes) == (1 if noted else 0), notes
-    if noted:
-        assert f'problem.test: "pooled" with partition = "{partition}"' in notes[0] and "per_client" in notes[0]
-        assert "\n" not in notes[0]
-
-
-# --- 5: the fedplus_mnist problem says how to fetch MNIST; a long y label is never cut ----------
-def test_fedplus_mnist_without_its_data_names_the_download_command(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
-    code, _, err = cli(["run", str(ROOT / "examples" / "fedgeomed_plus_mnist.toml"), "--out", str(tmp_path / "r")],
-                       capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].endswith("fetch it with: fedpd data download mnist"), err
-    assert not (tmp_path / "r").exists()
 
 
 def test_every_metric_label_fits_its_panel(tmp_path):

@@ -22,7 +22,7 @@ from user_plugins import write_module
 def test_primal_dual_with_every_client_and_virtual_duals_runs(tmp_path, capsys):
     """participation = all, dual_mean = all, virtual_dual = true: A-FedPD's sets with every
     client every round (KeyError 'D' in round 1 before); equal to A-FedPD under full participation
-    (tests/test_primal_dual.py)."""
+    (tests/algorithms/test_primal_dual.py)."""
     path = config_file(tmp_path, algorithm={"name": "primal_dual", "participation": "all", "dual_mean": "all",
                                        "virtual_dual": True}, run={"rounds": 2})
     runs(tmp_path, capsys, path)

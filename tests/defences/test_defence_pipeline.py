@@ -50,7 +50,7 @@ def _aggregate_rows(name: str, rows: torch.Tensor, **options):
     return new, alg.diagnostics(new)
 
 
-#: the FedOpt family's adaptive steps move from the aggregate (tests/test_fedopt.py); FedAvgM with β = 0,
+#: the FedOpt family's adaptive steps move from the aggregate (tests/algorithms/test_fedopt.py); FedAvgM with β = 0,
 #: η = 1 is FedAvg
 PLAIN = {"fedavgm": {"beta": 0.0}}
 

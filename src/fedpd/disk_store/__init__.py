@@ -27,7 +27,7 @@ pre-images put back the rows of checkpoint c), truncates the files to the commit
 fsyncs, and deletes every undo log. A kill at any point leaves either the checkpoint of epoch c
 with its complete undo log, or (between writing ``checkpoint.pt`` and deleting the old log) the
 checkpoint of epoch c+1 with no overwrite after it; both resume to the checkpoint's state.
-``tests/test_disk_store.py`` kills runs at each of these points.
+``tests/store/test_disk_store.py`` kills runs at each of these points.
 
 A checkpoint of the in-memory store holds the rows themselves; this one holds a few numbers and
 the initial state, so ``checkpoint.pt`` stays small whatever the state's size.

@@ -142,10 +142,10 @@ WHICH_COMPARISON = (
     "(`fedpd.algorithms.primal_dual.PrimalDual`: the same local objective, dual step and server rule, with "
     "different sets), so the equivalence row below is a **self-consistency check**: it shows that the presets "
     "meet where the note proves they must, and would pass a mistake the two presets share. fedpd's FedDyn is "
-    "compared with an **independent** FedDyn by `tests/test_feddyn_reference.py`: Acar et al.'s Algorithm 1 "
-    "(ICLR 2021) written again in plain torch, in that paper's notation and signs, with closed-form local "
-    "solves on least squares; its server model agrees with fedpd's FedDyn to 1e-12 after every round, with "
-    "all clients and with 2 of 5 per round, and so do the clients' states.")
+    "compared with an **independent** FedDyn by `tests/algorithms/test_feddyn_reference.py`: "
+    "Acar et al.'s Algorithm 1 (ICLR 2021) written again in plain torch, in that paper's notation and signs, "
+    "with closed-form local solves on least squares; its server model agrees with fedpd's FedDyn to 1e-12 "
+    "after every round, with all clients and with 2 of 5 per round, and so do the clients' states.")
 
 
 PROBLEM_LABELS = {"ls": "least squares, exact local solves", "logreg": "FedPD's logistic regression, 8 local GD steps"}

@@ -19,9 +19,9 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers import write_package
+from helpers import ROOT, write_package
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "fedpd"
+SRC = ROOT / "src" / "fedpd"
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from fedpd.runner import run
 from fedpd.simulation import Simulation
 from fedpd.streams import ClientStreams
 from user_plugins import user_algorithms  # noqa: F401 (a fixture)
+from helpers import ROOT
 
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting.pld import PLDAccountant  # noqa: E402
@@ -266,7 +267,7 @@ def recompute_block() -> str:
     """docs/privacy.md's Python lines that recompute ε from a run's files, exactly as shown."""
     from doc_blocks import section
 
-    text = section((Path(__file__).resolve().parents[1] / "docs" / "privacy.md").read_text(),
+    text = section((ROOT / "docs" / "privacy.md").read_text(),
                    "Recomputing ε from a run's files")
     (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
     return block
@@ -440,7 +441,6 @@ def test_privacy_off_leaves_the_resolved_config_as_before():
     assert on["privacy"]["clip"] == "fixed" and on["privacy"]["delta"] == 1e-5
 
 
-
 # --- a wrapper around the server step, deciding from what the algorithm declares -----------------
 @pytest.mark.parametrize("name", ["fedavg", "scaffold", "feddyn", "fedadam"])
 def test_a_private_run_keeps_the_algorithms_own_class_and_wraps_its_server_step(name):
@@ -568,7 +568,7 @@ def test_the_worked_example_runs_as_written_and_spends_the_epsilon_the_page_show
 
     from doc_blocks import bash_blocks, clean_env, run_script
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     doc = root / "docs" / "privacy.md"
     [block] = bash_blocks(doc, "Worked example")
     work = tmp_path / "clone"

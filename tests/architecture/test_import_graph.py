@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from helpers import write_package
+from helpers import ROOT, write_package
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "fedpd"
+SRC = ROOT / "src" / "fedpd"
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:

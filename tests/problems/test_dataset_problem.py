@@ -15,17 +15,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedpd.streams import ClientStreams
-
 from fedpd.build import build_problem
+from fedpd.checks import FedpdNotice
 from fedpd.cli import main
 from fedpd.config import load_config
 from fedpd.data import load_dataset
 from fedpd.problems.base import ClientSplit
 from fedpd.problems.dataset import AugmentedSplit
 from fedpd.runner import run
-
-ROOT = Path(__file__).resolve().parents[1]
+from fedpd.simulation import Simulation
+from fedpd.streams import ClientStreams
+from helpers import ROOT
+from helpers import run_cli as cli
+from user_plugins import write_module
 
 # the fixture writers of tests/data/conftest.py (tiny files in the exact public formats)
 _spec = importlib.util.spec_from_file_location("_fedpd_data_writers", ROOT / "tests" / "data" / "conftest.py")
@@ -151,7 +153,7 @@ def test_natural_partition_on_leaf(data_dir):
     # one client per user (alice, bob, carol), each with its own LEAF test samples
     assert p.train.sizes.tolist() == [3, 2, 4] and p.test.sizes.tolist() == [1, 1, 2]
     assert p.info["model"] == "femnist_cnn"
-    cfg["model"] = {"name": "logistic"}  # the 6.4M-parameter CNN is covered by tests/test_models.py
+    cfg["model"] = {"name": "logistic"}  # the 6.4M-parameter CNN is covered by tests/problems/test_models.py
     assert_ran(run(cfg).history)
 
 
@@ -351,3 +353,65 @@ def test_truncated_file_exit_2(tmp_path, capsys, command):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and "train-images-idx3-ubyte" in err, err
+
+
+# --- a missing dataset fedpd can download says how ---------------------------------------------
+def test_a_missing_mnist_names_fedpd_data_download(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
+    config = tmp_path / "mnist.toml"
+    config.write_text('[problem]\nname = "dataset"\ndataset = "mnist"\nclients = 4\n[algorithm]\nname = "fedavg"\n'
+                      '[solver]\nname = "sgd"\n[run]\nrounds = 1\n')
+    code, _, err = cli(["run", config, "--out", tmp_path / "run", "--quiet"], capsys)
+    assert code == 2 and err.strip().endswith("; fetch it with: fedpd data download mnist"), err
+    code, _, err = cli(["data", "split", "mnist", "--data-dir", tmp_path / "other"], capsys)
+    assert code == 2 and f"fetch it with: fedpd data download mnist --data-dir {tmp_path / 'other'}" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+# --- personal metrics on a pooled test set dealt i.i.d. over non-i.i.d. clients: one note ----
+LOADER = '''
+import numpy as np
+
+def load():
+    rng = np.random.default_rng(0)
+    y, yt = np.arange(60) % 3, np.arange(30) % 3
+    return rng.normal(size=(60, 4)).astype(np.float32) + y[:, None], y, \\
+        rng.normal(size=(30, 4)).astype(np.float32) + yt[:, None], yt
+'''
+
+
+@pytest.mark.parametrize("algorithm, partition, test, personal_eval, noted", [
+    ("ditto", "shards", "pooled", "auto", True),
+    ("fedavg", "dirichlet", "pooled", "always", True),
+    ("ditto", "shards", "per_client", "auto", False),  # each client's own held-out samples
+    ("ditto", "iid", "pooled", "auto", False),  # an i.i.d. slice is like the client's own data
+    ("fedavg", "shards", "pooled", "auto", False),  # no personal metrics
+    ("ditto", "shards", "pooled", "never", False),
+])
+def test_personal_metrics_on_pooled_slices_of_a_non_iid_split_are_one_note(tmp_path, monkeypatch, algorithm,
+                                                                          partition, test, personal_eval, noted):
+    module = write_module(tmp_path, LOADER, "loader")
+    monkeypatch.chdir(tmp_path)
+    problem = {"name": "dataset", "dataset": f"{module}:load", "clients": 3, "partition": partition, "test": test}
+    if partition == "shards":  # (the only partition here that reads it)
+        problem["classes_per_client"] = 1
+    cfg = {"problem": problem,
+           "algorithm": {"name": algorithm}, "run": {"personal_eval": personal_eval}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Simulation(load_config(cfg))
+    notes = [str(w.message) for w in caught if issubclass(w.category, FedpdNotice)]
+    assert len(notes) == (1 if noted else 0), notes
+    if noted:
+        assert f'problem.test: "pooled" with partition = "{partition}"' in notes[0] and "per_client" in notes[0]
+        assert "\n" not in notes[0]
+
+
+# --- the fedplus_mnist problem says how to fetch MNIST; a long y label is never cut ----------
+def test_fedplus_mnist_without_its_data_names_the_download_command(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FEDPD_DATA", str(tmp_path / "empty"))
+    code, _, err = cli(["run", str(ROOT / "examples" / "fedgeomed_plus_mnist.toml"), "--out", str(tmp_path / "r")],
+                       capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].endswith("fetch it with: fedpd data download mnist"), err
+    assert not (tmp_path / "r").exists()

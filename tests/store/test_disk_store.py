@@ -20,7 +20,7 @@ from fedpd.disk_store import DiskStore
 from fedpd.disk_store import system as disk_store  # where the store meets the OS
 from fedpd.store import MemoryStore
 
-HERE = Path(__file__).parent
+from helpers import TESTS
 
 
 # --- the contract, against the memory store ---------------------------------------------------
@@ -170,7 +170,7 @@ CHAIN = [("undo", 4), ("rollback", 1), ("write", 7), ("state-dict", 2), ("ckpt-w
 
 
 def killed_at(point: str, nth: int, args: list[str]) -> int:
-    proc = subprocess.run([sys.executable, str(HERE / "disk_store_kill.py"), point, str(nth), "--", *args],
+    proc = subprocess.run([sys.executable, str(TESTS / "disk_store_kill.py"), point, str(nth), "--", *args],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
     assert proc.returncode == -signal.SIGKILL, (point, nth, proc.returncode, proc.stderr.decode()[-2000:])
     return proc.returncode
