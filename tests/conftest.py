@@ -40,18 +40,18 @@ import pytest
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 #: the modules that start a two-node ``ray start`` cluster
-RAY_MODULES = {"test_flower_ray.py", "test_ray_cluster.py"}
+RAY_MODULES = {"flower/test_flower_ray.py", "flower/test_ray_cluster.py"}
 
 #: modules of several tests of a minute or more that share no module-scoped fixture: each test is
 #: a unit of work of its own (a deployment of its own, on ports the system hands out)
-SPLIT_MODULES = {"test_flower_deploy.py", "test_flower_warm.py"}
+SPLIT_MODULES = {"flower/test_flower_deploy.py", "flower/test_flower_warm.py"}
 
 #: the modules of a minute or more, after the Ray unit: most first, as measured in a fresh clone's
 #: suite on the 2-core machine (the TLS doc mostly waits for Flower: it overlaps the rest); the
 #: real-data tests decode CIFAR-10 into the session's cache before the A-FedPD settings doc and the
 #: GPU script's smoke read it
-LONGEST = ["test_deployment_doc.py", "test_extending_doc.py", "data/test_data_real.py", "test_flower_deploy.py",
-           "test_flower_warm.py", "test_afedpd_settings_doc.py", "test_readme.py", "test_gpu_script.py"]
+LONGEST = ["flower/test_deployment_doc.py", "test_extending_doc.py", "data/test_data_real.py", "flower/test_flower_deploy.py",
+           "flower/test_flower_warm.py", "test_afedpd_settings_doc.py", "test_readme.py", "test_gpu_script.py"]
 
 
 def _module(item: pytest.Item) -> str:

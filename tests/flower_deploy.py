@@ -321,6 +321,15 @@ seed = 4
 """
 
 
+def deployment_env(home: Path) -> dict[str, str]:
+    """The clean environment a deployment doc's script runs in: a fresh HOME; on PATH this Python's
+    scripts and the system's; PYTHONPATH only this checkout's ``src`` (``fedpd`` is the code under
+    test); none of Flower's switches."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+            "HOME": str(home), "PYTHONPATH": str(src), "LANG": "C.UTF-8"}
+
+
 def metrics(path: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k != "wall_s"}
             for line in (path / "metrics.jsonl").read_text().splitlines()]

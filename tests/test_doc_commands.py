@@ -20,8 +20,8 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 PAGES = {
     "docs/extending.md": ("tests/test_extending_doc.py", "runs every bash block of the page as written, in order, "
                           "outside the repository"),
-    "docs/deployment.md": ("tests/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback "
-                           "(tests/test_flower_warm.py the warm SuperNodes' section); "
+    "docs/deployment.md": ("tests/flower/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback "
+                           "(tests/flower/test_flower_warm.py the warm SuperNodes' section); "
                            "the others install from a package index, run a Flower simulation on Ray (as the "
                            "README's, exempt below) or need a Ray cluster of several machines"),
 }
@@ -42,13 +42,13 @@ BLOCKS = {
     ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -n 0 tests/test_docs_agree.py"): (
         "run", "tests/test_first_impressions.py"),
     ("README.md", "fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out runs/cluster --ray"): (
-        "exempt", "needs a Ray cluster at the address shown; tests/test_ray_cluster.py runs sweeps on a local one"),
+        "exempt", "needs a Ray cluster at the address shown; tests/flower/test_ray_cluster.py runs sweeps on a local one"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn --set run.tensorboard"): (
         "run", "tests/test_readme.py"),
     ("README.md", "fedpd run benchmarks/configs/femnist_fedavg_cnn.toml"): (
-        "exempt", "needs FEMNIST and minutes of a CNN; tests/test_workers.py runs run.workers=2 on small problems"),
+        "exempt", "needs FEMNIST and minutes of a CNN; tests/engines/test_workers.py runs run.workers=2 on small problems"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn-flower"): (
-        "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/test_flower.py runs "
+        "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/flower/test_flower.py runs "
         "FedDyn on the Flower engine against in-process and tests/test_readme.py parses the command"),
     ("README.md", "fedpd reproduce --list"): (
         "exempt", "its second line runs a reduced reproduction, about an hour; tests/test_readme.py runs the others "
@@ -81,7 +81,7 @@ BLOCKS = {
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/deployment_rounds.py"): (
-        "exempt", "a benchmark, run by hand (minutes: deployments on loopback); tests/test_flower_warm.py checks "
+        "exempt", "a benchmark, run by hand (minutes: deployments on loopback); tests/flower/test_flower_warm.py checks "
         "warm SuperNodes' metrics against in-process"),
     ("docs/performance.md", "OMP_NUM_THREADS=1 python benchmarks/side_by_side.py"): (
         "exempt", "a benchmark on every model, run by hand (about an hour)"),

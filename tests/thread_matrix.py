@@ -1,4 +1,4 @@
-"""The configs of tests/test_thread_independence.py, run in this (fresh) process:
+"""The configs of tests/engines/test_thread_independence.py, run in this (fresh) process:
 ``python tests/thread_matrix.py ENGINE [NAME ...]`` prints {name: metrics history, wall_s left out}
 as JSON. The thread count is the environment's (OMP_NUM_THREADS), which is also what torch uses
 while the data are built.

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import TESTS
+
 
 _LINUX = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="follows processes through /proc")
 
@@ -38,7 +40,7 @@ def test_nothing_a_deployment_test_started_outlives_it_however_it_ends(tmp_path,
     import sys
 
     pids_file = tmp_path / "pids"
-    code = (f"import subprocess, sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    code = (f"import subprocess, sys, time; sys.path.insert(0, {str(TESTS)!r})\n"
             f"from flower_deploy import Guard\n"
             f"guard = Guard()\n"
             f"tree = subprocess.Popen({_TREE.replace('PIDS', str(pids_file))!r}, shell=True, start_new_session=True)\n"
@@ -94,7 +96,7 @@ def test_a_docs_ports_are_held_for_a_tests_whole_life_and_tests_take_turns(tmp_p
     sock, port = _listener()
     sock.close()  # a port set nobody uses: no other test's
     ports = (port, port + 1)
-    hold = (f"import sys, time; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    hold = (f"import sys, time; sys.path.insert(0, {str(TESTS)!r})\n"
             f"from flower_deploy import holding_ports\n"
             f"with holding_ports({ports!r}):\n"
             f"    print('holding', flush=True); time.sleep(3)\n")

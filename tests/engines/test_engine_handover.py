@@ -1,6 +1,6 @@
 """A resume on another engine or another number of nodes (issue 46): the clients' states move
 with the run (:mod:`fedpd.handover`), and the resumed run writes the metrics an uninterrupted run
-writes (the state does not depend on the engine: tests/test_executor_independence.py). FedDyn:
+writes (the state does not depend on the engine: tests/engines/test_executor_independence.py). FedDyn:
 its clients keep duals, so a state left behind would show in the numbers."""
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import thread_matrix
+from helpers import TESTS
 
-HERE = Path(__file__).resolve().parent
 #: the code paths, by the environment that selects them
 PATHS = {"native": {}, "ATen default": {"ATEN_CPU_CAPABILITY": "default"},
          "ATen avx2": {"ATEN_CPU_CAPABILITY": "avx2"}, "MKL AVX2": {"MKL_CBWR": "AVX2"}}
@@ -40,7 +40,7 @@ def _names() -> list[str]:
 def _execute(engine: str, threads: str, path: dict, names: list[str]) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR")}
     env.update(path, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    done = subprocess.run([sys.executable, str(HERE / "thread_matrix.py"), engine, *names], env=env,
+    done = subprocess.run([sys.executable, str(TESTS / "thread_matrix.py"), engine, *names], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -5,7 +5,7 @@ registered is refused; a SuperNode killed with SIGKILL mid-run and restarted let
 finish with the same metrics. The nodes are warm (``--isolation process`` and a ``fedpd flower
 clientapp`` beside each, docs/deployment.md section 4): the node code and the metrics are those of
 Flower's default mode, a ClientApp process per message, which the docs' deployments run
-(tests/test_deployment_doc.py: TLS, node keys and a node killed and restarted; the extending
+(tests/flower/test_deployment_doc.py: TLS, node keys and a node killed and restarted; the extending
 doc: a user's algorithm), at a fraction of the cost. Still slow: an idle SuperNode polls every
 3 s."""
 

@@ -29,6 +29,8 @@ from fedpd.remote.engine import LoopbackTransport
 from fedpd.remote.node import NodeRuntime
 from fedpd.status import STATUS, record_refusal
 
+from helpers import ROOT
+
 CFG = {"problem": {"name": "least_squares", "clients": 6, "dim": 3, "samples_per_client": 8},
        "algorithm": {"name": "feddyn", "eta": 2.0},
        "solver": {"name": "sgd", "lr": 0.05, "local_steps": 3, "batch_size": 4},
@@ -477,7 +479,7 @@ def test_connection_wait_completes_a_tls_handshake_with_the_given_ca(tmp_path, c
 def test_an_app_the_server_would_refuse_is_refused_when_it_is_written(tmp_path, capsys):
     """``--set sampler.clients_per_round=100`` of a 30-client problem: refused by ``fedpd flower
     app`` in one line, no app written (not 27 s into ``flwr run``)."""
-    example = Path(__file__).resolve().parents[1] / "examples" / "feddyn.toml"
+    example = ROOT / "examples" / "feddyn.toml"
     argv = ["flower", "app", str(example), "--out", str(tmp_path / "app"), "--run-dir", str(tmp_path / "run")]
     assert main([*argv, "--set", "sampler.clients_per_round=100"]) == 2
     err = capsys.readouterr().err.strip()
@@ -595,7 +597,7 @@ def test_the_docs_command_tells_a_run_that_finished_with_notices(tmp_path, monke
     happened to, and the JSON's ``notices`` tell the two apart."""
     import shlex
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    doc = (ROOT / "docs" / "deployment.md").read_text()
     commands = set(re.findall(r"`(fedpd status deploy/run --format json)`", doc))
     assert len(commands) == 1, commands
     argv = shlex.split(commands.pop())[1:]

@@ -19,7 +19,6 @@ the script and skips the test, naming the port and its holder (tests/flower_depl
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -28,22 +27,17 @@ from pathlib import Path
 import pytest
 
 from doc_blocks import bash_blocks
-from flower_deploy import holding_ports, run_doc_script
+from flower_deploy import deployment_env, holding_ports, run_doc_script
+from helpers import ROOT
 
 pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deployment.md"
 SECTION = "3. A deployment with TLS"
 DOC_ROUNDS, ROUNDS = "--set run.rounds=5", "--set run.rounds=1"
 PORTS = (9092, 9094, 9095)  # the doc's own
-
-
-def clean_env(home: Path) -> dict[str, str]:
-    return {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-            "HOME": str(home), "PYTHONPATH": str(ROOT / "src"), "LANG": "C.UTF-8"}
 
 
 WAIT_ONLINE = """
@@ -80,7 +74,7 @@ def test_the_tls_deployment_runs_as_written(tmp_path):
                        for block in bash_blocks(DOC, SECTION))  # the doc's order; the last one stops
     log = tmp_path / "out.log"
     with holding_ports(PORTS) as ports:  # the doc's own, for the test's whole life
-        returncode, left = run_doc_script(script, work, clean_env(tmp_path / "home"), log, ports, timeout=1200)
+        returncode, left = run_doc_script(script, work, deployment_env(tmp_path / "home"), log, ports, timeout=1200)
     said = log.read_text(errors="replace")
     assert returncode == 0, said[-6000:]
     assert not left, f"still running after the doc's stop: {left}\n{said[-3000:]}"

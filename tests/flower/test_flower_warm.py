@@ -4,7 +4,7 @@
 (issue 24: two FedDyn configs, then the first again), each run writes the metrics of its
 in-process run, bit for bit (a client dual left in the store by an earlier run, or a run's built
 problem or algorithm kept into the next, would show), and each run has its own folder in a
-node's store; ``overwrite=true`` is tested on the loopback engine (tests/test_node_runs.py), which
+node's store; ``overwrite=true`` is tested on the loopback engine (tests/flower/test_node_runs.py), which
 runs the same node code. The node's build cache holds one run's pieces at a time, keyed by the run; and
 docs/deployment.md's warm section runs as written and leaves nothing running. Real deployments on
 127.0.0.1 (tests/flower_deploy.py starts and stops every process by PID); slow."""
@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from doc_blocks import bash_blocks
+from helpers import ROOT
 from fedpd.cli import main
 from fedpd.remote import node
 from fedpd.remote.filestore import MARK, RUNS
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "deployment.md"
 SECTION = "4. Warm SuperNodes"
 DOC_ROUNDS, ROUNDS = "--set run.rounds=5", "--set run.rounds=1"
@@ -80,7 +80,7 @@ def test_warm_nodes_serve_run_after_run_each_with_its_in_process_metrics(tmp_pat
     for name, eta in (("first", 2.0), ("second", 5.0), ("first-again", 2.0)):
         # one round each: a dual left from an earlier run would change the next run's first round
         # already, and a FedDyn round is two messages to a node (train, commit), the second served
-        # from the run's built pieces (rounds after the first: tests/test_flower_deploy.py)
+        # from the run's built pieces (rounds after the first: tests/flower/test_flower_deploy.py)
         apps[name], _, expected[name] = app(tmp_path, rounds=1, algorithm="feddyn", eta=eta, name=name)
     with Deployment(tmp_path / "dep", tls=False, auth=False) as dep:
         dep.superlink()
@@ -111,7 +111,7 @@ def test_the_warm_section_runs_as_written_and_stops_what_it_started(tmp_path):
     after the doc's stop."""
     pytest.importorskip("flwr", reason="Flower is not installed (pip install 'fedpd[flower]')")
     from flower_deploy import holding_ports, run_doc_script
-    from test_deployment_doc import clean_env
+    from flower_deploy import deployment_env
 
     blocks = bash_blocks(DOC, SECTION)
     text = "\n".join(blocks)
@@ -127,7 +127,7 @@ def test_the_warm_section_runs_as_written_and_stops_what_it_started(tmp_path):
     log = tmp_path / "out.log"
     with holding_ports((9192, 9194, 9195)) as ports:  # the doc's own, for the test's whole life
         returncode, left = run_doc_script("\n".join(blocks).replace(DOC_ROUNDS, ROUNDS), work,
-                                          clean_env(tmp_path / "home"), log, ports, timeout=900)
+                                          deployment_env(tmp_path / "home"), log, ports, timeout=900)
     said = log.read_text(errors="replace")
     assert returncode == 0, said[-6000:]
     assert not left, f"still running after the doc's stop: {left}\n{said[-3000:]}"

@@ -1,7 +1,7 @@
 """fedpd's Flower simulation on a Ray cluster of two nodes (``ray start --head`` and ``ray start
 --address=…`` on this machine, as on two machines): the clients train on both nodes and the
 metrics equal the in-process run. Its own module, so that no other Ray runs in this process
-(tests/test_flower.py's session is closed by then). Every process started is stopped by PID."""
+(tests/flower/test_flower.py's session is closed by then). Every process started is stopped by PID."""
 
 from __future__ import annotations
 
