@@ -32,7 +32,7 @@ left running, it would keep a pipe such as ``| tee`` open) and still writes the 
 ``--smoke``: the same code path on the CPU in a minute or two (device cpu; A-FedPD both ways and
 FedAvg on the CPU, 2 local steps on 10 clients of 500 images, one timed round; the screen is the
 smoke budget's one run), for tests and to try the script before a GPU is lent
-(tests/test_gpu_script.py).
+(tests/docs/test_gpu_script.py).
 """
 
 from __future__ import annotations

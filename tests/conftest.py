@@ -50,8 +50,9 @@ SPLIT_MODULES = {"flower/test_flower_deploy.py", "flower/test_flower_warm.py"}
 #: suite on the 2-core machine (the TLS doc mostly waits for Flower: it overlaps the rest); the
 #: real-data tests decode CIFAR-10 into the session's cache before the A-FedPD settings doc and the
 #: GPU script's smoke read it
-LONGEST = ["flower/test_deployment_doc.py", "test_extending_doc.py", "data/test_data_real.py", "flower/test_flower_deploy.py",
-           "flower/test_flower_warm.py", "test_afedpd_settings_doc.py", "test_readme.py", "test_gpu_script.py"]
+LONGEST = ["flower/test_deployment_doc.py", "docs/test_extending_doc.py", "data/test_data_real.py",
+           "flower/test_flower_deploy.py", "flower/test_flower_warm.py", "reproduce/test_afedpd_settings_doc.py",
+           "docs/test_readme.py", "docs/test_gpu_script.py"]
 
 
 def _module(item: pytest.Item) -> str:

@@ -8,7 +8,7 @@ drift from what the validator accepts. Plug-ins installed through entry points (
 ``fedpd.plugins``) are listed with their section's built-ins, with where they come from; ``fedpd
 show SECTION package.module:Attribute`` shows a plug-in given by its import path. Option
 descriptions are the models' ``Field(description=...)``, written beside each option
-(``tests/test_cli_ux.py`` checks that every option has one).
+(``tests/run/test_cli_ux.py`` checks that every option has one).
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ every time, in a few seconds."""
 from __future__ import annotations
 
 import math
-import os
 import tempfile
 import types
 import typing

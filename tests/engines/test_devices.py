@@ -1,6 +1,6 @@
 """``run.device``: cpu (default), cuda, cuda:N, mps or auto. A device the machine lacks is a
 one-line config error before anything is written; data, model and every state live on the
-chosen device; checkpoints hold CPU tensors (tests/test_safe_loading.py resumes one written on
+chosen device; checkpoints hold CPU tensors (tests/run/test_safe_loading.py resumes one written on
 another device)."""
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ import json
 import re
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 

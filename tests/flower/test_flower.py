@@ -22,7 +22,7 @@ import fedpd  # noqa: E402
 from fedpd.config import load_config  # noqa: E402
 from fedpd.simulation import Simulation  # noqa: E402
 
-from engine_conformance import CASES, EngineConformance, config, records  # noqa: E402
+from engine_conformance import EngineConformance, config, records  # noqa: E402
 from user_plugins import cases, user_algorithms  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.slow

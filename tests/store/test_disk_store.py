@@ -4,13 +4,11 @@ after ``kill -9`` at every point of its write path, and one line for a store it 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 

@@ -67,7 +67,7 @@ CROSS_DEVICE_RTOL = 5e-2
 UNTIMED, COUNTER, FROM_FLOATS, FLOAT = "untimed", "counter", "counter from floats", "float"
 #: every metric whose kind its value does not say, in one place; any other metric is a float when its
 #: value is a float and a counter (exact) when it is an integer — so an integer metric nobody
-#: classified fails on a difference rather than passing it (tests/test_verify_rules.py holds every
+#: classified fails on a difference rather than passing it (tests/reproduce/test_verify_rules.py holds every
 #: integer metric of the committed records to this table)
 KINDS = {
     "wall_s": UNTIMED,  # measures time, not the computation

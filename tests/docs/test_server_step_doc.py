@@ -12,8 +12,8 @@ import pytest
 
 import fedpd
 from doc_blocks import bash_blocks, clean_env, run_script, section
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "extending.md"
 HEADING = "The server step"
 

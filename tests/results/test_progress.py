@@ -54,3 +54,8 @@ def test_disabled_prints_nothing():
     bar.update(5, METRICS)
     bar.close()
     assert out.getvalue() == ""
+
+
+def test_progress_lines_show_backdoor_accuracy():
+    line = summary({"train_loss": 0.5, "test_acc": 0.9, "backdoor_acc": 0.25, "comm_rounds": 3})
+    assert line == "train_loss=0.5  test_acc=0.9  backdoor_acc=0.25  comm_rounds=3"

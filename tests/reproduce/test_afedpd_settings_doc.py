@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from doc_blocks import bash_blocks, clean_env, run_script, share_decoded_cache
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "reproductions" / "afedpd_table2" / "settings.md"
 
 

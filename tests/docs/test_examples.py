@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,9 +14,8 @@ import fedpd
 from fedpd.data.loaders import resolve_data_dir
 from fedpd.errors import ConfigError
 from fedpd.registry import ALGORITHMS
-from helpers import simulation
+from helpers import ROOT, simulation
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.toml"))
 REQUIRED = ("round", "comm_rounds", "uplink_floats", "downlink_floats", "train_loss", "grad_norm_sq", "wall_s")
 #: algorithms whose clients train a local model, and the primal-dual family (docs/algorithms.md)

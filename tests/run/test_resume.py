@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from fedpd.cli import main
+from helpers import FEDAVG_LS
+from helpers import run_cli as cli
 from resume_runs import CONFIGS, kill_when, metrics_without_wall
 
 
@@ -124,3 +126,23 @@ def test_python_api_resume_rejects_other_overrides(tmp_path):
     out = small_run(tmp_path, "r", 10)
     with pytest.raises(ConfigError, match="a resume may change only run.rounds"):
         fedpd.run(resume=out, overrides=["problem.dim=7"])
+
+
+# --- no --resume offered for, nor taken by, a run directory without a checkpoint -------------
+def test_a_run_that_crashed_before_its_first_checkpoint_offers_no_resume(tmp_path, monkeypatch, capsys):
+    (tmp_path / "crashing.py").write_text("from fedpd.algorithms import FedAvg\n\n\nclass Crash(FedAvg):\n"
+                                          "    def aggregate(self, server, uploads, ctx):\n"
+                                          "        raise RuntimeError('a bug in my hook')\n")
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.toml"
+    config.write_text(FEDAVG_LS.format(rounds=3).replace('"fedavg"', '"crashing:Crash"'))
+    with pytest.raises(RuntimeError, match="a bug in my hook"):
+        cli(["run", config, "--out", "run", "--quiet"], capsys)
+    assert (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "checkpoint.pt").exists()
+    code, _, err = cli(["run", config, "--out", "run", "--quiet"], capsys)
+    assert code == 2 and "no checkpoint" in err and "--resume" not in err and "--overwrite" in err, err
+    before = (tmp_path / "run" / "metrics.jsonl").read_bytes()
+    code, out, err = cli(["run", "--resume", "run"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "no checkpoint.pt there" in lines[0] and "nothing to resume" in lines[0]
+    assert (tmp_path / "run" / "metrics.jsonl").read_bytes() == before  # nothing started from round 0

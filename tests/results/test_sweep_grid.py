@@ -18,10 +18,8 @@ from fedpd.checks import FedpdNotice
 from fedpd.errors import ConfigError
 from fedpd.results.runs import read_run
 from fedpd.sweep import choose, parse_grid, parse_select, parse_vary, specs, sweep
-from helpers import run_cli as cli
+from helpers import ROOT, run_cli as cli
 from helpers import sweep_configs
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 # --- parsing: one line for a bad argument -----------------------------------------------------------

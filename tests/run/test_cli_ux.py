@@ -17,7 +17,7 @@ import fedpd
 from fedpd.cli import make_parser
 from fedpd.registry import TABLES
 
-from helpers import run_cli as cli
+from helpers import ROOT, run_cli as cli
 
 SMALL = """
 [problem]
@@ -388,7 +388,7 @@ def test_progress_lines_lead_with_personal_metrics():
 
 
 def test_personalised_run_prints_personal_metrics(tmp_path, capsys):
-    cfg = Path(__file__).parents[1] / "examples" / "ditto.toml"
+    cfg = ROOT / "examples" / "ditto.toml"
     code, stdout, err = cli(["run", cfg, "--out", tmp_path / "d", "--set", "run.rounds=2", "--set", "run.eval_every=1"],
                             capsys)
     assert code == 0, err

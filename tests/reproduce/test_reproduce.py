@@ -19,8 +19,8 @@ from fedpd.reproduce import core, execute, records
 from fedpd.reproduce.spec import RunSpec, grid
 from fedpd.runner import run
 from registry_checks import check_robustness_grid
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 #: where fedpd itself looks: $FEDPD_DATA, else the cache directory the README names (tests needing a
 #: dataset skip, naming it, when it is not there)
 DATA_DIR = str(resolve_data_dir(None))

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from doc_blocks import all_bash_blocks, untagged_blocks
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 #: whole pages whose blocks another test accounts for: (page, the test, why)
 PAGES = {
-    "docs/extending.md": ("tests/test_extending_doc.py", "runs every bash block of the page as written, in order, "
+    "docs/extending.md": ("tests/docs/test_extending_doc.py", "runs every bash block of the page as written, in order, "
                           "outside the repository"),
     "docs/deployment.md": ("tests/flower/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback "
                            "(tests/flower/test_flower_warm.py the warm SuperNodes' section); "
@@ -31,29 +31,29 @@ BLOCKS = {
     ("README.md", "python3 -m venv .venv"): (
         "exempt", "creates a virtual environment and installs from a package index; .ci/run runs its second line, "
         "the test command, as written on a clean clone"),
-    ("README.md", "fedpd run examples/fedpd.toml --out runs/fedpd"): ("run", "tests/test_readme.py"),
+    ("README.md", "fedpd run examples/fedpd.toml --out runs/fedpd"): ("run", "tests/docs/test_readme.py"),
     ("README.md", "fedpd sweep examples/fedavg.toml examples/scaffold.toml"): (
-        "exempt", "12 runs of 200-600 rounds, minutes on two cores; tests/test_sweep.py runs fedpd sweep with "
+        "exempt", "12 runs of 200-600 rounds, minutes on two cores; tests/results/test_sweep.py runs fedpd sweep with "
         "fewer rounds"),
     ("README.md", "fedpd sweep examples/fedavg.toml examples/fedprox.toml --seeds 1-3 --vary"): (
-        "run", "tests/test_sweep_grid.py"),
+        "run", "tests/results/test_sweep_grid.py"),
     ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -m \"not slow\""): (
         "exempt", "the test suite without its slow tests, about ten minutes; .ci/run runs the whole suite"),
-    ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -n 0 tests/test_docs_agree.py"): (
-        "run", "tests/test_first_impressions.py"),
+    ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -n 0 tests/docs/test_docs_agree.py"): (
+        "run", "tests/docs/test_first_impressions.py"),
     ("README.md", "fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out runs/cluster --ray"): (
         "exempt", "needs a Ray cluster at the address shown; tests/flower/test_ray_cluster.py runs sweeps on a local one"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn --set run.tensorboard"): (
-        "run", "tests/test_readme.py"),
+        "run", "tests/docs/test_readme.py"),
     ("README.md", "fedpd run benchmarks/configs/femnist_fedavg_cnn.toml"): (
         "exempt", "needs FEMNIST and minutes of a CNN; tests/engines/test_workers.py runs run.workers=2 on small problems"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn-flower"): (
         "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/flower/test_flower.py runs "
-        "FedDyn on the Flower engine against in-process and tests/test_readme.py parses the command"),
+        "FedDyn on the Flower engine against in-process and tests/docs/test_readme.py parses the command"),
     ("README.md", "fedpd reproduce --list"): (
-        "exempt", "its second line runs a reduced reproduction, about an hour; tests/test_readme.py runs the others "
-        "as written, tests/test_reproduce.py every experiment at the smoke budget"),
-    ("docs/algorithms.md", "cd tests && OMP_NUM_THREADS=1 python -c"): ("run", "tests/test_doc_commands.py"),
+        "exempt", "its second line runs a reduced reproduction, about an hour; tests/docs/test_readme.py runs the others "
+        "as written, tests/reproduce/test_reproduce.py every experiment at the smoke budget"),
+    ("docs/algorithms.md", "cd tests && OMP_NUM_THREADS=1 python -c"): ("run", "tests/docs/test_doc_commands.py"),
     ("docs/algorithms.md", "fedpd run examples/feddyn.toml --out runs/feddyn-ipm"): (
         "run", "tests/defences/test_robust_means.py"),
     ("docs/benchmarks.md", "fedpd run benchmarks/configs/mnist_fedavg_logistic.toml"): (
@@ -62,7 +62,7 @@ BLOCKS = {
     ("docs/benchmarks.md", "OMP_NUM_THREADS=1 python benchmarks/run_cifar10_reduced.py"): (
         "exempt", "the record of a superseded benchmark (CPU-hours on CIFAR-10, RUN_DIRS stands for its runs)"),
     ("docs/data.md", "fedpd run benchmarks/configs/afedpd_cifar10/afedpd_dir0.1.toml"): (
-        "exempt", "needs CIFAR-10 and MNIST; a full A-FedPD round takes minutes; tests/test_benchmark_configs.py "
+        "exempt", "needs CIFAR-10 and MNIST; a full A-FedPD round takes minutes; tests/docs/test_benchmark_configs.py "
         "validates the configs"),
     ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
         "exempt", "a timing on FEMNIST, run by hand"),
@@ -74,9 +74,9 @@ BLOCKS = {
         "exempt", "a benchmark, run by hand (about a minute); tests/system/ pins what it times"),
     ("docs/performance.md", "python benchmarks/cpu_drift.py --records 3"): (
         "exempt", "a measurement, run by hand (tens of minutes: records of every report re-run on five code paths); "
-        "tests/test_verify_rules.py checks the rules it sets"),
+        "tests/reproduce/test_verify_rules.py checks the rules it sets"),
     ("docs/performance.md", "python benchmarks/sweep_collection.py"): (
-        "exempt", "a benchmark, run by hand (half a minute); tests/test_reproduce.py tests the collection it times"),
+        "exempt", "a benchmark, run by hand (half a minute); tests/reproduce/test_reproduce.py tests the collection it times"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
@@ -92,10 +92,10 @@ BLOCKS = {
     ("docs/performance.md", "python benchmarks/big_state.py"): (
         "exempt", "a benchmark that writes 40 GB, run by hand"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/gpu_afedpd.py"): (
-        "exempt", "needs a CUDA GPU and CIFAR-10; tests/test_gpu_script.py runs its --smoke mode on the CPU"),
+        "exempt", "needs a CUDA GPU and CIFAR-10; tests/docs/test_gpu_script.py runs its --smoke mode on the CPU"),
     ("docs/performance.md", "python benchmarks/gpu_afedpd.py --results \"$OUT\""): (
         "exempt", "the command of the GPU figures (a lent CUDA machine, CIFAR-10 in FEDPD_DATA); "
-        "tests/test_gpu_script.py runs its --smoke mode on the CPU"),
+        "tests/docs/test_gpu_script.py runs its --smoke mode on the CPU"),
 }
 
 #: how a command begins: a line of an untagged block that starts so is a command the inventory would miss

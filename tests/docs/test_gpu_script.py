@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import tarfile
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,8 @@ import torch
 from fedpd.build import exact_float32
 from fedpd.reproduce import records
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 needs_cifar = pytest.mark.skipif(not os.environ.get("FEDPD_DATA"), reason="needs CIFAR-10 in $FEDPD_DATA")
 
 

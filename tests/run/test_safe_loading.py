@@ -16,6 +16,7 @@ import torch
 import torch.serialization as serialization
 
 from fedpd.cli import main
+from helpers import one_line_error, quick_run, run_cli
 
 CONFIG = """
 [problem]
@@ -181,3 +182,12 @@ def test_a_checkpoint_written_on_another_device_resumes_on_the_cpu(tmp_path):
                 for line in (path / "metrics.jsonl").read_text().splitlines()]
 
     assert strip(out) == strip(straight)
+
+
+def test_an_empty_checkpoint_is_one_line_not_a_traceback(tmp_path, capsys):
+    quick_run(tmp_path / "r", capsys)
+    (tmp_path / "r" / "checkpoint.pt").write_bytes(b"")  # e.g. a disk that filled up
+    before = (tmp_path / "r" / "metrics.jsonl").read_bytes()
+    line = one_line_error(*run_cli(["run", "--resume", tmp_path / "r", "--quiet"], capsys)[::2])
+    assert "checkpoint.pt: damaged, cannot be read" in line
+    assert (tmp_path / "r" / "metrics.jsonl").read_bytes() == before

@@ -2,7 +2,7 @@
 names exists, and every run directory a command reads was written by an earlier command (a fresh
 clone has no runs/). The Python snippet writes only where it may. The commands that take seconds
 run as written, in a fresh directory and a clean environment, and write only what git ignores
-(tests/test_doc_commands.py lists the others and why)."""
+(tests/docs/test_doc_commands.py lists the others and why)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from doc_blocks import bash_blocks, clean_env, run_script
+from helpers import ROOT
 from fedpd.cli import make_parser
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 

@@ -4,7 +4,6 @@ its source, and the generated A-FedPD table configs match their generator, so no
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,8 @@ from fedpd.config import load_config
 from fedpd.data.loaders import canonical_name
 from fedpd.models import MODELS
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 CONFIGS = sorted((ROOT / "benchmarks" / "configs").rglob("*.toml"))
 
 

@@ -19,6 +19,8 @@ from fedpd.reproduce import core, records
 from fedpd.reproduce import report as rep
 from fedpd.reproduce.spec import Claim, RunSpec
 
+from helpers import ROOT
+
 
 # --- paired differences, by hand -------------------------------------------------------------------
 
@@ -305,7 +307,7 @@ def test_the_medium_budget_section_runs_as_written(tmp_path):
 
     from doc_blocks import bash_blocks
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     blocks = bash_blocks(root / "docs" / "reproductions" / "README.md", "The medium budget")
     assert len(blocks) == 1 and "--estimate 1" in blocks[0]
     env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),

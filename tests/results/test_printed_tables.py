@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import fedpd
 from fedpd.registry import AGGREGATORS
 from fedpd.reproduce.core import listing_table
 from fedpd.results.tables import compare_table, spread_keys
-
 from helpers import run_cli as cli
 from registry_checks import check_listing
 
@@ -177,7 +177,7 @@ def test_reproduce_list_formats_hold_every_column(fmt, capsys):
 # --- fedpd demo -------------------------------------------------------------------------------------
 def test_demo_table_fits_every_width_and_formats_hold_every_column(tmp_path, capsys, monkeypatch):
     demo = ["demo", "--out", str(tmp_path / "demo"), "--rounds", "10", "--quiet", "--threads", "1", "--overwrite"]
-    for columns in (60, 200):  # 80: tests/test_cli_ux.py
+    for columns in (60, 200):  # 80: tests/run/test_cli_ux.py
         monkeypatch.setenv("COLUMNS", str(columns))
         code, out, err = cli(demo, capsys)
         assert code == 0, err
@@ -200,3 +200,16 @@ def test_data_list_wraps_where_it_looked_within_the_width(columns, tmp_path, cap
     code, out, _ = cli(["data", "list", "--data-dir", tmp_path], capsys)  # nothing there: every place looked in
     assert code == 0 and widest(out.split("\n", 1)[1]) <= columns  # the first line names the data dir, a path
     assert "leaf/data/shakespeare/data" in out  # wrapped between paths, never inside one
+
+
+# --- a narrow compare table keeps a classifier's test accuracy --------------------------------
+@pytest.mark.parametrize("columns", [66, 80])
+def test_a_narrow_compare_table_keeps_test_accuracy(columns, tmp_path, monkeypatch, capsys):
+    cfg = {"problem": {"name": "synthetic", "clients": 6, "max_client_samples": 40}, "run": {"rounds": 1}}
+    for name in ("fedavg", "fedprox"):
+        fedpd.run({**cfg, "algorithm": {"name": name}}, tmp_path / f"runs-of-{name}-with-a-long-name")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = cli(["compare", *sorted(tmp_path.iterdir())], capsys)
+    header = " ".join(out.splitlines()[:2])
+    assert code == 0 and "test acc" in header and "train loss" in header, out
+    assert max(len(line) for line in out.splitlines()) <= columns

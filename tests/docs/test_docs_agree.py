@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from fedpd.config import RESUMABLE
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def stated_list(doc: str) -> list[str]:

@@ -6,13 +6,12 @@ says where to start and links every page of docs/."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from doc_blocks import bash_blocks, clean_env, run_script
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 INDEX = ROOT / "docs" / "README.md"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from helpers import quick_run, run_cli
 from helpers import run_cli as cli
 
 #: Student's t quantiles t_{0.975, df}, from tables
@@ -121,3 +122,13 @@ def test_the_plot_legend_names_a_group_by_its_config(seeds):
     ax = runs_figure(seeds, "test_acc").axes[0]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lr=0.1 (mean ± std, 3 seeds)",
                                                                   "lr=0.05 (mean ± std, 2 seeds)"]
+
+
+def test_compare_takes_the_runs_inside_a_folder_of_runs(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    quick_run(runs / "a", capsys)
+    quick_run(runs / "deeper" / "b", capsys)
+    code, out, err = run_cli(["compare", runs, "--format", "csv"], capsys)
+    assert code == 0, err
+    body = out.strip().splitlines()[1:]
+    assert len(body) == 2 and {line.split(",")[0] for line in body} == {"a", "b"}

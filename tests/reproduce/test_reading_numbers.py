@@ -2,7 +2,7 @@
 
 A report folder docs/reproductions/NAME/ with a ``records/`` folder has a README.md generated from
 those records, but for its section "## Reading" (up to "## Files"), which is hand-written
-(reproduce/readings/NAME.md). tests/test_run_records.py checks the generated part; this test checks
+(reproduce/readings/NAME.md). tests/reproduce/test_run_records.py checks the generated part; this test checks
 that every number the reading quotes is one the generated part of the README (tables, claims, budget)
 or results.csv holds, at the precision the reading writes it.
 
@@ -38,7 +38,8 @@ import pytest
 
 from fedpd.reproduce import records
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 REPORTS = ROOT / "docs" / "reproductions"
 FOLDERS = sorted(p.parent for p in REPORTS.glob("*/records") if p.is_dir())
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from doc_blocks import bash_blocks
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = (ROOT / "docs" / "extending.md").read_text()
 PERSONALISED = "5. A personalised method"  # its commands run in process: a few seconds, no Flower
 

@@ -14,8 +14,10 @@ pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'fe
 
 from matplotlib.collections import PolyCollection  # noqa: E402
 
-from helpers import run_cli as cli  # noqa: E402
 from fedpd.results.figures import runs_figure  # noqa: E402
+from fedpd.results.runs import X_AXES
+from helpers import quick_run
+from helpers import run_cli as cli  # noqa: E402
 
 SMALL = """
 [problem]
@@ -154,3 +156,40 @@ def test_split_heatmap_has_a_tick_per_class_with_its_name(tmp_path, capsys):
     run = make_run(tmp_path, tmp_path / "r", capsys)
     code, _, err = cli(["plot", run, "--split", "-o", tmp_path / "split.png"], capsys)
     assert code == 0 and (tmp_path / "split.png").read_bytes()[:4] == b"\x89PNG", err
+
+
+def test_every_metric_label_fits_its_panel(tmp_path):
+    """`fedpd plot --metric backdoor_acc` cut its label (67 characters) at both ends: a long label
+    now breaks into lines, each panel's label within the panel's height — alone, and every long
+    label in one figure of panels in two columns (each row as tall as any figure's)."""
+    pytest.importorskip("matplotlib", reason="plots need matplotlib (pip install 'fedpd[plot]')")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from fedpd.results.figures import LABELS, Y_LABEL_CHARS, runs_figure
+
+    keys = [k for k, label in LABELS.items() if k not in X_AXES and len(label) > Y_LABEL_CHARS]  # the wrapped ones
+    assert "backdoor_acc" in keys and "personal_acc_worst10" in keys
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"round": r, "comm_rounds": r, **{k: 0.1 * r + 0.01 for k in keys}}) + "\n" for r in range(4)))
+    for metrics in (["backdoor_acc"], keys):
+        fig = runs_figure([run], metrics)
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.canvas.draw()
+        for ax in fig.axes[:len(metrics)]:
+            label, panel = ax.yaxis.label.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert label.height <= panel.height and 0 <= label.y0 and label.y1 <= fig.bbox.height, ax.get_ylabel()
+
+
+def test_plot_draws_duplicate_runs_once_and_says_so(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from fedpd.results.figures import runs_figure
+
+    quick_run(tmp_path / "s0", capsys)
+    quick_run(tmp_path / "s0-copy", capsys)  # the same config and seed: a duplicate, not a second seed
+    quick_run(tmp_path / "s1", capsys, "--set", "run.seed=1")
+    with pytest.warns(UserWarning, match="same config and seed: duplicates, drawn once"):
+        fig = runs_figure([tmp_path / "s0", tmp_path / "s0-copy", tmp_path / "s1"], "train_loss")
+    [legend] = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert "2 seeds" in legend

@@ -17,8 +17,9 @@ from fedpd.cli import main
 from fedpd.errors import ConfigError
 from fedpd.reproduce import core, records
 
+from helpers import ROOT
+
 NAME = "feddyn_fedpd"  # 9 smoke runs of a second or so: ls/... and logreg/...
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def keys(name: str = NAME) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import ROOT, one_line_error, quick_run, run_cli
 
 GOOD = """
 [problem]
@@ -178,7 +178,7 @@ def test_list_compare_and_plot(config, tmp_path, capsys):
 def test_all_examples_validate():
     from fedpd.config import load_config
 
-    examples = sorted((Path(__file__).parents[1] / "examples").glob("*.toml"))
+    examples = sorted((ROOT / "examples").glob("*.toml"))
     assert len(examples) >= 5
     for path in examples:
         load_config(path)
@@ -224,3 +224,43 @@ def test_label_counts_of_pm1_labels_number_them_in_sorted_order():
                                    [torch.tensor([1.0, -1.0, 1.0]), torch.tensor([-1.0, -1.0])])
     counts, labels = label_counts(split)
     assert labels == [-1.0, 1.0] and counts.tolist() == [[1, 2], [2, 0]]
+
+
+FEDAVG = ROOT / "examples" / "fedavg.toml"
+
+
+def test_reason_survives_an_exception_without_text():
+    from fedpd.errors import reason
+
+    assert reason(EOFError()) == "EOFError"
+    assert reason(IndexError("")) == "IndexError"
+    assert reason(ValueError("bad\nsecond line")) == "ValueError: bad"
+
+
+def test_an_out_folder_that_holds_runs_is_refused_and_nothing_is_written(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    quick_run(runs / "a", capsys)
+    quick_run(runs / "b", capsys)
+    before = sorted(p.name for p in runs.iterdir())
+    for flags in ([], ["--overwrite"]):
+        code, _, err = run_cli(["run", FEDAVG, "--out", runs, "--quiet", *flags], capsys)
+        line = one_line_error(code, err)
+        assert "holds other runs" in line and str(runs / "a") in line
+        assert sorted(p.name for p in runs.iterdir()) == before  # no config.toml, metrics.jsonl loose in it
+
+
+def test_a_directory_given_as_config_is_named_as_one(capsys):
+    line = one_line_error(*run_cli(["run", ROOT / "examples", "--out", "/nonexistent/x"], capsys)[::2])
+    assert "is a directory; give one .toml file" in line
+
+
+def test_list_suggests_the_name_in_the_right_case(capsys):
+    line = one_line_error(*run_cli(["list", "FedPD"], capsys)[::2])
+    assert "did you mean fedpd" in line
+
+
+def test_argument_errors_name_the_command_once(capsys):
+    line = one_line_error(*run_cli(["run", "--threads", "x"], capsys)[::2])
+    assert line.startswith("fedpd run: error: argument --threads")
+    line = one_line_error(*run_cli(["compare"], capsys)[::2])
+    assert line.startswith("fedpd compare: error:") and "fedpd: error" not in line

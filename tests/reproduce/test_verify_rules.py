@@ -19,6 +19,8 @@ from fedpd.config import load_config
 from fedpd.reproduce import execute, records
 from fedpd.reproduce import verify as ver
 
+from helpers import ROOT
+
 
 def _record(smoke_report, tmp_path) -> records.Record:
     smoke_report("fedpd_fig2", tmp_path)
@@ -149,7 +151,7 @@ def test_a_run_evaluated_every_round_keeps_its_own_first_rounds_without_a_second
     assert rows == [own[0], own[1], own[2]]
 
 
-REPORTS = Path(__file__).resolve().parents[1] / "docs" / "reproductions"
+REPORTS = ROOT / "docs" / "reproductions"
 #: the committed reports with records, and the round each is verified to: the first evaluation at or
 #: after 3 (--verify's default); A-FedPD's CIFAR-10 records (made on a GPU, keeping no early rounds)
 #: at round 0 only, before any training — their first trained evaluation is round 10, ten LeNet

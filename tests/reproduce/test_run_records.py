@@ -20,7 +20,8 @@ from fedpd.errors import ConfigError
 from fedpd.reproduce import core, records
 from fedpd.reproduce import verify as ver
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 REPORTS = ROOT / "docs" / "reproductions"
 
 
