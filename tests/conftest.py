@@ -1,4 +1,10 @@
-"""The suite runs on pytest-xdist workers (pyproject.toml's addopts give ``-n auto --dist
+"""The test modules sit in a folder per package area (tests/defences/, tests/engines/, ...) and import
+the shared modules of this folder (helpers, doc_blocks, engine_conformance, ...) by name: pytest's
+default import mode puts this folder on sys.path when it loads this file, and a test module's own
+folder when it imports the module by its file name, so no two test modules share a file name
+(tests/architecture/test_suite_layout.py checks it, and that the modules named below exist).
+
+The suite runs on pytest-xdist workers (pyproject.toml's addopts give ``-n auto --dist
 loadfile``): each test module runs whole on one worker, so a module-scoped fixture (a Flower
 session, a Ray cluster, three long runs) is built once. ``-n auto`` starts two workers per usable
 core: the slowest modules (Flower deployments, SuperNodes that sleep 3 s between polls of an idle

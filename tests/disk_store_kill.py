@@ -1,4 +1,4 @@
-"""Run ``fedpd`` and SIGKILL it at a chosen point inside the disk store's write path (issue 14).
+"""Run ``fedpd`` and SIGKILL it at a chosen point inside the disk store's write path.
 
     python tests/disk_store_kill.py POINT N -- ARGS...
 

@@ -20,7 +20,7 @@ SGD = {"name": "sgd", "lr": 0.1, "local_steps": 2, "batch_size": 50}
 CASES = {
     "mnist_fedavg_float64": {"problem": MNIST, "algorithm": {"name": "fedavg"}, "solver": SGD,
                              "run": {"dtype": "float64"}},
-    "mnist_fedavg_gd_float64": {"problem": MNIST, "algorithm": {"name": "fedavg"},  # the command
+    "mnist_fedavg_gd_float64": {"problem": MNIST, "algorithm": {"name": "fedavg"},  # full-batch GD on MNIST
                                 "solver": {"name": "gd", "lr": 1.0, "local_steps": 4}, "run": {"dtype": "float64"}},
     "mnist_mlp_fedsam_float32": {"problem": {**MNIST, "partition": "dirichlet"}, "model": {"name": "mlp"},
                                  "algorithm": {"name": "fedsam"}, "solver": SGD,

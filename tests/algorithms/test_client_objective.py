@@ -1,4 +1,4 @@
-"""A client reads its own objective through the public API (issue 33): ``ctx.loss(x)`` and
+"""A client reads its own objective through the public API: ``ctx.loss(x)`` and
 ``ctx.gradient(x)`` give f_i and ∇f_i of every participant of a call at given points, batched over
 the client axis, on its own samples only, computed the way the solver's gradients are
 (``run.execution``) and counted in ``sample_grads`` as they are.

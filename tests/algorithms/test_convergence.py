@@ -1,4 +1,4 @@
-"""Convergence stories the toolkit promises, on fixed seeds (issue 2's acceptance).
+"""Convergence stories the toolkit promises, on fixed seeds.
 
 * FedPD's Fig. 2(b), scaled down: on the strongly non-i.i.d. logistic problem FedAvg-GD (Q = 8)
   stalls at an error floor, FedPD-GD (p = 0) goes at least 100x below it, and FedPD with

@@ -1,4 +1,4 @@
-"""fedpd's FedDyn against an independent FedDyn written here from the FedDyn paper (issue 45).
+"""fedpd's FedDyn against an independent FedDyn written here from the FedDyn paper.
 
 The FedDyn ≡ FedPD reproduction (docs/reproductions/feddyn_fedpd) compares two presets of one class,
 ``fedpd.algorithms.primal_dual.PrimalDual``: a self-consistency check, which a mistake shared by both

@@ -1,5 +1,5 @@
 """FedGeoMed+ / FedCoMed+ with ``delta_rule = "spread"``: δ on the scale of the uploads, so the median
-variants act as medians whatever the scale of the model (issue 15, part 3)."""
+variants act as medians whatever the scale of the model."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_fixed_rule_is_unchanged():
 
 
 def test_mnist_fedcomed_plus_ipm_100_fixed_falls_spread_holds():
-    """The issue's measurement on real MNIST: FedCoMed+ with δ = 0.1 thresholds nothing (it is the
+    """The measurement on real MNIST: FedCoMed+ with δ = 0.1 thresholds nothing (it is the
     mean) and IPM ε = 100 breaks it; with the rule it holds."""
     from fedpd.data import dataset_status
 

@@ -195,7 +195,7 @@ DRIFT_SETUP = dict(problem={"name": "fedpd_logreg", "clients": 100, "samples_per
 
 
 def test_dual_drift_afedpd_between_fedadmm_and_feddyn():
-    """The issue's story, as it holds here (fixed seeds): A-FedPD's worst round-to-round rise of
+    """Dual drift, as it holds here (fixed seeds): A-FedPD's worst round-to-round rise of
     the train loss is well below FedADMM's (0.046 vs 0.202), and its duals enter training less
     stale (mean dual_drift 0.31 vs 0.40). FedDyn, whose dual mean also runs over all N but
     without the virtual update, is smoother still (0.014, 0.27): A-FedPD's server step

@@ -1,4 +1,4 @@
-"""The attacks aimed at robust rules on heterogeneous clients (issue 44, part 3): mimic, and ALIE and
+"""The attacks aimed at robust rules on heterogeneous clients: mimic, and ALIE and
 IPM with their strength searched against the defence in use — each rule by hand."""
 
 from __future__ import annotations

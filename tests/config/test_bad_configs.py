@@ -1,7 +1,6 @@
-"""Issue 47 (and the config items of 46): configs a fuzzer found that crashed, hung, half-wrote a
-run or were silently ignored — each now refused in one line with exit status 2 and nothing
-written, or run as it should. The property-based test (test_config_property.py) makes it hold
-for configs nobody listed."""
+"""Configs a fuzzer found that crashed, hung, half-wrote a run or were silently ignored — each now
+refused in one line with exit status 2 and nothing written, or run as it should. The property-based
+test (test_config_property.py) makes it hold for configs nobody listed."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from helpers import BASE, config_file, refused, run_cli, runs
 from user_plugins import write_module
 
 
-# --- 1: a valid combination that crashed in round 1 -------------------------------------------
+# --- a valid combination that crashed in round 1 -------------------------------------------
 def test_primal_dual_with_every_client_and_virtual_duals_runs(tmp_path, capsys):
     """participation = all, dual_mean = all, virtual_dual = true: A-FedPD's sets with every
     client every round (KeyError 'D' in round 1 before); equal to A-FedPD under full participation
@@ -28,7 +27,7 @@ def test_primal_dual_with_every_client_and_virtual_duals_runs(tmp_path, capsys):
     runs(tmp_path, capsys, path)
 
 
-# --- 2: plug-ins checked before anything of them is called ------------------------------------
+# --- plug-ins checked before anything of them is called ------------------------------------
 #: callables of the standard library a fuzzer named: refused before the module is imported
 DANGEROUS = ["sys:exit", "os:abort", "signal:pause", "builtins:input", "os:fork"]
 HARMLESS = ["time:time", "json:loads", "builtins:object", "this:s"]
@@ -209,7 +208,7 @@ def test_what_a_name_of_each_kind_must_be_is_checked_before_it_is_called():
     assert called == []
 
 
-# --- 3 and 9: files and values the TOML reader refuses ------------------------------------------
+# --- files and values the TOML reader refuses ------------------------------------------
 def test_deep_nesting_is_one_line_in_a_file_a_set_and_a_dict(tmp_path, capsys):
     deep = "[" * 500 + "1" + "]" * 500
     path = tmp_path / "deep.toml"
@@ -232,7 +231,7 @@ def test_a_file_with_bare_cr_line_endings_is_refused_as_toml_refuses_it(tmp_path
     runs(tmp_path, capsys, path)
 
 
-# --- 4 and 8: numbers bounded by what they are used for -----------------------------------------
+# --- numbers bounded by what they are used for -----------------------------------------
 @pytest.mark.parametrize(("sections", "needle"), [
     ({"run": {"threads": 2**31}}, "run.threads: input should be less than or equal to 1024"),
     ({"run": {"rounds": 2**63}}, "run.rounds: 9223372036854775808 is out of range"),
@@ -252,7 +251,7 @@ def test_numbers_too_large_for_what_they_are_used_for(sections, needle, tmp_path
     assert refused(tmp_path, capsys, config_file(tmp_path, **sections)).startswith(needle)
 
 
-# --- 6 and 7: attacks -------------------------------------------------------------------------
+# --- attacks -------------------------------------------------------------------------
 def test_label_flip_on_the_synthetic_problem_runs(tmp_path, capsys):
     """Its classes were counted with numpy's max(initial=), which torch's max does not take."""
     path = tmp_path / "c.toml"
@@ -274,7 +273,7 @@ def test_attacks_that_would_be_ignored_or_contradict_themselves(attack, needle, 
     assert refused(tmp_path, capsys, config_file(tmp_path, attack=attack)).startswith(needle)
 
 
-# --- 7 and 46: run options a run would ignore ---------------------------------------------------
+# --- run options a run would ignore ---------------------------------------------------
 def test_run_options_that_would_be_ignored(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     for run, needle in [
@@ -294,7 +293,7 @@ def test_set_and_unset_of_one_key_is_refused(tmp_path, capsys):
         load_config(BASE, [Unset("run.rounds"), "run.rounds=3"])
 
 
-# --- 46: a hook that returns a state of the wrong shape -----------------------------------------
+# --- a hook that returns a state of the wrong shape -----------------------------------------
 BAD_HOOKS = '''
 import torch
 from fedpd.algorithms import FedAvg

@@ -1,4 +1,4 @@
-"""Issue 47: configs nobody listed. Hypothesis generates configs from the options' own schemas —
+"""Configs nobody listed. Hypothesis generates configs from the options' own schemas —
 every section's pydantic ``Options`` model (types, ranges, enums), the registry's names, unknown
 keys, bad plug-in names, wrong types and values out of range — and ``fedpd run`` (in this
 process) must either refuse in one line with exit status 2 and write nothing, or run: its rounds

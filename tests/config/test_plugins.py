@@ -1,4 +1,4 @@
-"""A user's own model, data and algorithm (issue 20): import paths wherever a config takes a name,
+"""A user's own model, data and algorithm: import paths wherever a config takes a name,
 entry points of installed distributions, where modules are found, what a run records of them,
 what a node may import, and every bad input as one line and exit status 2 with nothing written.
 
@@ -343,7 +343,7 @@ def test_bad_plugins_are_one_line_and_exit_2_with_nothing_written(change, needle
 
 
 def test_show_model_refuses_the_factories_run_refuses(user_data, tmp_path, monkeypatch, capsys):
-    """Issue 33: fedpd show model and fedpd run apply one signature rule (and say it alike)."""
+    """``fedpd show model`` and ``fedpd run`` apply one signature rule (and say it alike)."""
     directory, module = user_data
     monkeypatch.chdir(directory)
     path = write_config(tmp_path / "c.toml", {**dataset_config(module), "model": {"name": f"{module}:one_argument"}})
@@ -418,8 +418,8 @@ def test_entry_points_name_a_dataset_loader_and_a_model(site, capsys):
 
 
 def test_a_dataset_entry_point_is_listed_shown_and_split(site, capsys):
-    """Issue 33: fedpd list, fedpd list NAME, fedpd show dataset NAME, fedpd data list and fedpd
-    data split NAME know an installed loader."""
+    """``fedpd list``, ``fedpd list NAME``, ``fedpd show dataset NAME``, ``fedpd data list`` and
+    ``fedpd data split NAME`` know an installed loader."""
     site, _ = site
     module = write_module(site, DATA, "entry_data")
     distribution(site, f"dataset.bars = {module}:load")
@@ -468,7 +468,7 @@ def test_an_entry_point_named_without_its_kind_names_nothing_and_is_listed(site,
 
 
 def test_every_clash_is_a_line_of_the_listing_not_only_the_first(site, capsys, monkeypatch):
-    """Issue 46: every clash, each a line under its kind, and the listing of everything else
+    """Every clash, each a line under its kind, and the listing of everything else
     intact (exit 0, a note on stderr)."""
     monkeypatch.setenv("COLUMNS", "400")  # each entry on one line
     site, module = site
@@ -488,7 +488,7 @@ def test_every_clash_is_a_line_of_the_listing_not_only_the_first(site, capsys, m
 
 
 def test_a_clash_stops_only_what_uses_the_name_and_names_its_key(site, tmp_path, capsys):
-    """Issue 33: one rule for every kind — two distributions declaring one name, or an entry point
+    """One rule for every kind — two distributions declaring one name, or an entry point
     taking a built-in's name, stop a run that uses that name (one line naming its config key) and
     no other run."""
     site, module = site
@@ -530,7 +530,7 @@ first_row.Options = fedpd.NoOptions
 
 
 def test_one_module_resolves_every_kind_in_one_order(site):
-    """Issue 33: fedpd.names.resolve decides for every kind, in one order: an import path is that
+    """``fedpd.names.resolve`` decides for every kind, in one order: an import path is that
     attribute; a built-in name is the built-in, and an entry point may not take it; an entry
     point's name is what it names; anything else is unknown — each message the same for every kind."""
     site, module = site

@@ -1,7 +1,7 @@
-"""ByzFL (EPFL's library; the README's test command installs it without its dependencies) as an independent reference (issue 44,
-part 4): where the definitions match, fedpd's aggregators, pre-aggregators and attacks give ByzFL's
-outputs on random rows; where they differ (each difference is stated in fedpd's docstrings), the
-test maps one onto the other and says how. ByzFL is called directly, never through fedpd.
+"""ByzFL (EPFL's library; the README's test command installs it without its dependencies) as an
+independent reference: where the definitions match, fedpd's aggregators, pre-aggregators and
+attacks give ByzFL's outputs on random rows; where they differ (each difference is stated in
+fedpd's docstrings), the test maps one onto the other and says how. ByzFL is called directly, never through fedpd.
 
 ByzFL's package ``__init__`` imports its benchmark, which needs a torchvision built for the installed
 torch (the index's torchvision does not load beside torch's CPU build); its aggregators and attacks

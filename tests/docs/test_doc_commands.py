@@ -134,7 +134,7 @@ def test_every_entry_names_a_block_the_docs_show():
 def test_a_page_run_by_a_test_is_read_by_that_test(doc):
     test, _ = PAGES[doc]
     if not (ROOT / test).is_file():
-        pytest.skip(f"{test} is not in this checkout (issue 24, part 2)")
+        pytest.skip(f"{test} is not in this checkout")
     text = (ROOT / test).read_text()
     assert Path(doc).name in text and "bash" in text, f"{test} does not read {doc}'s blocks"
 

@@ -1,4 +1,4 @@
-"""docs/extending.md, run as written (issue 20): its files are written into an empty directory
+"""docs/extending.md, run as written: its files are written into an empty directory
 outside the repository and every bash block runs there, verbatim, in a clean environment (a
 fresh HOME; on PATH only this Python's scripts and the system's; PYTHONPATH only this checkout's
 ``src``, so that ``fedpd`` is the code under test — the installed one in CI). Each block runs in

@@ -1,4 +1,4 @@
-"""README.md walked top to bottom (issue 16, item 7): every `fedpd` command parses, every file it
+"""README.md walked top to bottom: every `fedpd` command parses, every file it
 names exists, and every run directory a command reads was written by an earlier command (a fresh
 clone has no runs/). The Python snippet writes only where it may. The commands that take seconds
 run as written, in a fresh directory and a clean environment, and write only what git ignores

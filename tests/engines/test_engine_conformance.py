@@ -1,8 +1,8 @@
 """The in-process engine passes the engine conformance suite (tests/engine_conformance.py) with
 every client grouping: one client at a time, chunks of 3, and all participants at once; with
-the clients' states in the disk store (issue 14); and with the participants trained on 2 worker
-processes (issue 21). So does the loopback remote engine; and the in-process and loopback engines
-pass it on a user's algorithms defined outside the package (issue 20)."""
+the clients' states in the disk store; and with the participants trained on 2 worker
+processes. So does the loopback remote engine; and the in-process and loopback engines
+pass it on a user's algorithms defined outside the package."""
 
 from __future__ import annotations
 
@@ -52,6 +52,6 @@ class TestLoopbackRemoteEngineOnUserAlgorithms(UserAlgorithms, TestLoopbackRemot
 @pytest.mark.slow  # every test starts two worker processes (torch's import, the problem's build)
 class TestWorkerProcesses(EngineConformance):
     """The in-process engine with the round's participants trained on 2 worker processes
-    (``run.workers``; issue 21): states stay in this process, the numbers are the same."""
+    (``run.workers``): states stay in this process, the numbers are the same."""
 
     ENGINE = ["run.engine=inprocess", "run.workers=2"]

@@ -1,4 +1,4 @@
-"""A resume on another engine or another number of nodes (issue 46): the clients' states move
+"""A resume on another engine or another number of nodes: the clients' states move
 with the run (:mod:`fedpd.handover`), and the resumed run writes the metrics an uninterrupted run
 writes (the state does not depend on the engine: tests/engines/test_executor_independence.py). FedDyn:
 its clients keep duals, so a state left behind would show in the numbers."""
@@ -65,7 +65,7 @@ def test_a_disk_store_moves_to_loopback_and_back(tmp_path):
 
 
 def test_the_cli_resumes_a_loopback_run_in_process_without_a_word_about_run_store(tmp_path, capsys):
-    """The issue's second message: run.store, never set, was 'auto' on loopback and 'memory' in process."""
+    """run.store, never set, was 'auto' on loopback and 'memory' in process: a resume says nothing of it."""
     path = tmp_path / "c.toml"
     path.write_text(load_config(config(2, engine="loopback")).to_toml())
     assert main(["run", str(path), "--out", str(tmp_path / "a"), "--quiet"]) == 0

@@ -7,7 +7,7 @@ Every random draw a client makes comes from its own stream (seed, purpose, round
 server aggregates the uploads in ascending client order, and the store's means are taken in
 client order; so ``metrics.jsonl`` is bit-identical (``wall_s`` aside), with minibatch SGD,
 momentum, weight decay and stragglers all drawing randomness. The permuted run keeps the
-clients' states in the disk store (issue 14), which must not change a bit either.
+clients' states in the disk store, which must not change a bit either.
 """
 
 from __future__ import annotations
@@ -68,14 +68,14 @@ def test_metrics_do_not_depend_on_chunking_or_order(name, tmp_path, request):
         out = tmp_path / f"chunk{chunk}"
         fedpd.run(cfg, out, overrides=[f"run.client_chunk={chunk}"])
         runs[chunk] = metrics(out)
-    out = tmp_path / "workers"  # on 2 worker processes (issue 21), in chunks of 2 there
+    out = tmp_path / "workers"  # on 2 worker processes, in chunks of 2 there
     fedpd.run(cfg, out, overrides=["run.workers=2", "run.client_chunk=2"])
     runs["workers"] = metrics(out)
     out = tmp_path / "loopback"  # by messages, to three nodes with file stores
     fedpd.run(cfg, out, overrides=["run.engine=loopback", "run.nodes=3"])
     runs["loopback"] = metrics(out)
     request.getfixturevalue("permuted")
-    fedpd.run(cfg, tmp_path / "permuted", overrides=["run.client_chunk=2", "run.store=disk"])  # issue 14: on disk too
+    fedpd.run(cfg, tmp_path / "permuted", overrides=["run.client_chunk=2", "run.store=disk"])  # on disk too
     runs["permuted, disk store"] = metrics(tmp_path / "permuted")
     reference = runs[0]
     assert len(reference) == 3 and reference[-1]["round"] == 4

@@ -60,7 +60,7 @@ def test_a_node_whose_train_fails_has_its_uploads_rejected_and_the_run_goes_on(t
     sim.step()
     assert sim.comm.rejected_uploads == len(on_node1) > 0
     err = capsys.readouterr().err
-    # issue 33: the server names the node by its clients and counts rounds from 1, as its progress
+    # the server names the node by its clients and counts rounds from 1, as its progress
     # does; the node's own log says what it refused
     assert "fedpd: the node of clients 3-5 (node id 1): train failed (RuntimeError: out of memory) in round 1;" in err
     assert "fedpd node (clients 3-5): train of round 1 refused: RuntimeError: out of memory" in err

@@ -1,4 +1,4 @@
-"""Parallel clients inside one run (``run.workers``, issue 21): what happens when a worker dies,
+"""Parallel clients inside one run (``run.workers``): what happens when a worker dies,
 hangs or cannot build the run, exact resume of a killed run, the ``auto`` rule and bad input.
 The numbers themselves are the engine conformance suite's (tests/engines/test_engine_conformance.py,
 TestWorkerProcesses) and the executor-independence test's, with 2 workers."""

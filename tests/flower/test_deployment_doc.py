@@ -1,8 +1,8 @@
-"""docs/deployment.md's TLS deployment, run as written (issue 24): the bash blocks of the section,
+"""docs/deployment.md's TLS deployment, run as written: the bash blocks of the section,
 in order, as one script on 127.0.0.1 — certificates, a SuperLink with TLS, node authentication
 and a database, two registered SuperNodes, the app, ``flwr run``, ``fedpd status``, ``fedpd
 compare``, a SuperNode killed with ``kill -9`` and restarted after the doc's wait, the SuperLink
-killed with ``kill -9`` and restarted on its database (issue 48: the nodes reconnect by
+killed with ``kill -9`` and restarted on its database (the nodes reconnect by
 themselves, nothing is registered again, and the resume finds them), and the doc's stop by PID. The one
 change is the rounds, fewer through the doc's own ``--set run.rounds=…``; between the restart and
 the stop the test waits until the SuperLink lists the restarted node online. The environment is

@@ -1,4 +1,4 @@
-"""What an operator of a deployment meets (issue 48), on loopback nodes in this process (the
+"""What an operator of a deployment meets, on loopback nodes in this process (the
 remote engine's reference; the same node code as a SuperNode's): a round's commit riding with the
 node's next message (one exchange a round, as a deployment's FlowerTransport asks) gives the
 in-process metrics, across a resume from a checkpoint that holds commits not yet made; a node the

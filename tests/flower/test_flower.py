@@ -1,5 +1,5 @@
 """fedpd on Flower's simulation runtime (Ray): the engine conformance suite, the same metrics as
-in process for the algorithms of the Flower issue, and the same floats counted.
+in process for one algorithm of each family, and the same floats counted.
 
 One Flower simulation (a :class:`~fedpd.flower.simulation.FlowerSession` with 3 virtual
 SuperNodes on a private local Ray) serves every test of this module; it is shut down at the end
@@ -90,7 +90,7 @@ class TestFlowerSimulationEngineOnUserAlgorithms(TestFlowerSimulationEngine):
 
 def test_a_users_fedavg_subclass_gives_fedavgs_metrics_in_process_and_on_flower(session, user_algorithms, tmp_path,
                                                                               monkeypatch):
-    """Issue 20: FedAvg subclassed in the user's own file, named by its import path in a config
+    """FedAvg subclassed in the user's own file, named by its import path in a config
     file beside it, run from another directory: the virtual SuperNodes import it from the run's
     plug-in path."""
     directory, module = user_algorithms
@@ -105,15 +105,15 @@ def test_a_users_fedavg_subclass_gives_fedavgs_metrics_in_process_and_on_flower(
     assert expected[-1]["uplink_floats"] > 0
 
 
-ISSUE_ALGORITHMS = {  # the Flower issue's list: FedAvg, SCAFFOLD, FedPD p = 0.5, FedDyn, A-FedPD, one Fed+
+FAMILIES = {  # one of each family: FedAvg, SCAFFOLD, FedPD p = 0.5, FedDyn, A-FedPD, one Fed+
     "fedavg": {"name": "fedavg"}, "scaffold": {"name": "scaffold"}, "fedpd": {"name": "fedpd", "p": 0.5},
     "feddyn": {"name": "feddyn"}, "afedpd": {"name": "afedpd"}, "fedgeomed_plus": {"name": "fedgeomed_plus"},
 }
 
 
-@pytest.mark.parametrize("name", sorted(ISSUE_ALGORITHMS))
+@pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_flower_writes_the_in_process_metrics(name, session, tmp_path):
-    algorithm = ISSUE_ALGORITHMS[name]
+    algorithm = FAMILIES[name]
     sampler = {"name": "all"} if name == "fedpd" else {"name": "uniform", "clients_per_round": 5}
     cfg = config("fedavg", rounds=4, algorithm=algorithm, sampler=sampler)
     fedpd.run(cfg, tmp_path / "inprocess")

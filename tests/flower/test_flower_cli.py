@@ -35,7 +35,7 @@ def test_app_holds_fedpds_components_and_the_resolved_config(tmp_path):
 
 
 def test_app_declares_no_dependencies_so_a_superlink_installs_nothing(tmp_path):
-    """Issue 24: a SuperLink installs an app's declared dependencies for every run (``uv sync``,
+    """A SuperLink installs an app's declared dependencies for every run (``uv sync``,
     Flower's default); ``fedpd[flower]`` could not be found for a fedpd installed from a clone (exit
     code 608). fedpd is preinstalled on every machine: the app declares nothing, and Flower's own
     installer, run on it as the SuperLink runs it, succeeds without an index."""

@@ -66,7 +66,7 @@ def test_a_supernode_killed_mid_run_and_restarted_lets_the_run_finish_exactly(tm
 
 def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_is_rejected(tmp_path,
                                                                                        user_algorithms):
-    """Issue 20: a user's algorithm with client state and a reply (tests/user_plugins.py), in a
+    """A user's algorithm with client state and a reply (tests/user_plugins.py), in a
     module the SuperLink's and the SuperNodes' Python path reach. With ``allowed-plugins`` naming
     it on both nodes the run writes the in-process metrics; a node restarted without it refuses
     (one line naming the module in the server's log) and its clients' uploads are counted as
@@ -102,7 +102,7 @@ def test_a_users_algorithm_runs_on_nodes_that_allow_it_and_a_node_that_does_not_
 
 
 def test_a_node_that_leaves_for_good_is_not_waited_for_and_its_clients_come_back_with_it(tmp_path):
-    """Issue 48: a SuperNode stopped after round 1 (Flower lists it offline at once) costs the
+    """A SuperNode stopped after round 1 (Flower lists it offline at once) costs the
     later rounds no wait (run.node_timeout is 600 s): one line says it is gone, its clients count
     as dropouts, status.json records both and that the run finished. Started again with its
     clients and store, it is back for a resume with more rounds (from the rewritten app): its

@@ -1,7 +1,7 @@
-"""Warm SuperNodes (issue 33): a SuperNode started with ``--isolation process`` and one
+"""Warm SuperNodes: a SuperNode started with ``--isolation process`` and one
 ``fedpd flower clientapp`` process beside it, which serves every message of every run
 (src/fedpd/flower/warm.py). Run after run on the same warm processes and store directories
-(issue 24: two FedDyn configs, then the first again), each run writes the metrics of its
+(two FedDyn configs, then the first again), each run writes the metrics of its
 in-process run, bit for bit (a client dual left in the store by an earlier run, or a run's built
 problem or algorithm kept into the next, would show), and each run has its own folder in a
 node's store; ``overwrite=true`` is tested on the loopback engine (tests/flower/test_node_runs.py), which

@@ -1,4 +1,4 @@
-"""Node state is run-scoped (issue 24): long-lived nodes serve run after run, and each run reads
+"""Node state is run-scoped: long-lived nodes serve run after run, and each run reads
 only its own clients' states — a new run starts from the initial states, a resume rolls back
 within its own run, ``overwrite`` starts afresh, and old runs' folders are cleaned up by the
 keep-runs rule. The store on its own first, then whole runs on the same loopback nodes and store

@@ -1,4 +1,4 @@
-"""``fedpd sweep --ray`` and ``fedpd reproduce --ray`` (issue 21): every run a Ray task on a
+"""``fedpd sweep --ray`` and ``fedpd reproduce --ray``: every run a Ray task on a
 two-node cluster started on this machine (tests/ray_cluster.py), the run directories sent back to
 the head; the metrics and the compare table equal the local sweep's, an interrupted sweep resumes
 its runs from the checkpoints it had received, and bad input (an address that does not answer, a

@@ -1,8 +1,9 @@
 """The ``dataset`` problem (fedpd.problems.dataset): real-format fixture files written by the tests,
 run for two rounds through the CLI and the Python API with every partition, per-client test data and
-augmentation; bad options are one line and exit 2; and the issue-5 acceptance run (FedAvg + logistic
-regression on real MNIST, 100 IID clients, >= 90 % test accuracy within 20 rounds) when the data is here.
-"""
+augmentation; bad options are one line and exit 2, a missing data set names the command that fetches
+it, and pooled test data dealt over non-i.i.d. clients is one note; and the acceptance run (FedAvg +
+logistic regression on real MNIST, 100 IID clients, >= 90 % test accuracy within 20 rounds) when the
+data is here."""
 
 from __future__ import annotations
 
@@ -322,7 +323,7 @@ def real_data_dir() -> Path:
 
 
 def test_mnist_fedavg_logistic_reaches_90_percent():
-    """Issue 5 acceptance: FedAvg + multinomial logistic regression on real MNIST, 100 IID clients,
+    """The acceptance run: FedAvg + multinomial logistic regression on real MNIST, 100 IID clients,
     >= 90 % test accuracy within 20 rounds (benchmarks/configs/mnist_fedavg_logistic.toml)."""
     data = real_data_dir()
     if not (data / "mnist" / "train-images-idx3-ubyte.gz").exists() and \

@@ -1,4 +1,4 @@
-"""Evaluation in chunks sized by the model (issue 21): ``run.eval_batch_size`` samples per chunk, or
+"""Evaluation in chunks sized by the model: ``run.eval_batch_size`` samples per chunk, or
 (0) as many as keep the activations saved for the gradient within a budget — so a conv net no
 longer keeps 8 192 samples' activations. The chunking changes the metrics at rounding only."""
 

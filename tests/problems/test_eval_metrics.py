@@ -1,4 +1,4 @@
-"""run.eval_metrics and run.eval_train_samples (issue 31): a run takes only the metrics it names, the
+"""run.eval_metrics and run.eval_train_samples: a run takes only the metrics it names, the
 sampled training loss is the loss of the same seeded sample computed directly, the defaults are
 unchanged, and bad values are one line."""
 

@@ -1,4 +1,4 @@
-"""Problems and evaluation that scale with the participants (issue 14, part 2): the Synthetic
+"""Problems and evaluation that scale with the participants: the Synthetic
 problem generates a client's samples on demand from the client's own stream — the same data as
 the eager build — and ``run.eval_clients`` takes the metrics over a fixed seeded sample of
 clients, saying so in every record."""

@@ -1,4 +1,4 @@
-"""Every claim check of the reproduction reports (issue 30) on hand-made result tables: where the
+"""Every claim check of the reproduction reports on hand-made result tables: where the
 claim is true, where it is false, and where the evidence is too thin (one seed, or noisy seeds).
 Verdicts: True holds, False fails, None inconclusive."""
 
@@ -107,7 +107,7 @@ def test_fedcomed_second_means_second():
     check = fedplus_paper._comed_second_on_regression("paper")
     verdict, text = check(fedplus(regression()))
     assert verdict is True and "first (the paper's first, fixed in advance): FedGeoMed+ − FedCoMed+" in text
-    # the issue's numbers: FedCoMed+ first (584 vs 587 vs 588): not second
+    # the reported numbers: FedCoMed+ first (584 vs 587 vs 588): not second
     first = regression(fedcomed_plus=584, fedgeomed_plus=587, apfl=588)
     assert check(fedplus(first))[0] is False
     assert check(fedplus(regression(fedcomed_plus=1500)))[0] is False  # second, but not close (43 % behind)
@@ -661,7 +661,7 @@ def test_fig2_threshold_checks():
     spread = lambda v, f=(1.0, 1.1, 0.9): [grad_curve([1.0, v * x]) for x in f]  # noqa: E731
     verdict, text = comparable(fig2({("a", "fedprox"): spread(1e-4), ("a", "fedpd-gd-p0"): spread(1.5e-4)}))
     assert verdict is True and "inside ±0.30, a factor of 2" in text and "the seeds' max / min 1.2" in text
-    # a factor of 3 is no longer comparable (issue 45: the factor was 10), nor is 100
+    # a factor of 3 is no longer comparable (the factor was 10), nor is 100
     assert comparable(fig2({("a", "fedprox"): spread(1e-4), ("a", "fedpd-gd-p0"): spread(3e-4)}))[0] is False
     assert comparable(fig2({("a", "fedprox"): finals(1e-4), ("a", "fedpd-gd-p0"): finals(1e-6)}))[0] is False
     # paired: a factor of 2 on average, with seeds that scatter across the edge, is undecided
@@ -695,11 +695,11 @@ def test_floor_grows_with_delta_over_every_adjacent_step():
     grow = lambda h, p, s: 1e-6 * 10 ** (2 * h + p) * (1 + 0.05 * s)  # noqa: E731
     verdict, text = fedpd_paper._floor_grows_with_delta(floors(grow))
     assert verdict is True and "p = 0.5: log10 floor(h = 0.5) − (h = 0)" in text and "over 4 comparisons" in text
-    # the row says what it tested (h, not δ) and what the paper's upper bound predicts (issue 45)
+    # the row says what it tested (h, not δ) and what the paper's upper bound predicts
     assert "the knob h in place of δ" in text and "upper bound" in text and "at most linearly in δ²" in text
     claim = next(c for c in fedpd_paper.P_CLAIMS if c.check is fedpd_paper._floor_grows_with_delta)
     assert claim.text.startswith("tested with the knob h in place of δ") and "from above" in claim.text
-    # the issue's case: h = 0.5 floors above h = 1 floors at every p (the ends alone: h = 1 > h = 0)
+    # a bump in the middle: h = 0.5 floors above h = 1 floors at every p (the ends alone: h = 1 > h = 0)
     bump = lambda h, p, s: grow(h, p, s) * (1e3 if h == 0.5 else 1.0)  # noqa: E731
     assert fedpd_paper._floor_grows_with_delta(floors(bump))[0] is False
     assert fedpd_paper._floor_grows_with_delta(floors(grow, n=1))[0] is None

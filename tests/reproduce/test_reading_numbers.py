@@ -1,4 +1,4 @@
-"""Every number a hand-written reading quotes agrees with the records (issue 30, part 6).
+"""Every number a hand-written reading quotes agrees with the records.
 
 A report folder docs/reproductions/NAME/ with a ``records/`` folder has a README.md generated from
 those records, but for its section "## Reading" (up to "## Files"), which is hand-written

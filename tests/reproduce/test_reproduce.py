@@ -25,7 +25,7 @@ from helpers import ROOT
 #: dataset skip, naming it, when it is not there)
 DATA_DIR = str(resolve_data_dir(None))
 
-#: every experiment of issue 15, parts 2 and 3
+#: every experiment fedpd reproduces (the listing, the smoke runs and the reports name each)
 EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "fedplus_standard", "fedplus_kappa",
             "afedpd_table2", "feddyn_fedpd",
             "robustness", "time_to_target"}

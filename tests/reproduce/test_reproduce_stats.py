@@ -1,4 +1,4 @@
-"""The statistics of the reproduction reports (issues 22, 30): paired per-seed differences, their
+"""The statistics of the reproduction reports: paired per-seed differences, their
 95 % t-intervals (n − 1 degrees of freedom), the verdicts and Bonferroni over a claim's comparisons,
 checked on hand-computed numbers; a whole report written from fake
 metrics (tables with ± and n, verdicts with difference and SE, provenance of every run); the

@@ -1,4 +1,4 @@
-"""Plots a researcher can put in a paper (issue 16, item 3): several metrics, log or linear axes
+"""Plots a researcher can put in a paper: several metrics, log or linear axes
 chosen sensibly, axis labels in words and maths, legends that tell runs apart, mean ± std bands
 over seeds, class names on the split heatmap."""
 

@@ -1,4 +1,4 @@
-"""What fedpd prints fits the terminal (issue 23): `fedpd list` shows the aggregators; every table
+"""What fedpd prints fits the terminal: `fedpd list` shows the aggregators; every table
 (compare, sweep, demo, reproduce --list) keeps each line within $COLUMNS, and --format csv, json
 and markdown give every column in a form other programs parse."""
 

@@ -1,4 +1,4 @@
-"""run.tensorboard = true (issue 16, item 8): every metric also goes to TensorBoard event files in
+"""run.tensorboard = true: every metric also goes to TensorBoard event files in
 the run directory; read back here and compared with metrics.jsonl."""
 
 from __future__ import annotations

@@ -197,7 +197,7 @@ def test_plot_split_draws_the_label_matrix_of_a_run(config, tmp_path, capsys):
     png = tmp_path / "split.png"
     code, stdout, err = run_cli(["plot", out, "--split", "-o", png], capsys)
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", err
-    assert stdout.strip() == f"wrote {png}"  # issue 33: not "wrote None"
+    assert stdout.strip() == f"wrote {png}"  # not "wrote None"
 
     train = build_problem(load_config(out / "config.toml")).train
     counts, labels = label_counts(train, 10)

@@ -1,4 +1,4 @@
-"""What a new user meets first (issue 16): bare `fedpd`, --version, the option listing, output that
+"""What a new user meets first: bare `fedpd`, --version, the option listing, output that
 fits the terminal, machine-readable compare, the demo on an existing directory, resume and Ctrl-C
 messages, checks against the problem, NaN exit status, personal metrics on the progress lines."""
 
@@ -53,7 +53,7 @@ def widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-# --- item 4: CLI basics -----------------------------------------------------------------------
+# --- CLI basics -----------------------------------------------------------------------
 def test_bare_fedpd_prints_usage_and_the_commands(capsys):
     code, out, err = cli([], capsys)
     assert code == 0 and err == ""
@@ -169,7 +169,7 @@ def test_listing_errors_are_one_line(args, needle, capsys):
     assert code == 2 and needle in one_line(err)
 
 
-# --- item 2: output that fits the terminal ----------------------------------------------------
+# --- output that fits the terminal ----------------------------------------------------
 @pytest.fixture
 def two_runs(config, tmp_path, capsys):
     dirs = []
@@ -313,7 +313,7 @@ def test_ctrl_c_in_the_demo_names_the_run_and_how_to_start_again(tmp_path, capsy
     assert f"fedpd demo --out {out} --overwrite" in line
 
 
-# --- item 5: checks against the problem ------------------------------------------------------
+# --- checks against the problem ------------------------------------------------------
 def test_batch_larger_than_every_client_is_refused_before_anything_runs(config, tmp_path, capsys):
     out = tmp_path / "o"
     code, _, err = cli(["run", config, "--out", out, "--quiet", "--set", "solver.name=sgd",
@@ -350,7 +350,7 @@ def test_batch_check_uses_the_largest_client(tmp_path):
         Simulation(load_config({**cfg, "solver": {"name": "sgd", "batch_size": largest + 1}}))
 
 
-# --- item 4: NaN exit status ------------------------------------------------------------------
+# --- NaN exit status ------------------------------------------------------------------
 def test_nonfinite_metrics_stop_the_run_with_exit_status_3(config, tmp_path, capsys):
     out = tmp_path / "boom"
     code, stdout, err = cli(["run", config, "--out", out, "--quiet", "--set", "solver.lr=1e6",
@@ -377,7 +377,7 @@ def test_nonfinite_metrics_raise_in_python(config):
     assert not math.isfinite(err.history[-1]["train_loss"])
 
 
-# --- item 6: personalised runs report personal metrics ----------------------------------------
+# --- personalised runs report personal metrics ----------------------------------------
 def test_progress_lines_lead_with_personal_metrics():
     from fedpd.progress import summary
 

@@ -1,4 +1,4 @@
-"""The per-step machinery of a neural round (issue 21): the batches of all Q local steps come from
+"""The per-step machinery of a neural round: the batches of all Q local steps come from
 one stream call and are exactly the numbers step-by-step draws give (a step's stream is named by
 q, so nothing else may change); the module is bound to the iterate once, and each step's gradient
 is written into the solver's buffer."""

@@ -1,4 +1,4 @@
-"""Training a part of the model through the solver (issue 46, part 4): ``LocalObjective.free``
+"""Training a part of the model through the solver: ``LocalObjective.free``
 holds the other coordinates at their start values, bit for bit, and minimises over the free
 ones — GD's steps by hand on least squares, the exact solver's restricted minimiser in closed
 form, every solver option kept off the fixed part — and ``FlatModel.mask`` names the parts."""

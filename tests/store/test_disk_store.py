@@ -1,4 +1,4 @@
-"""The disk-backed client store (issue 14): the memory store's contract and numbers, exact resume
+"""The disk-backed client store: the memory store's contract and numbers, exact resume
 after ``kill -9`` at every point of its write path, and one line for a store it cannot use."""
 
 from __future__ import annotations
