@@ -45,6 +45,9 @@ import pytest
 # this; the docs' walk-throughs run in a clean environment, as a user's would.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+#: the fixtures every module may ask for by name (the user's algorithms in a folder of their own)
+pytest_plugins = ["user_plugins"]
+
 #: the modules that start a two-node ``ray start`` cluster
 RAY_MODULES = {"flower/test_flower_ray.py", "flower/test_ray_cluster.py"}
 

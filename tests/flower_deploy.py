@@ -393,7 +393,9 @@ class Deployment:
                   f"--ssl-keyfile={self.certs / 'server.key'}"] if self.tls else ["--insecure"])
         if self.auth:
             flags.append("--enable-supernode-auth")
-        self.start("superlink", [str(BIN / "flower-superlink"), *flags, "--host", "127.0.0.1", "--port", str(self.port)])
+        self.start(
+            "superlink", [str(BIN / "flower-superlink"), *flags, "--host", "127.0.0.1", "--port", str(self.port)]
+        )
         try:
             from fedpd.errors import ConfigError
             from fedpd.flower.deploy import wait_for_superlink
@@ -440,7 +442,8 @@ class Deployment:
                 raise RuntimeError(f"the warm ClientApp of {name} is not serving:\n{self.log(app)}")
             time.sleep(0.5)
 
-    def flwr_run(self, appdir: Path, timeout: float = 600, run_config: str | None = None) -> subprocess.CompletedProcess:
+    def flwr_run(self, appdir: Path, timeout: float = 600,
+                 run_config: str | None = None) -> subprocess.CompletedProcess:
         argv = [str(BIN / "flwr"), "run", str(appdir), "test", "--stream"]
         if run_config:
             argv += ["--run-config", run_config]

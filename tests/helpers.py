@@ -137,6 +137,23 @@ rounds = {rounds}
 eval_every = 1
 """
 
+#: ``{algorithm}`` on least squares (4 clients of 50 samples), full-batch GD, 4 rounds, as TOML
+SMALL_GD = """
+[problem]
+name = "least_squares"
+clients = 4
+samples_per_client = 50
+[algorithm]
+name = "{algorithm}"
+[solver]
+name = "gd"
+lr = 0.1
+local_steps = 2
+[run]
+rounds = 4
+eval_every = 2
+"""
+
 #: FedAvg on least squares with 4 of 6 clients a round (a uniform sampler), 2 rounds, as TOML
 SAMPLED_FEDAVG = """
 [problem]

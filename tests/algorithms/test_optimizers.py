@@ -66,8 +66,11 @@ def test_fedspeed_perturbs_f_only_not_the_dual_and_prox_terms():
     """2 of 4 clients per round, so FedDyn's sets are pinned too: duals of the participants only,
     dual mean over all N (FedADMM's sets or A-FedPD's virtual update would differ)."""
     r, lr, q, eta = 0.3, 0.05, 2, 2.0
-    sim = simulation({"name": "fedspeed", "eta": eta, "sam_radius": r}, solver={"name": "gd", "lr": lr, "local_steps": q},
-                     sampler={"name": "uniform", "clients_per_round": 2})
+    sim = simulation(
+        {"name": "fedspeed", "eta": eta, "sam_radius": r},
+        solver={"name": "gd", "lr": lr, "local_steps": q},
+        sampler={"name": "uniform", "clients_per_round": 2},
+    )
     x0, lam = torch.zeros(D, dtype=F64), torch.zeros(N, D, dtype=F64)
     for _ in range(4):
         ids = peek_ids(sim).tolist()
@@ -80,7 +83,9 @@ def test_fedspeed_perturbs_f_only_not_the_dual_and_prox_terms():
 
 
 def test_afedpdsam_is_afedpd_with_a_sam_solver():
-    common = dict(problem={"name": "least_squares", "clients": 8, "dim": 3}, sampler={"name": "uniform", "clients_per_round": 3})
+    common = dict(
+        problem={"name": "least_squares", "clients": 8, "dim": 3}, sampler={"name": "uniform", "clients_per_round": 3}
+    )
     a = simulation({"name": "afedpdsam", "eta": 1.0, "sam_radius": 0.1},
                    solver={"name": "sgd", "lr": 0.05, "local_steps": 4, "batch_size": 2}, **common)
     b = simulation({"name": "afedpd", "eta": 1.0},
@@ -96,8 +101,11 @@ def test_afedpdsam_rounds_by_hand():
     """2 of 4 clients per round: SAM steps on L_i from x0, participants' dual step, the virtual
     step (x̄ − x0)/η for the absent ones (eagerly here), x0 = x̄ + η·mean_N λ_i."""
     r, lr, q, eta = 0.2, 0.1, 3, 2.0
-    sim = simulation({"name": "afedpdsam", "eta": eta, "sam_radius": r}, solver={"name": "gd", "lr": lr, "local_steps": q},
-                     sampler={"name": "uniform", "clients_per_round": 2})
+    sim = simulation(
+        {"name": "afedpdsam", "eta": eta, "sam_radius": r},
+        solver={"name": "gd", "lr": lr, "local_steps": q},
+        sampler={"name": "uniform", "clients_per_round": 2},
+    )
     x0, lam = torch.zeros(D, dtype=F64), torch.zeros(N, D, dtype=F64)
     for _ in range(3):
         ids = peek_ids(sim).tolist()
@@ -373,11 +381,24 @@ CONVERGE = {  # name: (algorithm, solver, sampler, required reduction of ‖∇f
     # FedAvg-type methods stop at a biased point on heterogeneous data: a neighbourhood only
     "fedsam": ({"name": "fedsam", "sam_radius": 0.01}, {"name": "gd", "lr": 0.1, "local_steps": 2}, "all", 1e-2),
     "fedcm": ({"name": "fedcm", "alpha": 0.5}, {"name": "gd", "lr": 0.1, "local_steps": 2}, "all", 1e-2),
-    "afedpdsam": ({"name": "afedpdsam", "eta": 1.0, "sam_radius": 0.01}, {"name": "gd", "lr": 0.1, "local_steps": 10},
-                  "uniform", 1e-3),
-    "fedspeed": ({"name": "fedspeed", "eta": 1.0, "sam_radius": 0.01}, {"name": "gd", "lr": 0.1, "local_steps": 10},
-                 "uniform", 1e-3),
-    "fedpd_vr": ({"name": "fedpd_vr", "eta": 1.0}, {"name": "sgd", "lr": 0.1, "local_steps": 8, "batch_size": 2}, "all", 1e-6),
+    "afedpdsam": (
+        {"name": "afedpdsam", "eta": 1.0, "sam_radius": 0.01},
+        {"name": "gd", "lr": 0.1, "local_steps": 10},
+        "uniform",
+        1e-3,
+    ),
+    "fedspeed": (
+        {"name": "fedspeed", "eta": 1.0, "sam_radius": 0.01},
+        {"name": "gd", "lr": 0.1, "local_steps": 10},
+        "uniform",
+        1e-3,
+    ),
+    "fedpd_vr": (
+        {"name": "fedpd_vr", "eta": 1.0},
+        {"name": "sgd", "lr": 0.1, "local_steps": 8, "batch_size": 2},
+        "all",
+        1e-6,
+    ),
     "parallel_saga": ({"name": "parallel_saga", "eta": 0.05}, {"name": "gd"}, "uniform", 1e-6),
     "stochastic_saga": ({"name": "stochastic_saga", "eta": 0.05, "batch_size": 4}, {"name": "gd"}, "uniform", 1e-3),
     "parallel_admm": ({"name": "parallel_admm", "eta": 0.05}, {"name": "gd"}, "all", 1e-4),

@@ -42,7 +42,9 @@ def test_ditto_update_by_hand():
 def test_apfl_update_by_hand(adaptive):
     """APFL eqs. (8)–(10): w ← w − η∇f(w), v ← v − ηα∇f(v̄), α ← α − η_α⟨v − w, ∇f(v̄)⟩, v̄ = αv + (1 − α)w."""
     eta_a = 0.02
-    sim, wt, v = _setup({"name": "apfl", "alpha": 0.3, "adaptive": adaptive, **({"alpha_lr": eta_a} if adaptive else {})})
+    sim, wt, v = _setup(
+        {"name": "apfl", "alpha": 0.3, "adaptive": adaptive, **({"alpha_lr": eta_a} if adaptive else {})}
+    )
     a0 = torch.tensor([[0.3], [0.5], [0.0], [1.0]], dtype=DT)
     up, cl = sim.algorithm.local({"x0": wt}, {"v": v, "alpha": a0}, context(sim, torch.arange(4)))
     for k in range(4):

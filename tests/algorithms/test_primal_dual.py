@@ -231,8 +231,11 @@ def test_dual_drift_at_the_average_model():
 
 
 def test_average_output_is_the_participants_mean_and_needs_their_x():
-    sim = simulation({"name": "afedpd", "eta": 2.0, "output": "average"}, problem={"name": "least_squares", "clients": 6},
-                     sampler={"name": "uniform", "clients_per_round": 2})
+    sim = simulation(
+        {"name": "afedpd", "eta": 2.0, "output": "average"},
+        problem={"name": "least_squares", "clients": 6},
+        sampler={"name": "uniform", "clients_per_round": 2},
+    )
     x0 = sim.server["x0"].clone()
     sim.step()
     lam_mean = sim.server["lam_mean"]

@@ -110,7 +110,9 @@ def test_fedpd_skipped_rounds_keep_local_anchors_and_send_nothing():
 
 
 def test_fedpd_periodic_skipping():
-    sim = simulation({"name": "fedpd", "p": 0.75, "skip": "periodic"}, solver={"name": "gd", "lr": 0.1, "local_steps": 1})
+    sim = simulation(
+        {"name": "fedpd", "p": 0.75, "skip": "periodic"}, solver={"name": "gd", "lr": 0.1, "local_steps": 1}
+    )
     for _ in range(12):
         sim.step()
     assert sim.comm.comm_rounds == 3  # every 4th round
@@ -131,7 +133,9 @@ def test_fedpd_local_criterion_stops_each_client_once_its_gradient_is_small():
     """Criterion (12) of the FedPD paper: a client's GD on L_i stops at the first iterate with
     ‖∇L_i‖² <= ε₁; other clients go on; steps are reported."""
     eta, lr, tol = 1.0, 0.2, 1e-4
-    sim = simulation({"name": "fedpd", "eta": eta, "local_tol": tol}, solver={"name": "gd", "lr": lr, "local_steps": 60})
+    sim = simulation(
+        {"name": "fedpd", "eta": eta, "local_tol": tol}, solver={"name": "gd", "lr": lr, "local_steps": 60}
+    )
     x0 = sim.server["x0"].clone()
     sim.step()
     xs, steps = [], []

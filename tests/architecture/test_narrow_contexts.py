@@ -29,7 +29,9 @@ def violations(path: Path) -> list[str]:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(FORBIDDEN_MODULES):
             found.append(f"line {node.lineno}: imports {node.module}")
         if isinstance(node, ast.Import):
-            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith(FORBIDDEN_MODULES)]
+            found += [
+                f"line {node.lineno}: imports {a.name}" for a in node.names if a.name.startswith(FORBIDDEN_MODULES)
+            ]
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name in EVALUATION_PATH:
             continue

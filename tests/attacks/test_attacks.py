@@ -258,7 +258,9 @@ def test_alie_default_z_is_baruch_et_al_z_max():
         s = floor(n / 2 + 1) - f
         p = (n - s) / n
         z = ALIE().z_of(n, f)
-        assert abs(float(torch.distributions.Normal(0.0, 1.0).cdf(torch.tensor(z, dtype=torch.float64))) - p) < 1e-9  # Φ(z) = (n − s)/n
+        assert (
+            abs(float(torch.distributions.Normal(0.0, 1.0).cdf(torch.tensor(z, dtype=torch.float64))) - p) < 1e-9
+        )  # Φ(z) = (n − s)/n
 
 
 @pytest.mark.parametrize("epsilon", [0.1, 100.0])

@@ -136,7 +136,9 @@ def valid_value(key: str, field, store_dir: str) -> st.SearchStrategy:
         elif part is float:
             options.append(_float_valid(field))
         elif part is str:
-            options.append(st.sampled_from([store_dir, ""]) if key == "store_dir" else st.sampled_from(_name_values(key)))
+            options.append(
+                st.sampled_from([store_dir, ""]) if key == "store_dir" else st.sampled_from(_name_values(key))
+            )
         elif origin is list:
             inner = _parts(typing.get_args(part)[0])[0] if typing.get_args(part) else int
             if inner is str:
@@ -263,7 +265,8 @@ def no_datasets(tmp_path, monkeypatch):
 def _lines(err: str) -> tuple[list[str], list[str]]:
     """(error lines, other lines) of stderr; the others may only be fedpd's notes."""
     lines = err.strip().splitlines()
-    return [l for l in lines if l.startswith("fedpd: error: ")], [l for l in lines if not l.startswith("fedpd: error: ")]
+    errors = [line for line in lines if line.startswith("fedpd: error: ")]
+    return errors, [line for line in lines if not line.startswith("fedpd: error: ")]
 
 
 @pytest.mark.usefixtures("no_datasets")

@@ -25,7 +25,7 @@ from fedpd.remote.engine import LoopbackTransport
 from fedpd.remote.node import NodeRuntime
 from fedpd.simulation import Simulation
 from helpers import run_cli
-from user_plugins import user_algorithms, write_module  # noqa: F401 (a fixture)
+from user_plugins import write_module
 
 DATA = '''
 import numpy as np
@@ -79,7 +79,8 @@ class SmallCNN(nn.Module):
 
 def batch_norm(input_shape, num_classes):
     c, h, w = input_shape
-    return nn.Sequential(nn.Conv2d(c, 2, 3, padding=1), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(2 * h * w, num_classes))
+    return nn.Sequential(nn.Conv2d(c, 2, 3, padding=1), nn.BatchNorm2d(2), nn.Flatten(),
+                         nn.Linear(2 * h * w, num_classes))
 
 
 def one_too_many(input_shape, num_classes):

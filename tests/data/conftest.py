@@ -82,7 +82,11 @@ def make_cifar(root: Path, name: str = "cifar10", as_tar: bool = False, per_batc
         _dump(d, stage / folder / fname)
         out[fname] = d
     if name == "cifar10":
-        meta = {b"label_names": [c.encode() for c in CIFAR10_CLASSES], b"num_cases_per_batch": per_batch, b"num_vis": 3072}
+        meta = {
+            b"label_names": [c.encode() for c in CIFAR10_CLASSES],
+            b"num_cases_per_batch": per_batch,
+            b"num_vis": 3072,
+        }
         _dump(meta, stage / folder / "batches.meta")
     else:
         meta = {b"fine_label_names": [f"fine{i}".encode() for i in range(100)],

@@ -45,7 +45,9 @@ def test_deterministic_given_uniforms():
     c = random_crop_flip(x, _u(16, 8))
     assert torch.equal(a, b) and not torch.equal(a, c)
     # the extremes of [0, 1) map to the extreme offsets, no further
-    edge = random_crop_flip(x[:2], torch.tensor([[0.0, 0.0, 0.9], [1 - 2**-53, 1 - 2**-53, 0.9]], dtype=torch.float64), padding=4)
+    edge = random_crop_flip(
+        x[:2], torch.tensor([[0.0, 0.0, 0.9], [1 - 2**-53, 1 - 2**-53, 0.9]], dtype=torch.float64), padding=4
+    )
     padded = torch.nn.functional.pad(x[:2], (4,) * 4)
     assert torch.equal(edge[0], padded[0, :, :32, :32]) and torch.equal(edge[1], padded[1, :, 8:, 8:])
 

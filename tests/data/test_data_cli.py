@@ -45,7 +45,9 @@ def test_list_verify_reads_cifar_folders(tmp_path, writers, capsys):
 
 def test_split_cifar100_label_mode(tmp_path, writers, capsys):
     writers.make_cifar(tmp_path, "cifar100")
-    assert run(["data", "split", "cifar100", "--clients", "2", "--label-mode", "coarse", "--data-dir", str(tmp_path)]) == 0
+    assert (
+        run(["data", "split", "cifar100", "--clients", "2", "--label-mode", "coarse", "--data-dir", str(tmp_path)]) == 0
+    )
     assert "2 clients, 30 samples, 20 classes" in capsys.readouterr().out
     assert run(["data", "split", "cifar100", "--clients", "2", "--data-dir", str(tmp_path)]) == 0
     assert "2 clients, 30 samples, 100 classes" in capsys.readouterr().out
@@ -76,7 +78,20 @@ def test_split_natural_and_errors(tmp_path, writers, capsys, monkeypatch):
     with pytest.raises(ConfigError):  # natural needs users
         run(["data", "split", "mnist", "--partition", "natural", "--data-dir", str(tmp_path), "--no-verify"])
     with pytest.raises(ConfigError):  # too many clients
-        run(["data", "split", "mnist", "--partition", "iid", "--clients", "31", "--data-dir", str(tmp_path), "--no-verify"])
+        run(
+            [
+                "data",
+                "split",
+                "mnist",
+                "--partition",
+                "iid",
+                "--clients",
+                "31",
+                "--data-dir",
+                str(tmp_path),
+                "--no-verify",
+            ]
+        )
     with pytest.raises(DataError):  # canonical names, wrong sizes, verify on
         run(["data", "split", "mnist", "--clients", "2", "--data-dir", str(tmp_path)])
     with pytest.raises(FedpdError):

@@ -35,7 +35,16 @@ def test_resolve_data_dir_order(tmp_path, monkeypatch):
 
 
 def test_registry_and_unknown_name(tmp_path, one_line):
-    assert {"mnist", "fashion-mnist", "cifar10", "cifar100", "femnist", "shakespeare", "sent140", "image-folder"} <= set(DATASETS)
+    assert {
+        "mnist",
+        "fashion-mnist",
+        "cifar10",
+        "cifar100",
+        "femnist",
+        "shakespeare",
+        "sent140",
+        "image-folder",
+    } <= set(DATASETS)
     assert all(isinstance(d, str) and d and "\n" not in d for d in DATASETS.values())
     with pytest.raises(ConfigError) as e:
         load_dataset("imagenet", tmp_path)
@@ -224,7 +233,9 @@ def test_cifar_corrupt(tmp_path, writers, one_line):
 def test_cifar_folder_batches_meta_is_verified(tmp_path, writers, one_line, monkeypatch):
     """batches.meta has torchvision's MD5 (the shared converter reproduces it byte for byte); with verify on,
     a folder's batches.meta must match it. The fixture's own meta does not."""
-    assert checksums.CANONICAL["cifar10"]["batches.meta"] == checksums.Expected(158, md5="5ff9c542aee3614f3951f8cda6e48888")
+    assert checksums.CANONICAL["cifar10"]["batches.meta"] == checksums.Expected(
+        158, md5="5ff9c542aee3614f3951f8cda6e48888"
+    )
     writers.make_cifar(tmp_path, "cifar10")
     meta = tmp_path / "cifar-10-batches-py" / "batches.meta"
     with pytest.raises(DataError) as e:
@@ -235,7 +246,9 @@ def test_cifar_folder_batches_meta_is_verified(tmp_path, writers, one_line, monk
     with pytest.raises(DataError) as e:  # right size, wrong content
         load_dataset("cifar10", tmp_path)
     assert "md5 mismatch" in one_line(e) and "batches.meta" in str(e.value)
-    monkeypatch.setitem(checksums.CANONICAL, "cifar10", {"batches.meta": checksums.Expected(size, md5=checksums.file_hash(meta, "md5"))})
+    monkeypatch.setitem(
+        checksums.CANONICAL, "cifar10", {"batches.meta": checksums.Expected(size, md5=checksums.file_hash(meta, "md5"))}
+    )
     assert load_dataset("cifar10", tmp_path).x_train.shape == (30, 3, 32, 32)
 
 

@@ -109,7 +109,8 @@ def test_label_power_law():
     for bad, words in ((lambda: label_power_law(labels, 9, 1, 0), "allowed: clients >= 10"),
                        (lambda: label_power_law(labels, 8, 2, 0), "allowed: clients >= 9"),
                        (lambda: label_power_law(labels, 10, 11, 0), "classes_per_client=11 > the 10 labels"),
-                       (lambda: label_power_law(labels[labels != 3], 50, 1, 0, min_size=3), "label 3 has 0 samples for 5"),
+                       (lambda: label_power_law(labels[labels != 3], 50, 1, 0, min_size=3),
+                        "label 3 has 0 samples for 5"),
                        (lambda: label_power_law(labels, 50, 1, 0, min_size=30), "1500 > 1000 samples")):
         with pytest.raises(ConfigError, match=words):
             bad()

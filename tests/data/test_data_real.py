@@ -50,7 +50,9 @@ def test_canonical_checksums_match_real_files():
         for fname, exp in checksums.CANONICAL[name].items():
             if fname.endswith(".gz"):
                 checksums.verify_file(folder / fname, exp)
-    checksums.verify_file(shared("cifar-10/cifar-10-jpeg.tar.gz"), checksums.CANONICAL["cifar10"]["cifar-10-jpeg.tar.gz"])
+    checksums.verify_file(
+        shared("cifar-10/cifar-10-jpeg.tar.gz"), checksums.CANONICAL["cifar10"]["cifar-10-jpeg.tar.gz"]
+    )
     assert dataset_status("mnist", SHARED, verify=True).state == "present"
 
 

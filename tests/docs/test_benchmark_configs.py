@@ -18,7 +18,9 @@ CONFIGS = sorted((ROOT / "benchmarks" / "configs").rglob("*.toml"))
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("_make_afedpd_configs", ROOT / "benchmarks" / "make_afedpd_configs.py")
+    spec = importlib.util.spec_from_file_location(
+        "_make_afedpd_configs", ROOT / "benchmarks" / "make_afedpd_configs.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -20,8 +20,8 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 PAGES = {
     "docs/extending.md": ("tests/docs/test_extending_doc.py", "runs every bash block of the page as written, in order, "
                           "outside the repository"),
-    "docs/deployment.md": ("tests/flower/test_deployment_doc.py", "runs the TLS deployment's block as written on loopback "
-                           "(tests/flower/test_flower_warm.py the warm SuperNodes' section); "
+    "docs/deployment.md": ("tests/flower/test_deployment_doc.py", "runs the TLS deployment's block as written on "
+                           "loopback (tests/flower/test_flower_warm.py the warm SuperNodes' section); "
                            "the others install from a package index, run a Flower simulation on Ray (as the "
                            "README's, exempt below) or need a Ray cluster of several machines"),
 }
@@ -42,23 +42,25 @@ BLOCKS = {
     ("CONTRIBUTING.md", ".venv/bin/python -m pytest -q -n 0 tests/docs/test_docs_agree.py"): (
         "run", "tests/docs/test_first_impressions.py"),
     ("README.md", "fedpd sweep examples/fedavg.toml examples/fedpd.toml --seeds 1-4 --out runs/cluster --ray"): (
-        "exempt", "needs a Ray cluster at the address shown; tests/flower/test_ray_cluster.py runs sweeps on a local one"),
+        "exempt", "needs a Ray cluster at the address shown; tests/flower/test_ray_cluster.py runs sweeps on a "
+        "local one"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn --set run.tensorboard"): (
         "run", "tests/docs/test_readme.py"),
     ("README.md", "fedpd run benchmarks/configs/femnist_fedavg_cnn.toml"): (
-        "exempt", "needs FEMNIST and minutes of a CNN; tests/engines/test_workers.py runs run.workers=2 on small problems"),
+        "exempt", "needs FEMNIST and minutes of a CNN; tests/engines/test_workers.py runs run.workers=2 on small "
+        "problems"),
     ("README.md", "fedpd run examples/feddyn.toml --out runs/feddyn-flower"): (
-        "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/flower/test_flower.py runs "
-        "FedDyn on the Flower engine against in-process and tests/docs/test_readme.py parses the command"),
+        "exempt", "a Flower simulation on Ray (a minute, and Ray's processes to stop); tests/flower/test_flower.py "
+        "runs FedDyn on the Flower engine against in-process and tests/docs/test_readme.py parses the command"),
     ("README.md", "fedpd reproduce --list"): (
-        "exempt", "its second line runs a reduced reproduction, about an hour; tests/docs/test_readme.py runs the others "
-        "as written, tests/reproduce/test_reproduce.py every experiment at the smoke budget"),
+        "exempt", "its second line runs a reduced reproduction, about an hour; tests/docs/test_readme.py runs the "
+        "others as written, tests/reproduce/test_reproduce.py every experiment at the smoke budget"),
     ("docs/algorithms.md", "cd tests && OMP_NUM_THREADS=1 python -c"): ("run", "tests/docs/test_doc_commands.py"),
     ("docs/algorithms.md", "fedpd run examples/feddyn.toml --out runs/feddyn-ipm"): (
         "run", "tests/defences/test_robust_means.py"),
     ("docs/benchmarks.md", "fedpd run benchmarks/configs/mnist_fedavg_logistic.toml"): (
-        "exempt", "a benchmark on MNIST, run by hand; tests/problems/test_dataset_problem.py runs the config to the accuracy "
-        "the page shows"),
+        "exempt", "a benchmark on MNIST, run by hand; tests/problems/test_dataset_problem.py runs the config to the "
+        "accuracy the page shows"),
     ("docs/benchmarks.md", "OMP_NUM_THREADS=1 python benchmarks/run_cifar10_reduced.py"): (
         "exempt", "the record of a superseded benchmark (CPU-hours on CIFAR-10, RUN_DIRS stands for its runs)"),
     ("docs/data.md", "fedpd run benchmarks/configs/afedpd_cifar10/afedpd_dir0.1.toml"): (
@@ -67,8 +69,10 @@ BLOCKS = {
     ("docs/data.md", "/usr/bin/time fedpd run benchmarks/configs/femnist_fedpd_cnn.toml"): (
         "exempt", "a timing on FEMNIST, run by hand"),
     ("docs/data.md", "fedpd run churn.toml --out runs/churn"): ("run", "tests/data/test_tabular_loader.py"),
-    ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): ("run", "tests/privacy/test_privacy.py"),
-    ("docs/systems.md", "fedpd run examples/fedbuff.toml --out runs/fedbuff"): ("run", "tests/system/test_systems_doc.py"),
+    ("docs/privacy.md", "fedpd run examples/fedavg.toml --out runs/fedavg-dp"): (
+        "run", "tests/privacy/test_privacy.py"),
+    ("docs/systems.md", "fedpd run examples/fedbuff.toml --out runs/fedbuff"): (
+        "run", "tests/system/test_systems_doc.py"),
     ("docs/performance.md", "python benchmarks/overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/clock.py --repeats 5 --updates 30"): (
         "exempt", "a benchmark, run by hand (about a minute); tests/system/ pins what it times"),
@@ -76,13 +80,14 @@ BLOCKS = {
         "exempt", "a measurement, run by hand (tens of minutes: records of every report re-run on five code paths); "
         "tests/reproduce/test_verify_rules.py checks the rules it sets"),
     ("docs/performance.md", "python benchmarks/sweep_collection.py"): (
-        "exempt", "a benchmark, run by hand (half a minute); tests/reproduce/test_reproduce.py tests the collection it times"),
+        "exempt", "a benchmark, run by hand (half a minute); tests/reproduce/test_reproduce.py tests the collection "
+        "it times"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/threads.py"): (
         "exempt", "a benchmark on MNIST, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/flower_overhead.py"): ("exempt", "a benchmark, run by hand (minutes)"),
     ("docs/performance.md", "python benchmarks/deployment_rounds.py"): (
-        "exempt", "a benchmark, run by hand (minutes: deployments on loopback); tests/flower/test_flower_warm.py checks "
-        "warm SuperNodes' metrics against in-process"),
+        "exempt", "a benchmark, run by hand (minutes: deployments on loopback); tests/flower/test_flower_warm.py "
+        "checks warm SuperNodes' metrics against in-process"),
     ("docs/performance.md", "OMP_NUM_THREADS=1 python benchmarks/side_by_side.py"): (
         "exempt", "a benchmark on every model, run by hand (about an hour)"),
     ("docs/performance.md", "FEDPD_DATA=/path/to/data python benchmarks/parallel_clients.py"): (

@@ -7,8 +7,9 @@ heap serves it and takes it back, and once the process has run a while no block 
 Counted after a warm-up: in a fresh process the first few blocks are placed anew each time (our
 reading of glibc: each aligned block — torch asks for 64-byte alignment — leaves a small fragment
 after it, kept unmerged in the per-thread cache until that cache is full, so a freed block cannot
-merge with the top of the heap). How soon the cache fills depends on what the process allocated before — counting from the
-first block made this test pass or fail with the imports before it (a lazier ``import fedpd``)."""
+merge with the top of the heap). How soon the cache fills depends on what the process allocated
+before — counting from the first block made this test pass or fail with the imports before it (a
+lazier ``import fedpd``)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,11 @@ print(json.dumps({"kept": kept, "faults": resource.getrusage(resource.RUSAGE_SEL
 
 
 def child(mode: str, **env) -> dict:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "FEDPD_MALLOC")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "FEDPD_MALLOC")
+    }
     out = subprocess.run([sys.executable, "-c", CHILD, mode], env={**clean, **env}, capture_output=True, text=True,
                          check=True, timeout=120)
     return json.loads(out.stdout.strip().splitlines()[-1])

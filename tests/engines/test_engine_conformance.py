@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from engine_conformance import EngineConformance
-from user_plugins import cases, user_algorithms  # noqa: F401 (a fixture)
+from user_plugins import cases
 
 
 class TestInProcessEngine(EngineConformance):

@@ -554,8 +554,9 @@ def test_a_clientapp_flower_stops_again_and_again_is_said_and_not_waited_for(tmp
     err = capsys.readouterr().err
     assert err.count(f"the node of clients 3-5 (node id 1): {why} during train; sent again") == 2, err
     assert f"{why}, 3 times during train: not sent again" in err, err
-    dropped = re.search(rf"no reply to train in round 2 \({re.escape(why)}, 3 times\); its (\d+) client\(s\) dropped out",
-                        err)
+    dropped = re.search(
+        rf"no reply to train in round 2 \({re.escape(why)}, 3 times\); its (\d+) client\(s\) dropped out", err
+    )
     assert dropped and result.history[-1]["dropouts"] == int(dropped.group(1)) > 0, err
     notices = [n["text"] for n in json.loads((tmp_path / "run" / STATUS).read_text())["notices"]]
     assert sum(why in n for n in notices) == 4, notices
@@ -587,7 +588,9 @@ def test_the_runs_last_commit_is_not_waited_for_past_the_stall(tmp_path, capsys)
     fedpd.run(cfg, tmp_path / "run", transport=nodes)
     assert time.monotonic() - start < 60
     err = capsys.readouterr().err
-    assert "no reply to commit after 0.5 s, though it is connected: the transport's hint: not waited for any longer" in err
+    assert (
+        "no reply to commit after 0.5 s, though it is connected: the transport's hint: not waited for any longer" in err
+    )
     assert "the commit of round 2 did not reach it (no reply after 0.5 s); its clients' states" in err, err
 
 

@@ -23,7 +23,7 @@ from fedpd.config import load_config  # noqa: E402
 from fedpd.simulation import Simulation  # noqa: E402
 
 from engine_conformance import EngineConformance, config, records  # noqa: E402
-from user_plugins import cases, user_algorithms  # noqa: E402, F401 (a fixture)
+from user_plugins import cases  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

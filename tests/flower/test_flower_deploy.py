@@ -24,9 +24,9 @@ import fedpd  # noqa: E402
 from fedpd.cli import main  # noqa: E402
 
 from flower_deploy import CONFIG, Deployment, app, metrics  # noqa: E402
-from user_plugins import user_algorithms  # noqa: E402, F401 (a fixture)
 
 pytestmark = pytest.mark.slow
+
 
 def test_tls_and_node_auth_deployment_writes_the_in_process_metrics(tmp_path):
     appdir, run_dir, expected = app(tmp_path, rounds=2)  # a second round: the clients' states come back

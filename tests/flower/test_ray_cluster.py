@@ -196,9 +196,14 @@ def test_a_reproduction_on_the_cluster_writes_the_same_results(address, tmp_path
                           for row in text.splitlines()]
     header = (tmp_path / "local" / "results.csv").read_text().splitlines()[0].split(",")
     drop = {i for i, name in enumerate(header) if "wall" in name}
-    assert strip((tmp_path / "ray" / "results.csv").read_text()) == strip((tmp_path / "local" / "results.csv").read_text())
+    assert strip((tmp_path / "ray" / "results.csv").read_text()) == strip(
+        (tmp_path / "local" / "results.csv").read_text()
+    )
     from fedpd.reproduce import records
 
     held = records.load(tmp_path / "ray" / "records")  # each run recorded as it came back, with the node's machine
-    assert sorted(held) == sorted(records.load(tmp_path / "local" / "records")) and local.name == remote.name == "README.md"
+    assert (
+        sorted(held) == sorted(records.load(tmp_path / "local" / "records"))
+        and local.name == remote.name == "README.md"
+    )
     assert all(r.provenance["machine"]["threads"] == 1 and r.provenance["elapsed_s"] > 0 for r in held.values())

@@ -27,7 +27,6 @@ from fedpd.results.tables import compare_table, format_table, render_table
 from fedpd.runner import run
 from fedpd.simulation import Simulation
 from fedpd.streams import ClientStreams
-from user_plugins import user_algorithms  # noqa: F401 (a fixture)
 from helpers import ROOT
 
 dp_accounting = pytest.importorskip("dp_accounting")
@@ -297,7 +296,9 @@ def test_the_counts_sensitivity_measured_is_what_the_accounting_assumes(sampler)
     m = {"all": 12, "uniform": 4, "bernoulli": 0.4 * 12}[sampler]
     S = cfg.options["privacy"].clip_norm
     parts = measure(sim)
-    assert parts["add_bit1"] * m == pytest.approx(0.5, rel=1e-9) and parts["add_bit0"] * m == pytest.approx(-0.5, rel=1e-9)
+    assert parts["add_bit1"] * m == pytest.approx(0.5, rel=1e-9) and parts["add_bit0"] * m == pytest.approx(
+        -0.5, rel=1e-9
+    )
     assert parts["add_count"] * m == pytest.approx(0.5, rel=1e-9)
     assert parts["replace_count"] * m == pytest.approx(1.0, rel=1e-9)
     assert parts["add_update"] * m == pytest.approx(S, rel=1e-9)
@@ -347,10 +348,12 @@ def test_the_run_reports_epsilon_says_where_the_target_stops_it_and_shows_epsilo
      "with local epochs it uploads each client's step count"),
     ({"privacy": {"clip": "adaptive"}}, "privacy.quantile_noise"),  # default σ_b = 4/20 < z/2
     # what the accountant cannot account for, refused before anything runs
-    ({"privacy": {"noise_multiplier": 1e308}}, "privacy.noise_multiplier: input should be less than or equal to 1000000"),
+    ({"privacy": {"noise_multiplier": 1e308}},
+     "privacy.noise_multiplier: input should be less than or equal to 1000000"),
     ({"privacy": {"noise_multiplier": 1e-5}}, "privacy.noise_multiplier: 1e-05 gives no guarantee"),
     ({"privacy": {"target_epsilon": 0.01}}, "privacy.target_epsilon: 0.01 is less than one round spends (ε = "),
-    ({"privacy": {"accountant": "pld"}}, "privacy.accountant: dp-accounting's PLD accountant has no event for sampling"),
+    ({"privacy": {"accountant": "pld"}},
+     "privacy.accountant: dp-accounting's PLD accountant has no event for sampling"),
     ({"sampler": {"name": "all"}, "privacy": {"accountant": "pld", "noise_multiplier": 0.05}},
      "beyond the ε ≤ 100 the PLD accountant's grid is built for"),
     ({"sampler": {"name": "all"}, "privacy": {"accountant": "pld", "delta": 1e-100}},

@@ -31,7 +31,9 @@ def image_problem(model: str = "lenet", clients: int = 3, samples: int = 40) -> 
 
 def test_automatic_chunk_follows_the_activation_memory_of_a_sample():
     conv = image_problem("lenet")
-    logistic = simulation({"name": "fedavg"}, problem={"name": "synthetic", "clients": 3}, solver={"name": "gd"}).problem
+    logistic = simulation(
+        {"name": "fedavg"}, problem={"name": "synthetic", "clients": 3}, solver={"name": "gd"}
+    ).problem
     per_sample = evaluation._saved_bytes(conv, 2) - evaluation._saved_bytes(conv, 1)
     assert per_sample > 100_000  # a LeNet sample keeps its conv activations (float64)
     assert chunk_size(conv) == evaluation.ACTIVATION_BUDGET // per_sample < evaluation.CHUNK
@@ -42,7 +44,9 @@ def test_automatic_chunk_follows_the_activation_memory_of_a_sample():
 @pytest.mark.parametrize("clients", [None, torch.tensor([0, 2])])
 def test_chunked_evaluation_gives_the_one_chunk_metrics_to_rounding(clients):
     problem = image_problem()
-    x = problem.x_init + 0.01 * torch.randn(problem.dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x = problem.x_init + 0.01 * torch.randn(
+        problem.dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
     one = evaluate(problem, x, clients, batch=10_000)
     for batch in (5, 33):
         chunked = evaluate(problem, x, clients, batch=batch)

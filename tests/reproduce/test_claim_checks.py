@@ -124,7 +124,9 @@ def test_fedgeomed_best_on_every_data_set():
     assert check(fedplus(regression(), noise=(-30.0, 0.0, 30.0)))[0] is None  # ± 30: 26 apart is noise
     verdict, text = check(fedplus(regression(fedcomed_plus=900)))
     assert verdict is False and "FedGeoMed+ − FedCoMed+" in text  # the closest rival is named
-    mnist = {("mnist-robust-n10", m): 80.0 for m in fedplus_paper.METHODS} | {("mnist-robust-n10", "fedgeomed_plus"): 90.0}
+    mnist = {("mnist-robust-n10", m): 80.0 for m in fedplus_paper.METHODS} | {
+        ("mnist-robust-n10", "fedgeomed_plus"): 90.0
+    }
     assert check(fedplus(mnist | regression(fedcomed_plus=1500)))[0] is True
     assert check(fedplus(mnist, n=1))[0] is None
 
@@ -166,7 +168,9 @@ def kappa_grid(values: dict, n: int = 3, noise=JITTER) -> rep.Results:
         labels = ({"setting": "project" if m in fedplus_paper.FEDPLUS_METHODS else "paper"} if shared else
                   {"setting": "kappa", "value": v})
         for seed, x in enumerate(seeds(mean, noise, n, i)):
-            runs.append(run({**labels, "dataset": "mnist-robust-n10", "method": m}, seed, final("personal_acc", x / 100)))
+            runs.append(
+                run({**labels, "dataset": "mnist-robust-n10", "method": m}, seed, final("personal_acc", x / 100))
+            )
     return rep.Results(runs)
 
 
@@ -397,7 +401,9 @@ def test_ipm_small_degrades_the_median_and_krum_each():
 
 def test_alie_degrades_every_robust_aggregator():
     check = robustness._hurts(("median", "trimmed", "krum", "rfa"), "alie")
-    every = {(m, a): (91.0 if a == "none" else 80.0) for m in ("median", "trimmed", "krum", "rfa") for a in ("none", "alie")}
+    every = {
+        (m, a): (91.0 if a == "none" else 80.0) for m in ("median", "trimmed", "krum", "rfa") for a in ("none", "alie")
+    }
     assert check(attacked(every))[0] is True
     assert check(attacked(every | {("rfa", "alie"): 90.8}))[0] is False
     assert check(attacked(every, n=1))[0] is None

@@ -26,9 +26,18 @@ from helpers import ROOT
 DATA_DIR = str(resolve_data_dir(None))
 
 #: every experiment fedpd reproduces (the listing, the smoke runs and the reports name each)
-EXPECTED = {"fedpd_fig2", "fedpd_p_heterogeneity", "fedpd_femnist", "fedplus_table2", "fedplus_standard", "fedplus_kappa",
-            "afedpd_table2", "feddyn_fedpd",
-            "robustness", "time_to_target"}
+EXPECTED = {
+    "fedpd_fig2",
+    "fedpd_p_heterogeneity",
+    "fedpd_femnist",
+    "fedplus_table2",
+    "fedplus_standard",
+    "fedplus_kappa",
+    "afedpd_table2",
+    "feddyn_fedpd",
+    "robustness",
+    "time_to_target",
+}
 
 
 def _has(dataset: str) -> bool:
@@ -217,13 +226,21 @@ def test_failed_runs_are_reported_and_the_others_kept(tmp_path):
 
 
 def test_parallel_jobs_give_the_same_metrics_as_in_process(tmp_path):
-    specs = [RunSpec(f"g{i}/s0", f"g{i}", 0, {**_tiny(3), "run": {"rounds": 3, "seed": i, "threads": 1, "eval_every": 1}})
-             for i in range(3)]
+    specs = [
+        RunSpec(f"g{i}/s0", f"g{i}", 0, {**_tiny(3), "run": {"rounds": 3, "seed": i, "threads": 1, "eval_every": 1}})
+        for i in range(3)
+    ]
     execute.run_jobs(execute.plan(specs, tmp_path / "par"), 2, progress=False)
     execute.run_jobs(execute.plan(specs, tmp_path / "seq"), 1, progress=False)
     for s in specs:
-        a = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / "par" / s.key / "metrics.jsonl")]
-        b = [{k: v for k, v in r.items() if k != "wall_s"} for r in read_jsonl(tmp_path / "seq" / s.key / "metrics.jsonl")]
+        a = [
+            {k: v for k, v in r.items() if k != "wall_s"}
+            for r in read_jsonl(tmp_path / "par" / s.key / "metrics.jsonl")
+        ]
+        b = [
+            {k: v for k, v in r.items() if k != "wall_s"}
+            for r in read_jsonl(tmp_path / "seq" / s.key / "metrics.jsonl")
+        ]
         assert a == b and len(a) == 4
 
 
@@ -236,7 +253,9 @@ def test_configs_only_writes_the_full_budget_configs(tmp_path, capsys):
     # the authors' simulator: balanced Dirichlet split, clipping at 10; Table 2's metrics, no full-data gradient
     assert cfg.section("problem")["balanced"] and cfg.options["solver"].clip_norm == 10.0
     assert cfg.run.eval_metrics == ["test_acc", "test_loss", "train_loss"] and cfg.run.eval_train_samples == 5000
-    assert not load_config(tmp_path / "configs" / "cifar10-lenet" / "iid" / "fedavg.toml").section("problem")["balanced"]
+    assert not load_config(tmp_path / "configs" / "cifar10-lenet" / "iid" / "fedavg.toml").section("problem")[
+        "balanced"
+    ]
     assert "seeds 0, 1, 2, 3" in files[0].read_text()
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 

@@ -101,7 +101,8 @@ def test_set_changes_how_runs_execute_and_their_records_count_as_the_experiments
     assert "threads = 2" not in configs  # the report's configs are the experiment's
     assert main(args + ["--runs", "ls/fedpd/*"]) == 0  # recorded: not run again without the option
     assert records.load(out / "records")["ls/fedpd/s0"].provenance["command"] == raw["provenance"]["command"]
-    for bad, allowed in (("solver.lr=1", "run.device"), ("run.rounds=5", "run.device"), ("run.device", "run.KEY=VALUE")):
+    for bad, allowed in (("solver.lr=1", "run.device"), ("run.rounds=5", "run.device"),
+                         ("run.device", "run.KEY=VALUE")):
         assert main(args + ["--set", bad]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and allowed in err and "run.rounds," not in err, err

@@ -32,7 +32,10 @@ def test_paired_differences_mean_and_t_interval_by_hand():
     assert d.mean == pytest.approx(7 / 3) and d.se == pytest.approx(math.sqrt(7 / 3) / math.sqrt(3))
     assert d.se == pytest.approx(0.8819, abs=1e-4)
     lo, hi = d.interval()
-    assert (lo, hi) == (pytest.approx(7 / 3 - 4.3027 * 0.8819, abs=1e-3), pytest.approx(7 / 3 + 4.3027 * 0.8819, abs=1e-3))
+    assert (lo, hi) == (
+        pytest.approx(7 / 3 - 4.3027 * 0.8819, abs=1e-3),
+        pytest.approx(7 / 3 + 4.3027 * 0.8819, abs=1e-3),
+    )
     assert d.verdict() is None and d.verdict(higher=False) is None  # 2.33 > 2 SE, but the interval holds 0
     assert d.text(".2f") == "+2.33, 95 % CI [-1.46, 6.13], n = 3"
     # diffs 3, 4, 5: mean 4, SE 1/sqrt(3), CI 4 ± 2.48 = [1.52, 6.48]: holds; "A < B" fails
@@ -281,7 +284,10 @@ def test_list_shows_the_medium_budget(capsys):
     # the column counts every part the note costs: robustness's 5.5, its heterogeneous part's 36 and held-out 4
     medium = {r["experiment"]: r for r in rows if r["budget"] == "medium"}
     assert medium["robustness"]["core_hours"] == "45.5"
-    assert "adds about 36 core-hours" in medium["robustness"]["note"] and "about 4 core-hours" in medium["robustness"]["note"]
+    assert (
+        "adds about 36 core-hours" in medium["robustness"]["note"]
+        and "about 4 core-hours" in medium["robustness"]["note"]
+    )
     assert medium["fedpd_fig2"]["core_hours"] == "1.8"
 
 
@@ -329,4 +335,7 @@ def test_results_csv_holds_each_seeds_backdoor_accuracy(tmp_path):
 
     rep.write_results_csv(rep.Results([run(0, 0.021), run(1, 0.994)]), tmp_path / "results.csv")
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
-    assert [(r["seed"], r["test_acc"], r["backdoor_acc"]) for r in rows] == [("0", "0.9", "0.021"), ("1", "0.9", "0.994")]
+    assert [(r["seed"], r["test_acc"], r["backdoor_acc"]) for r in rows] == [
+        ("0", "0.9", "0.021"),
+        ("1", "0.9", "0.994"),
+    ]

@@ -102,7 +102,9 @@ def test_float32_elsewhere_is_compared_closely_in_its_first_rounds(float32_recor
     later rounds alone lets through."""
     record = float32_record
     if device == "cuda":
-        record = dataclasses.replace(record, config={**record.config, "run": {**record.config["run"], "device": "cuda"}})
+        record = dataclasses.replace(
+            record, config={**record.config, "run": {**record.config["run"], "device": "cuda"}}
+        )
         monkeypatch.setattr(ver, "_present", lambda device: "cpu")  # this machine has no GPU
     rule = ver.OTHER_DEVICE if device == "cuda" else ver.OTHER_CPU
     result = ver.verify_record(record)

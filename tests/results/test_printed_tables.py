@@ -15,26 +15,11 @@ import fedpd
 from fedpd.registry import AGGREGATORS
 from fedpd.reproduce.core import listing_table
 from fedpd.results.tables import compare_table, spread_keys
-from helpers import run_cli as cli
+from helpers import SMALL_GD, run_cli as cli
 from registry_checks import check_listing
 
 WIDTHS = (60, 80, 200)
 FORMATS = ("csv", "json", "markdown")
-CONFIG = """
-[problem]
-name = "least_squares"
-clients = 4
-samples_per_client = 50
-[algorithm]
-name = "{algorithm}"
-[solver]
-name = "gd"
-lr = 0.1
-local_steps = 2
-[run]
-rounds = 4
-eval_every = 2
-"""
 
 
 def widest(text: str) -> int:
@@ -86,7 +71,7 @@ def runs(tmp_path, capsys) -> list[Path]:
     dirs = []
     for algorithm in ("fedavg", "fedprox", "scaffold"):
         cfg = tmp_path / f"{algorithm}.toml"
-        cfg.write_text(CONFIG.format(algorithm=algorithm))
+        cfg.write_text(SMALL_GD.format(algorithm=algorithm))
         dirs.append(tmp_path / f"a-long-run-directory-name-for-{algorithm}")
         assert cli(["run", cfg, "--out", dirs[-1], "--quiet"], capsys)[0] == 0
     return dirs
@@ -119,7 +104,7 @@ def sweep_args(tmp_path, capsys) -> list[str]:
     configs = []
     for algorithm in ("fedavg", "fedprox"):
         configs.append(tmp_path / f"{algorithm}.toml")
-        configs[-1].write_text(CONFIG.format(algorithm=algorithm))
+        configs[-1].write_text(SMALL_GD.format(algorithm=algorithm))
     args = ["sweep", *map(str, configs), "--seeds", "1,2", "--out", str(tmp_path / "sweep"), "--jobs", "1"]
     assert cli([*args, "--quiet"], capsys)[0] == 0  # the runs; the calls below find them complete
     return args

@@ -13,7 +13,8 @@ from fedpd.sweep import parse_seeds, specs, sweep
 from helpers import SWEEP_CONFIG, run_records, sweep_configs
 
 
-@pytest.mark.parametrize("text, seeds", [("3", [3]), ("1,2,5", [1, 2, 5]), ("1-4", [1, 2, 3, 4]), ("0-1, 7", [0, 1, 7])])
+@pytest.mark.parametrize("text, seeds", [("3", [3]), ("1,2,5", [1, 2, 5]), ("1-4", [1, 2, 3, 4]),
+                                         ("0-1, 7", [0, 1, 7])])
 def test_seeds_are_lists_and_ranges(text, seeds):
     assert parse_seeds(text) == seeds
 
@@ -69,7 +70,9 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, args, needle):
 
 
 def test_cli_prints_the_compare_table(tmp_path, capsys):
-    code = main(["sweep", *map(str, sweep_configs(tmp_path)), "--seeds", "3", "--jobs", "1", "--out", str(tmp_path / "s")])
+    code = main(
+        ["sweep", *map(str, sweep_configs(tmp_path)), "--seeds", "3", "--jobs", "1", "--out", str(tmp_path / "s")]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "fedavg/s3" in out and "scaffold/s3" in out and "2 runs in" in out
@@ -77,7 +80,9 @@ def test_cli_prints_the_compare_table(tmp_path, capsys):
 
 def test_a_bad_seed_in_a_config_is_one_line(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
-    bad.write_text(SWEEP_CONFIG.format(algorithm="fedavg").replace('dtype = "float64"', 'dtype = "float64"\nseed = "x"'))
+    bad.write_text(
+        SWEEP_CONFIG.format(algorithm="fedavg").replace('dtype = "float64"', 'dtype = "float64"\nseed = "x"')
+    )
     code = main(["sweep", str(bad), "--out", str(tmp_path / "s"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "run.seed" in err and len(err.strip().splitlines()) == 1

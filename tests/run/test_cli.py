@@ -102,7 +102,9 @@ def test_bad_arguments_exit_2_with_one_line(args, needle, capsys, tmp_path, monk
 
 def test_exact_solver_needs_a_quadratic_problem(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[problem]\nname = "fedpd_logreg"\nclients = 3\n[algorithm]\nname = "fedavg"\n[solver]\nname = "exact"\n')
+    cfg.write_text(
+        '[problem]\nname = "fedpd_logreg"\nclients = 3\n[algorithm]\nname = "fedavg"\n[solver]\nname = "exact"\n'
+    )
     code, _, err = run_cli(["run", cfg, "--out", tmp_path / "o", "--quiet"], capsys)
     assert code == 2 and "solver.name" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o" / "metrics.jsonl").exists()
@@ -148,7 +150,12 @@ def test_set_overrides_every_run_key(config, tmp_path, capsys):
                           "--set", "model.name=auto"], capsys)  # the one [model] key a fixed model takes
     assert code == 0
     resolved = (out / "config.toml").read_text()
-    assert "rounds = 3" in resolved and "seed = 7" in resolved and 'name = "fedprox"' in resolved and "mu = 0.5" in resolved
+    assert (
+        "rounds = 3" in resolved
+        and "seed = 7" in resolved
+        and 'name = "fedprox"' in resolved
+        and "mu = 0.5" in resolved
+    )
 
 
 def test_list_compare_and_plot(config, tmp_path, capsys):

@@ -17,29 +17,13 @@ import fedpd
 from fedpd.cli import make_parser
 from fedpd.registry import TABLES
 
-from helpers import ROOT, run_cli as cli
-
-SMALL = """
-[problem]
-name = "least_squares"
-clients = 4
-samples_per_client = 50
-[algorithm]
-name = "fedavg"
-[solver]
-name = "gd"
-lr = 0.1
-local_steps = 2
-[run]
-rounds = 4
-eval_every = 2
-"""
+from helpers import ROOT, SMALL_GD, run_cli as cli
 
 
 @pytest.fixture
 def config(tmp_path) -> Path:
     path = tmp_path / "small.toml"
-    path.write_text(SMALL)
+    path.write_text(SMALL_GD.format(algorithm="fedavg"))
     return path
 
 

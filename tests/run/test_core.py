@@ -109,7 +109,10 @@ def test_clip_norm_clips_what_the_authors_simulator_clips():
     ids = torch.arange(4)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4, 3, generator=g, dtype=torch.float64)
-    lam, center = torch.randn(4, 3, generator=g, dtype=torch.float64), torch.randn(4, 3, generator=g, dtype=torch.float64)
+    lam, center = (
+        torch.randn(4, 3, generator=g, dtype=torch.float64),
+        torch.randn(4, 3, generator=g, dtype=torch.float64),
+    )
     res = sim.solver.solve(context(sim, ids), x, LocalObjective(linear=lam, mu=mu, center=center))
     expected = torch.stack([simulator_step(sim, i, x[i], 4, lr, wd, clip, lam[i], mu, center[i]) for i in range(4)])
     torch.testing.assert_close(res.x, expected, rtol=0, atol=1e-12)
@@ -128,7 +131,9 @@ def test_fedcm_clips_its_mixed_direction():
     """FedCM with clip_norm c: each step x ← x − η1·clip(α∇f_i + (1 − α)Δ, c), as FL-Simulator's
     client/fedcm.py clips the gradient of α·loss + (1 − α)⟨θ, Δ⟩."""
     a, lr, clip = 0.3, 0.1, 0.05
-    sim = simulation({"name": "fedcm", "alpha": a}, solver={"name": "gd", "lr": lr, "local_steps": 3, "clip_norm": clip})
+    sim = simulation(
+        {"name": "fedcm", "alpha": a}, solver={"name": "gd", "lr": lr, "local_steps": 3, "clip_norm": clip}
+    )
     sim.step()  # round 0: Δ = 0
     x0, delta = sim.server["x0"].clone(), sim.server["delta"].clone()
     assert delta.norm() > 0

@@ -29,8 +29,12 @@ def test_sigkill_and_resume_gives_identical_metrics(name, tmp_path, capsys):
     cmd = [sys.executable, "-m", "fedpd", "run", str(cfg), "--out", str(out), "--quiet"]
     killed = 0
     for lines in (4, 25):  # kill twice: early, then again after the first resume
-        proc = subprocess.Popen(cmd if killed == 0 else [sys.executable, "-m", "fedpd", "run", "--resume", str(out), "--quiet"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            cmd if killed == 0 else [sys.executable, "-m", "fedpd", "run", "--resume", str(out), "--quiet"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         kill_when(out, lines, proc)
         killed += proc.returncode == -signal.SIGKILL
     assert killed == 2, "the run finished before it could be killed: make it longer"

@@ -54,8 +54,12 @@ def test_a_local_run_draws_every_step_batch_at_once_and_the_same_numbers(monkeyp
             calls, gathers = [], []
             children, batches_from = ClientStreams.children, ClientData.batches_from
             with monkeypatch.context() as m:
-                m.setattr(ClientStreams, "children", lambda self, labels: calls.append(list(labels)) or children(self, labels))
-                m.setattr(ClientData, "batches_from", lambda self, u: gathers.append(u.shape[1]) or batches_from(self, u))
+                m.setattr(
+                    ClientStreams, "children", lambda self, labels: calls.append(list(labels)) or children(self, labels)
+                )
+                m.setattr(
+                    ClientData, "batches_from", lambda self, u: gathers.append(u.shape[1]) or batches_from(self, u)
+                )
                 batches = [run.batch(q) for q in range(run.rounds)]
             assert calls == [list(range(run.rounds))]  # one stream call for all the steps
             assert sum(gathers) == run.rounds and gathers[0] == 1  # the first step sizes the gathers

@@ -306,8 +306,10 @@ def test_a_read_only_store_dir_is_refused_before_any_round(tmp_path, capsys, mon
 
 
 def test_running_out_of_space_mid_run_is_one_line_and_the_checkpoint_resumes(tmp_path, capsys, monkeypatch):
-    cfg = write_config(tmp_path, CONFIG.replace("rounds = 6", "rounds = 12").replace("eval_every = 2",
-                                                                                     "eval_every = 2\ncheckpoint_every = 3"))
+    cfg = write_config(
+        tmp_path,
+        CONFIG.replace("rounds = 6", "rounds = 12").replace("eval_every = 2", "eval_every = 2\ncheckpoint_every = 3"),
+    )
     assert main(["run", str(cfg), "--out", str(tmp_path / "straight"), "--quiet"]) == 0
     calls = {"n": 0}
     real = disk_store._pwrite_full

@@ -26,7 +26,7 @@ FLEET = {0: (1e5, 1e3, 2e3, 0.01), 1: (2e5, 4e2, 1e3, 0.02), 2: (1e4, 1e3, 1e3, 
 def _profile(tmp_path, fleet=FLEET, name: str = "fleet.csv") -> str:
     path = tmp_path / name
     path.write_text("client,speed,uplink,downlink,latency\n" +
-                    "".join(f"{k},{s},{u},{d},{l}\n" for k, (s, u, d, l) in fleet.items()))
+                    "".join(f"{k},{s},{u},{d},{lat}\n" for k, (s, u, d, lat) in fleet.items()))
     return str(path)
 
 
@@ -141,7 +141,8 @@ def test_a_bad_profile_is_refused_in_one_line_naming_the_row(tmp_path, rows, mes
     ({"availability": "file", "availability_file": "INTERVALS"}, "ends at 1 s, before it starts at 2 s"),
     ({"deadline_s": 0.001}, "system.deadline_s: 0.001 s is shorter than the fastest client's download and upload"),
     ({"speed": -1.0}, "system.speed: -1 is not allowed"),
-    ({"speed": {"dist": "lognormal", "median": 1e9}}, "system.speed: sigma: dist = \"lognormal\" needs median and sigma"),
+    ({"speed": {"dist": "lognormal", "median": 1e9}},
+     "system.speed: sigma: dist = \"lognormal\" needs median and sigma"),
     ({"speed": {"dist": "classes", "values": [1e9, 2e9], "shares": [0.5, 0.6]}}, "sum to 1"),
     ({"mean_on_s": 10.0}, "system.mean_on_s: is availability = \"markov\"'s"),
     ({"overselect": 1.3}, "system.overselect: selects 1.3 × K and keeps the first K, which needs a K"),
