@@ -16,7 +16,10 @@ by its import path (``algorithm.name = "my_algorithms:MyFedAvg"``). The pieces a
   squared distances summed in a fixed order);
 * :func:`ordered_sum`, :func:`ordered_mean`, :func:`ordered_norm`, :func:`ordered_sq_norm`: reductions whose
   order does not depend on the thread count (:mod:`fedpd.ordered`): a rule that sums over a long
-  axis uses them, so its numbers are the same at any thread count.
+  axis uses them, so its numbers are the same at any thread count;
+* :class:`RobustAveraging`, :class:`RobustMeans` (a server step that takes the run's defence:
+  ``algorithm.aggregator``), their options :class:`AggregatorOptions`, :class:`MeansDefenceOptions`,
+  and :class:`ExactMeans`, the options of a step that needs exact means and refuses a defence.
 
 The FedOpt family (FedAvgM, FedAdagrad, FedAdam, FedYogi: :mod:`fedpd.algorithms.fedopt`), q-FFL
 (:mod:`fedpd.algorithms.qffl`) and FedNova (:mod:`fedpd.algorithms.fednova`) are written with
@@ -35,6 +38,7 @@ from fedpd.algorithms.fedplus import (FedAvgPlus, FedCoMedPlus, FedGeoMedPlus, F
 from fedpd.algorithms.personalized import APFL, Ditto, LocalOnly, PerFedAvg, PFedMe
 from fedpd.algorithms.primal_dual import AFedPD, FedADMM, FedDyn, FedPD, PrimalDual
 from fedpd.algorithms.qffl import QFFL
+from fedpd.algorithms.robust import AggregatorOptions, ExactMeans, MeansDefenceOptions, RobustAveraging, RobustMeans
 from fedpd.algorithms.sam import AFedPDSAM, FedSAM, FedSpeed
 from fedpd.algorithms.scaffold import Scaffold
 from fedpd.algorithms.xu import ParallelADMM, ParallelSAGA, StochasticADMM, StochasticSAGA
@@ -61,6 +65,11 @@ __all__ = [
     "ordered_mean",
     "ordered_norm",
     "ordered_sq_norm",
+    "AggregatorOptions",
+    "MeansDefenceOptions",
+    "ExactMeans",
+    "RobustAveraging",
+    "RobustMeans",
     "FedAvg",
     "FedProx",
     "Scaffold",

@@ -174,6 +174,11 @@ class DatasetOptions(Options):
     dataset_options: dict[str, Any] | None = Field(None, description="a loader plug-in's options, passed "
                                             "to it as keywords (checked against its signature)")
 
+    @field_validator("dataset_options")
+    @classmethod
+    def _empty_is_none(cls, value):
+        return value or None  # {} and no table are one config (records and checkpoints written with {} match)
+
     @field_validator("dataset")
     @classmethod
     def _loader(cls, value: str) -> str:
