@@ -127,10 +127,8 @@ class FedPlusLocalOptions(Options):
     )
 
 
-class FedPlusServerOptions(DefenceOptions):
-    #: the preset's rule (Table 1's 𝒜); ``aggregator_options`` are its options
-    rule: ClassVar[str] = "mean"
-    defence_keys: ClassVar[tuple[str, ...]] = ("aggregator_options",)
+class _PresetParties(Options):
+    """The parties' options of the server presets (FedAvg-, RFA-, CoMed-, FedProx-style Fed+ baselines)."""
 
     aggregate_over: Literal["all", "participants"] = Field(
         "participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's"
@@ -141,6 +139,13 @@ class FedPlusServerOptions(DefenceOptions):
     party_steps: PartySteps = Field(
         default_factory=list, description="E_k per party (length N); []: the solver's steps"
     )
+
+
+class FedPlusServerOptions(_PresetParties, DefenceOptions):
+    #: the preset's rule (Table 1's 𝒜); ``aggregator_options`` are its options
+    rule: ClassVar[str] = "mean"
+    defence_keys: ClassVar[tuple[str, ...]] = ("aggregator_options",)
+
     aggregator_options: dict[str, Any] = Field(default_factory=dict, description="options of the preset's aggregator")
 
     @model_validator(mode="after")
@@ -157,17 +162,8 @@ class FedPlusCoMedOptions(FedPlusServerOptions):
     rule: ClassVar[str] = "coordinate_median"
 
 
-class FedPlusFedProxOptions(Options):
+class FedPlusFedProxOptions(_PresetParties):
     sigma: float = Field(0.1, gt=0, description="FedProx's mu")
-    aggregate_over: Literal["all", "participants"] = Field(
-        "participants", description="all: every party's latest model (Fed+ Alg. 1); participants: this round's"
-    )
-    weights: WEIGHTS = Field(
-        "uniform", description="uniform: every participant weighs the same; samples: by data size (each sends n_k)"
-    )
-    party_steps: PartySteps = Field(
-        default_factory=list, description="E_k per party (length N); []: the solver's steps"
-    )
     local_step: Literal["implicit", "explicit"] = Field(
         "implicit", description="implicit: proximal step of eq. (14); explicit: gradient step on the σ-term"
     )
