@@ -546,6 +546,48 @@ def test_the_held_out_seeds_decide_the_goal_for_the_chosen_defence_alone():
     assert "n = 4" in claim.check(partial)[1]
 
 
+def test_the_held_out_settings_decide_the_goal_on_every_setting_for_the_chosen_defence():
+    claim = next(c for c in robustness.CLAIMS if c.text.startswith("held-out settings"))
+    assert claim.paired
+    chosen = robustness.H_HOLDOUT
+    fmnist, mnist = robustness.S_SETTINGS
+
+    def settings(acc, n=3, noise=JITTER):
+        """acc {(setting, method, attack): mean test accuracy %}."""
+        cells = {("settings", s, a, m): seeds(v, noise, n, i) for i, ((s, m, a), v) in enumerate(acc.items())}
+        return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
+
+    good = {(s, m, a): v for s in (fmnist, mnist) for (m, a), v in
+            {("fedavg", "none"): 85.0, (chosen, "none"): 84.0, (chosen, "ipm0.1"): 82.0,
+             (chosen, "optimal_ipm"): 83.0}.items()}
+    verdict, text = claim.check(settings(good))
+    assert verdict is True and "Fashion-MNIST Dirichlet(0.1), 25 % Byzantine (worst: 82.0 % under IPM ε = 0.1)" in text
+    assert "Bonferroni over 2" in text  # one comparison per setting, every one must hold
+    # one setting 10 points below decides the claim: it must hold on every held-out setting
+    assert claim.check(settings(good | {(mnist, chosen, "ipm0.1"): 75.0}))[0] is False
+    assert claim.check(settings(good, n=1))[0] is None
+    # the grid's seeds and the held-out seeds are not held-out settings
+    assert claim.check(hetero({("fedavg", "none"): 95.0, (chosen, "none"): 94.0}))[0] is None
+
+
+def test_a_held_out_setting_runs_the_defences_with_its_own_f():
+    exp = robustness.Robustness()
+    specs = {s.key: s for s in exp.runs(exp.budgets["medium"]) if s.labels["part"] == "settings"}
+    assert len(specs) == 2 * 3 * (1 + len(robustness.S_METHODS) * len(robustness.S_ATTACKS))
+    f6 = specs["settings/mnist-dir0.3-f6/ipm0.5/trimmed+arc+nnm/s1"].config
+    assert f6["attack"] == {"name": "ipm", "fraction": 0.3, "epsilon": 0.5, "seed": 1}
+    assert f6["algorithm"]["aggregator_options"] == {"trim_ratio": 0.3, "pre": ["arc", "nnm"], "n_byzantine": 6}
+    assert f6["run"]["rounds"] == 30 and f6["problem"]["dataset"] == "mnist"
+    f5 = specs["settings/fmnist-dir0.1/ipm0.5/trimmed+arc+nnm/s1"].config
+    assert f5["problem"]["dataset"] == "fashion-mnist" and f5["problem"]["alpha"] == 0.1
+    assert f5["attack"]["fraction"] == 0.25 and f5["algorithm"]["aggregator_options"]["n_byzantine"] == 5
+    assert exp.datasets_for(exp.budgets["medium"]) == ("mnist", "fashion-mnist")
+    assert exp.datasets_for(exp.budgets["smoke"]) == ("mnist",)
+    # the heterogeneous grid's own configs keep its f (Bulyan's f = 4 too)
+    bulyan = next(s for s in exp.runs(exp.budgets["medium"]) if s.labels.get("method") == "bulyan+nnm")
+    assert bulyan.config["algorithm"]["aggregator_options"]["n_byzantine"] == robustness.H_BULYAN
+
+
 def test_the_worst_case_waits_for_every_attack():
     acc = {("fedavg", "none"): 88.0, ("fedavg", "ipm100"): 10.0, ("fedavg", "mimic"): 80.0,
            ("median", "none"): 86.0, ("median", "mimic"): 75.0}
