@@ -227,6 +227,11 @@ def run(config: str | Path | dict | Config | None = None, out: str | Path | None
     check_run_options_used(cfg.run, transport, overrides if resume is not None else None,  # e.g. a disk store on nodes
                            on_nodes=not in_process(cfg.run, transport))
     out = Path(out) if out is not None else None
+    # nothing is written without a directory: TensorBoard's scalars would be lost in silence (checkpoint_every
+    # only says how often, and the examples set it for the CLI, so a run without a directory just has none)
+    if out is None and cfg.run.tensorboard:
+        raise ConfigError("run.tensorboard: writes its scalars into the run directory, and this run has none "
+                          "(allowed: give out=, or run.tensorboard = false)")
     if out is not None and resume is None:
         _check_out(out, overwrite)
     with open_runtime(cfg, transport) as transport:  # run.engine = "flower": Flower's simulation runtime

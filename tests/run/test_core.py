@@ -13,7 +13,7 @@ from fedpd.flat import FlatModel
 from fedpd.sampling import Bernoulli, UniformK
 from fedpd.store import MemoryStore
 from fedpd.streams import ClientStreams
-from helpers import client_data, context, ls_grad, simulation
+from helpers import BASE, client_data, context, ls_grad, simulation
 
 # --- samplers ------------------------------------------------------------------------------
 
@@ -295,3 +295,15 @@ def test_scaffold_refuses_the_exact_solver():
     with pytest.raises(ConfigError, match=r"^solver.name: .*\(allowed: gd, sgd\)$"):
         simulation({"name": "scaffold"}, solver={"name": "exact"})
     simulation({"name": "scaffold"}, solver={"name": "gd", "lr": 0.1})  # gradient steps are fine
+
+
+def test_tensorboard_without_a_run_directory_is_refused_not_dropped():
+    """fedpd.run without out= writes nothing: TensorBoard's scalars would be lost in silence, so the option is
+    refused in one line; checkpoint_every (set by the examples for the CLI) just has nothing to do."""
+    import fedpd
+    from fedpd.errors import ConfigError
+
+    cfg = {**BASE, "run": {"rounds": 1, "tensorboard": True}}
+    with pytest.raises(ConfigError, match=r"^run.tensorboard: writes its scalars into the run directory"):
+        fedpd.run(cfg)
+    assert fedpd.run({**BASE, "run": {"rounds": 1, "checkpoint_every": 1}}).history[-1]["round"] == 1
