@@ -637,7 +637,7 @@ class Pipeline:
                               "mean nothing after it (allowed: weights = \"uniform\")")
         rows = _check_w(w)
         for step in self.steps:
-            rows = step(rows, reference, generator)
+            rows = _checked_step(step, step(rows, reference, generator), rows)
         try:
             agg, info = self.rule(rows, None, reference)
         except ConfigError as err:
@@ -651,6 +651,16 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"Pipeline({[s.describe() for s in self.steps]} → {self.rule!r})"
+
+
+def _checked_step(step, out, rows: Tensor) -> Tensor:
+    """A step's output, or ConfigError naming the step: a float tensor [K', d] of the rows' d."""
+    if not (isinstance(out, Tensor) and out.dtype == rows.dtype and out.dim() == 2 and out.shape[1] == rows.shape[1]
+            and out.shape[0] >= 1):
+        got = f"a tensor of shape {tuple(out.shape)}, {out.dtype}" if isinstance(out, Tensor) else names.what(out)
+        raise ConfigError(f"aggregator_options.pre: {step.describe()} returned {got} for rows of shape "
+                          f"{tuple(rows.shape)} (allowed: rows [K', {rows.shape[1]}] of {rows.dtype})")
+    return out
 
 
 # --- algorithm.aggregator_options, read once -----------------------------------------------------
@@ -706,7 +716,7 @@ def _chain(rule_name: str, fn: Callable, rule_fields, options: dict) -> tuple[li
             raise ConfigError(f"aggregator_options.{missing[0]}: pre-aggregation '{name}' needs "
                               f"{fields[missing[0]].description} (allowed: set {missing[0]})")
         given = validate(cls.Options, {k: v for k, v in options.items() if k in fields}, "aggregator_options")
-        steps.append(cls(**given.model_dump(exclude_unset=True)))
+        steps.append(cls(**given.model_dump()))
         read |= set(fields)
     for key in options:
         if key == "pre" or key in read or key in rule_fields or key not in step_keys:
@@ -749,7 +759,7 @@ def pipeline(name: str, options: dict | None = None) -> Pipeline:
     model = getattr(fn, "Options", NoOptions)
     steps, own = _chain(name, fn, model.model_fields, options)
     validated = validate(model, own, "aggregator_options")
-    return Pipeline(Rule(name, fn, validated, {**validated.model_dump(exclude_unset=True), **extra}), tuple(steps))
+    return Pipeline(Rule(name, fn, validated, {**validated.model_dump(), **extra}), tuple(steps))
 
 
 def make_aggregator(name: str, **options) -> Pipeline:

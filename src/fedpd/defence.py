@@ -12,7 +12,8 @@ and the rule declare), ``algorithm.weights``, ``algorithm.client_momentum`` and
 ``client_momentum_start`` by :func:`build_defence`, once per run (the algorithm's options model
 keeps the one it built: :mod:`fedpd.algorithms.robust`). So ``aggregator = "trimmed_mean"`` with
 ``aggregator_options = {pre = ["arc", "nnm"], n_byzantine = 5, trim_ratio = 0.25}`` is
-``Defence(Pipeline(Rule("trimmed_mean", trim_ratio = 0.25), (ARC(f = 5), NNM(f = 5))))``.
+a :class:`Defence` whose pipeline is ARC(n_byzantine = 5) → NNM(n_byzantine = 5) → the rule
+trimmed_mean bound to trim_ratio = 0.25 (``Pipeline(rule, steps)``, :mod:`fedpd.aggregators`).
 
 What each part needs is declared by the part, never known by its name: the fewest rows
 (:attr:`Defence.min_rows`: the rule's ``min_rows`` through each step's ``rows_needed``), whether
@@ -119,6 +120,12 @@ def build_defence(aggregator: str = "mean", aggregator_options: dict | None = No
     """The :class:`Defence` the config keys of those names give (``aggregator_options`` read once:
     :func:`fedpd.aggregators.pipeline`). ConfigError, one line naming the option, for what cannot be
     built; pre-aggregation with weights = "samples" is refused (the steps mix the clients)."""
+    if weights not in ("uniform", "samples"):
+        raise ConfigError(f"weights: {weights!r} (allowed: \"uniform\" or \"samples\")")
+    if not 0.0 <= client_momentum < 1.0:
+        raise ConfigError(f"client_momentum: β = {client_momentum!r} (allowed: 0 <= β < 1)")
+    if client_momentum_start not in ("zero", "update"):
+        raise ConfigError(f"client_momentum_start: {client_momentum_start!r} (allowed: \"zero\" or \"update\")")
     chain = pipeline(aggregator, aggregator_options)
     if weights == "samples" and chain.steps:
         raise ConfigError("weights: pre-aggregation mixes the clients' rows, so per-client weights mean nothing "

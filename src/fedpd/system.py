@@ -4,7 +4,7 @@
 (FLOP/s), an uplink and a downlink bandwidth (bytes/s), a latency (s) and an availability, each
 drawn once per client from its own counter-based stream, keyed by (run seed, "system", client id)
 (:mod:`fedpd.streams`) — or read from the user's CSV files. An exchange of client k that starts
-at t0 (after SYSTEM_NOTES' workable default, the shape FedScale's and FLGo's virtual clocks share):
+at t0 (the shape FedScale's and FLGo's virtual clocks share):
 
     down_k    = latency_k + bytes sent to k / downlink_k
     compute_k = sample gradients k evaluated × cost per sample gradient / speed_k
@@ -28,8 +28,9 @@ frequent training label ℓ_k of C — a device class per label group, the corre
 and data that makes dropouts matter on a Dirichlet split.
 
 Availability: ``always``; ``markov``, a two-state on/off chain per client (exponential on and off
-periods of means ``mean_on_s`` and ``mean_off_s``, started in its stationary state; the j-th
-period of client k is the j-th draw of its stream); or ``file``, on-intervals per client.
+periods of means ``mean_on_s`` and ``mean_off_s``, started in its stationary state, the draw at
+position 0 of its stream; its j-th period is the draw at position j + 1); or ``file``, on-intervals
+per client.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from fedpd.streams import ClientStreams
 #: simulated time is kept in integer microseconds
 TICKS_PER_S = 1_000_000
 NEVER = np.iinfo(np.int64).max
+#: the longest time an option or a file may give, s (about 31 700 years: far inside the int64 ticks' range)
+MAX_S = 1e12
 QUANTITIES = ("speed", "uplink", "downlink", "latency")
 PROFILE_COLUMNS = ("client", *QUANTITIES)
 AVAILABILITY_COLUMNS = ("client", "start_s", "end_s")
@@ -62,7 +65,8 @@ class Distribution(Options):
     median: float | None = Field(None, gt=0, description="lognormal: the median")
     sigma: float | None = Field(None, ge=0, le=10, description="lognormal: σ of the log")
     values: list[float] | None = Field(None, description="classes: each class's value")
-    shares: list[float] | None = Field(None, description="classes: each class's share of the clients (sum 1)")
+    shares: list[float] | None = Field(None, description="classes: each class's share (sum 1) of the clients "
+                                       "(classes_by = \"random\") or of the label range (\"label\")")
 
     @model_validator(mode="after")
     def _complete(self):
@@ -103,14 +107,15 @@ class SystemOptions(Options):
                          "in place of the distributions")
     availability: Literal["always", "markov", "file"] = Field(
         "always", description="always; markov: on/off periods per client; file: availability_file's on-intervals")
-    mean_on_s: float = Field(3600.0, gt=0, description="markov: mean length of an available period, s")
-    mean_off_s: float = Field(3600.0, gt=0, description="markov: mean length of an unavailable period, s")
+    mean_on_s: float = Field(3600.0, gt=0, le=MAX_S, description="markov: mean length of an available period, s")
+    mean_off_s: float = Field(3600.0, gt=0, le=MAX_S, description="markov: mean length of an unavailable period, "
+                              "s")
     availability_file: str = Field("", description="availability = \"file\": a CSV of client,start_s,end_s "
                                    "on-intervals (every client at least once; start_s = end_s: never on)")
     jitter: float = Field(0.0, ge=0, le=5, description="σ of each exchange's own lognormal factor on its durations "
                           "(median 1): a client is not equally fast every round; 0: the same every round")
-    deadline_s: float = Field(0.0, ge=0, description="synchronous rounds: uploads that arrive later than this after "
-                              "the round starts are dropped (dropouts); 0: no deadline")
+    deadline_s: float = Field(0.0, ge=0, le=MAX_S, description="synchronous rounds: uploads that arrive later than "
+                              "this after the round starts are dropped (dropouts); 0: no deadline")
     overselect: float = Field(1.0, ge=1, le=10, description="synchronous rounds: select this many times the sampler's "
                               "K of the available clients and keep the first K uploads to arrive (Bonawitz et al. "
                               "2019: 1.3)")
@@ -200,8 +205,12 @@ def _read_csv(path: str, columns: tuple[str, ...], key: str) -> list[tuple[int, 
     file = Path(path).expanduser()
     if not file.is_file():
         raise ConfigError(f"system.{key}: no file {path!r} (allowed: a CSV file with columns {', '.join(columns)})")
-    with open(file, newline="") as f:
-        rows = list(csv.reader(f))
+    try:
+        with open(file, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise ConfigError(f"system.{key}: cannot read {path} ({err}) (allowed: a readable UTF-8 CSV file with "
+                          f"columns {', '.join(columns)})") from None
     if not rows or [c.strip() for c in rows[0]] != list(columns):
         head = ",".join(rows[0]) if rows else "nothing"
         raise ConfigError(f"system.{key}: {path} starts with {head!r} (allowed: the header {','.join(columns)})")
@@ -216,19 +225,20 @@ def _read_csv(path: str, columns: tuple[str, ...], key: str) -> list[tuple[int, 
     return out
 
 
-def _number(text: str, where: str, low: float, strict: bool) -> float:
+def _number(text: str, where: str, low: float, strict: bool, high: float = math.inf) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < low or (strict and value == low):
-        allowed = f"a number {'more than' if strict else 'at least'} {low:g}"
+    if not math.isfinite(value) or value < low or (strict and value == low) or value > high:
+        most = f", at most {high:g}" if high < math.inf else ""
+        allowed = f"a number {'more than' if strict else 'at least'} {low:g}{most}"
         raise ConfigError(f"{where} is {text!r} (allowed: {allowed})")
     return value
 
 
 def _client(text: str, where: str, num_clients: int) -> int:
-    if not text.isdigit() or int(text) >= num_clients:
+    if not (text.isascii() and text.isdigit()) or int(text) >= num_clients:
         raise ConfigError(f"{where}: client {text!r} (allowed: the ids 0 to {num_clients - 1})")
     return int(text)
 
@@ -323,8 +333,8 @@ class Intervals:
         for line, cells in _read_csv(path, AVAILABILITY_COLUMNS, "availability_file"):
             where = f"system.availability_file: {path} line {line}"
             k = _client(cells[0], where, num_clients)
-            start = _number(cells[1], f"{where}, start_s", 0.0, strict=False)
-            end = _number(cells[2], f"{where}, end_s", 0.0, strict=False)
+            start = _number(cells[1], f"{where}, start_s", 0.0, strict=False, high=MAX_S)
+            end = _number(cells[2], f"{where}, end_s", 0.0, strict=False, high=MAX_S)
             if end < start:
                 raise ConfigError(f"{where}: the interval ends at {end:g} s, before it starts at {start:g} s "
                                   f"(allowed: end_s at least start_s)")
@@ -547,7 +557,7 @@ def build_fleet(cfg, problem, sampler, algorithm, transport=None) -> Fleet | Non
         if fastest > to_ticks(opts.deadline_s):
             raise ConfigError(f"system.deadline_s: {opts.deadline_s:g} s is shorter than the fastest client's "
                               f"download and upload of the model alone ({seconds(fastest):g} s): no upload would "
-                              f"arrive (allowed: more than {seconds(fastest):g})")
+                              f"arrive (allowed: at least {seconds(fastest):g})")
     return fleet
 
 
@@ -570,7 +580,8 @@ def draw(fleet: Fleet, sampler, round: int, generator: torch.Generator) -> Tenso
     fleet.target = None
     if isinstance(sampler, UniformK):
         k = min(sampler.k, m)
-        chosen = min(m, math.ceil(fleet.opts.overselect * sampler.k)) if fleet.opts.overselect > 1 else k
+        # (less a hair: 1.1 × 50 is a hair above 55 in floating point, and 55 is meant)
+        chosen = min(m, math.ceil(fleet.opts.overselect * sampler.k - 1e-9)) if fleet.opts.overselect > 1 else k
         fleet.target = k if fleet.opts.overselect > 1 else None
         sub = UniformK(m, chosen)
     elif isinstance(sampler, Bernoulli):

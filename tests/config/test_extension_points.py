@@ -9,6 +9,7 @@ its import path, declaring the fewest uploads it takes, is refused before round 
 from __future__ import annotations
 
 import pytest
+import torch
 
 import fedpd
 from fedpd import aggregators, names, preaggregators, registry
@@ -164,3 +165,64 @@ def test_a_users_fedavg_receives_the_runs_defence_as_one_keyword(tmp_path, monke
     with pytest.raises(fedpd.ConfigError, match=r"^algorithm.name: .*Old\(aggregator=.* cannot be called as fedpd "
                                                 r"calls .* plug-in, \(defence=\.\.\.\): .*'defence'"):
         fedpd.load_config(cfg)
+
+
+def test_a_plugin_step_and_rule_get_their_options_defaults_and_a_bad_step_output_is_one_line(tmp_path, monkeypatch):
+    """The defaults a plug-in declares in its Options reach its constructor and function (the doc's
+    contract: options are the keywords), whether or not the signature repeats them; a step whose
+    output is not rows [K', d] is named in one line, not blamed on the rule."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = write_module(tmp_path, '''
+        import torch
+        from pydantic import Field
+        import fedpd
+        from fedpd.preaggregators import Step
+
+        class Scaled(Step):
+            name, description = "scaled", "each row times a factor"
+
+            class Options(fedpd.Options):
+                factor: float = Field(0.5, gt=0, description="the factor")
+
+            def __init__(self, factor):  # no default of its own: the Options' 0.5 must reach it
+                super().__init__(factor=factor)
+                self.factor = factor
+
+            def __call__(self, rows, reference=None, generator=None):
+                return rows * self.factor
+
+        class Broken(Step):
+            name, description = "broken", "returns a list"
+
+            def __call__(self, rows, reference=None, generator=None):
+                return rows.tolist()
+
+        class RuleOptions(fedpd.Options):
+            scale: float = Field(2.0, gt=0, description="the factor on the mean")
+
+        @fedpd.declares("scaled_mean", RuleOptions, "the mean times a factor")
+        def scaled_mean(w, scale, weights=None):
+            return scale * w.mean(0), {}
+        ''', "defaults")
+    w = torch.arange(12.0, dtype=torch.float64).reshape(4, 3)
+    agg = aggregators.make_aggregator(f"{module}:scaled_mean", pre=f"{module}:Scaled")
+    assert torch.equal(agg(w)[0], 2.0 * (0.5 * w).mean(0))
+    broken = aggregators.make_aggregator("coordinate_median", pre=f"{module}:Broken")
+    with pytest.raises(fedpd.ConfigError, match=r"^aggregator_options.pre: broken returned a list .*allowed: rows "
+                       r"\[K', 3\]"):
+        broken(w)
+
+
+def test_build_defence_and_make_attack_refuse_bad_values_in_one_line():
+    from fedpd.attacks import make_attack
+    from fedpd.defence import build_defence
+
+    for kwargs, key in [({"weights": "Samples"}, "weights"), ({"client_momentum": 1.5}, "client_momentum"),
+                        ({"client_momentum": 0.9, "client_momentum_start": "Update"}, "client_momentum_start")]:
+        with pytest.raises(fedpd.ConfigError, match=f"^{key}: .*allowed"):
+            build_defence("coordinate_median", **kwargs)
+    defence = build_defence("coordinate_median", client_momentum=0.9, client_momentum_start="update")
+    assert defence.momentum.start == "update"
+    with pytest.raises(fedpd.ConfigError, match=r"^attack.name: unknown attack 'nope' \(allowed: none, "):
+        make_attack("nope")
+    assert type(make_attack("ipm", epsilon=0.5)).__name__ == "IPM"

@@ -124,6 +124,7 @@ def test_without_system_the_records_are_the_same_and_with_it_only_time_is_added(
     ("0,1e9,nan,1e3,0.01\n1,1,1,1,0\n2,1,1,1,0\n", "line 2, uplink is 'nan'"),
     ("0,1e9,1e3,1e3\n", "line 2 has 4 cells"),
     ("7,1,1,1,0\n", "client '7' (allowed: the ids 0 to 2)"),
+    ("²,1,1,1,0\n", "client '²' (allowed: the ids 0 to 2)"),  # a digit to str.isdigit, not to int()
 ])
 def test_a_bad_profile_is_refused_in_one_line_naming_the_row(tmp_path, rows, message, capsys):
     path = tmp_path / "bad.csv"
@@ -146,11 +147,18 @@ def test_a_bad_profile_is_refused_in_one_line_naming_the_row(tmp_path, rows, mes
     ({"speed": {"dist": "classes", "values": [1e9, 2e9], "shares": [0.5, 0.6]}}, "sum to 1"),
     ({"mean_on_s": 10.0}, "system.mean_on_s: is availability = \"markov\"'s"),
     ({"overselect": 1.3}, "system.overselect: selects 1.3 × K and keeps the first K, which needs a K"),
+    ({"deadline_s": 1e13}, "system.deadline_s: input should be less than or equal to 1000000000000"),
+    ({"availability": "markov", "mean_on_s": 1e21}, "system.mean_on_s: input should be less than or equal to"),
+    ({"availability": "file", "availability_file": "LATIN1"}, "cannot read"),
 ])
 def test_bad_system_options_are_refused_in_one_line(tmp_path, system, message):
     if system.get("availability_file") == "INTERVALS":
         path = tmp_path / "on.csv"
         path.write_text("client,start_s,end_s\n0,2,1\n1,0,1\n2,0,1\n")
+        system = {**system, "availability_file": str(path)}
+    if system.get("availability_file") == "LATIN1":  # not UTF-8: one line, not a UnicodeDecodeError
+        path = tmp_path / "on.csv"
+        path.write_bytes("client,start_s,end_s\n0,0,1 \xe9t\xe9\n".encode("latin-1"))
         system = {**system, "availability_file": str(path)}
     cfg = {"problem": PROBLEM, "algorithm": {"name": "fedavg"}, "system": {"uplink": 1e3, "downlink": 1e3, **system}}
     with pytest.raises(ConfigError) as err:
@@ -215,3 +223,17 @@ def test_options_the_fleet_would_not_read_are_refused(system, extra, message):
     with pytest.raises(ConfigError) as err:
         Simulation(load_config(cfg))
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_over_selection_selects_the_ceiling_of_the_product_as_written():
+    """⌈1.1 × 50⌉ is 55 (the product is a hair above 55 in floating point), ⌈1.3 × 3⌉ is 4."""
+    from fedpd.sampling import UniformK
+    from fedpd.system import draw
+
+    for overselect, k, n, chosen in [(1.1, 50, 100, 55), (1.3, 3, 10, 4), (1.5, 2, 3, 3)]:
+        cfg = load_config({"problem": {**PROBLEM, "clients": n}, "algorithm": {"name": "fedavg"},
+                           "sampler": {"name": "uniform", "clients_per_round": k},
+                           "system": {"overselect": overselect}})
+        sim = Simulation(cfg)
+        ids = draw(sim.fleet, UniformK(n, k), 0, torch.Generator().manual_seed(0))
+        assert ids.numel() == chosen, (overselect, k, ids.numel())

@@ -22,7 +22,8 @@ class FedAvg(RobustAveraging, Algorithm):
     Per round: d floats down and d up per participant.
 
     ``defence`` (:class:`fedpd.defence.Defence`, which the run reads from the config's
-    ``aggregator``, ``aggregator_options``, ``weights`` and ``client_momentum``; None: the plain
+    ``aggregator``, ``aggregator_options``, ``weights``, ``client_momentum`` and
+    ``client_momentum_start``; None: the plain
     mean) replaces the mean by a robust aggregator of :mod:`fedpd.aggregators` (geometric_median:
     RFA, Pillutla et al. 2022; coordinate_median / trimmed_mean: Yin et al. 2018; krum: Blanchard
     et al. 2017; bulyan: El Mhamdi et al. 2018; centered_clipping: Karimireddy et al. 2021 and

@@ -54,6 +54,7 @@ from fedpd.attacks.faults import Dropout, InfUpload, NaNUpload
 from fedpd.attacks.optimal import OptimalALIE, OptimalAttack, OptimalIPM, OptimalOptions, line_search
 from fedpd.attacks.update import (ALIE, IPM, ALIEOptions, Gaussian, GaussianOptions, IPMOptions, Mimic, MimicOptions,
                                   Scale, ScaleOptions, SignFlip, SignFlipOptions, top_direction_row)
+from fedpd.errors import ConfigError
 from fedpd.options import validate
 from fedpd.problems import poisoning as _poisoning
 
@@ -63,7 +64,11 @@ ATTACKS = (Attack, NegateInputs, LabelFlip, SignFlip, Scale, Gaussian, NaNUpload
 
 def make_attack(name: str, **options) -> Attack:
     """The attack ``name`` with ``options`` checked by its options model (defaults filled in)."""
-    cls = {a.name: a for a in ATTACKS}[name]
+    built_in = {a.name: a for a in ATTACKS}
+    if name not in built_in:
+        raise ConfigError(f"attack.name: unknown attack {name!r} (allowed: {', '.join(built_in)}; a plug-in is named "
+                          f"in a config's attack.name)")
+    cls = built_in[name]
     return cls(**validate(cls.Options, options, "attack").model_dump())
 
 
