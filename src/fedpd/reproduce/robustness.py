@@ -414,7 +414,7 @@ class Robustness(Experiment):
         attacks = budget.get("settings_attacks", ())
         for method in ("fedavg", *budget.get("settings_methods", ())):
             for setting in budget.get("settings", ()):
-                label, problem, f = S_SETTINGS[setting]
+                _, problem, f = S_SETTINGS[setting]
                 cells = [("none", method)] if method == "fedavg" else [(a, method) for a in attacks]
                 specs += self._hetero_grid(budget, "settings", setting, budget.seeds, cells,
                                            problem={"name": "dataset", "clients": H_N, **problem}, f=f,
