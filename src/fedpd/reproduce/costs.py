@@ -57,14 +57,16 @@ HETERO_COST = ("The heterogeneous part adds about 36 core-hours (about 18 h on 2
                "under a searched attack 280–610 s (median 485 s: 20 simulated defences a round, the most after NNM); "
                "the 120 searched runs are 45 % of the total. Its held-out seeds add 65 runs, about 4 core-hours (the "
                "ARC → NNM → trimmed mean runs of seeds 0–2: a median 110 s under a fixed attack, 670 s under a "
-               "searched one). The held-out settings add 168 runs of 30 rounds, about 2.3 core-hours from the same "
-               "timings (1.1 s per round under a fixed attack, 6 s under the searched one; Fashion-MNIST's rounds "
-               "cost what MNIST's do: the same model and image size).")
+               "searched one). The held-out settings add 1 146 runs of 30 rounds (every defence under 10 attacks on 2 "
+               "settings, 3 seeds), about 20 core-hours from the timings of their first 168 runs (2026-12-02, --jobs 2 "
+               "on a quiet 2-core machine: 1.1 s per round under a fixed attack, 6 s under a searched one, which are "
+               "228 of the runs and 58 % of the total; Fashion-MNIST's rounds cost what MNIST's do: the same model and "
+               "image size).")
 
 #: core-hours a medium budget adds beyond MEASURED's figure, in parts its note costs separately: the
-#: heterogeneous part (36), its held-out seeds (4) and held-out settings (2.3), HETERO_COST; the seeds added
+#: heterogeneous part (36), its held-out seeds (4) and held-out settings (20), HETERO_COST; the seeds added
 #: later where the first ones left a claim undecided (MORE_SEEDS)
-EXTRA_HOURS = {"robustness": 42.3, "fedplus_table2": 0.9, "fedplus_standard": 1.3, "fedpd_fig2": 2.8}
+EXTRA_HOURS = {"robustness": 60.0, "fedplus_table2": 0.9, "fedplus_standard": 1.3, "fedpd_fig2": 2.8}
 #: how the added seeds of EXTRA_HOURS were costed: ``--estimate`` of the settings they add, CPU time, 2026-12-02
 MORE_SEEDS = {
     "fedplus_table2": "The Fed+ variants' κ seeds 3–9 on MNIST-robust add about 0.9 core-hours (`--runs "
