@@ -947,8 +947,8 @@ def _some_defence_within(points: float = 5.0, part: str = "hetero", splits=tuple
             attack, accuracy = _worst(results, best, s, part)
             texts.append(f"{_split_label(s)}: best worst case {_method_label(best, s)}, {accuracy:.1f} % under "
                          f"{ALL_H_ATTACKS[attack][0]}, {compared[best].diff.mean:.1f} points below clean FedAvg "
-                         f"({compared[best].text(level)}; {len(compared)} defences compared, each at "
-                         f"{rep.fmt_level(level)} %)")
+                         f"({compared[best].text(level)}; {len(compared)} defence{'s' * (len(compared) > 1)} "
+                         f"compared, each at {rep.fmt_level(level)} %)")
         if not verdicts:
             return None, "not run (or not recorded yet) at this budget"
         return rep.all_of(list(zip(verdicts, texts)))  # every split; each verdict already at its own level
