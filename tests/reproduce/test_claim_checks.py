@@ -471,6 +471,11 @@ def hetero(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
     cells = {("hetero", "dir0.3", a, m): seeds(v, noise, n, i) for i, ((m, a), v) in enumerate(acc.items())}
     return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
 
+def settings(acc: dict, n: int = 3, noise=JITTER) -> rep.Results:
+    """acc {(setting, method, attack): mean test accuracy %} of the held-out settings."""
+    cells = {("settings", s, a, m): seeds(v, noise, n, i) for i, ((s, m, a), v) in enumerate(acc.items())}
+    return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
+
 
 def test_nnm_restores_trimmed_mean_and_krum_in_the_worst_case():
     claim = next(c for c in robustness.CLAIMS if c.text.startswith("heterogeneous clients, 25 % Byzantine: NNM"))
@@ -552,11 +557,6 @@ def test_the_held_out_settings_decide_the_goal_on_every_setting_for_the_chosen_d
     chosen = robustness.H_HOLDOUT
     fmnist, mnist = robustness.S_SETTINGS
 
-    def settings(acc, n=3, noise=JITTER):
-        """acc {(setting, method, attack): mean test accuracy %}."""
-        cells = {("settings", s, a, m): seeds(v, noise, n, i) for i, ((s, m, a), v) in enumerate(acc.items())}
-        return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
-
     good = {(s, m, a): v for s in (fmnist, mnist) for (m, a), v in
             {("fedavg", "none"): 85.0, (chosen, "none"): 84.0, (chosen, "ipm0.1"): 82.0,
              (chosen, "optimal_ipm"): 83.0}.items()}
@@ -574,11 +574,6 @@ def test_on_the_held_out_settings_some_defence_must_keep_within_five_points_on_e
     claim = next(c for c in robustness.CLAIMS if c.text.startswith("held-out settings") and "some defence" in c.text)
     assert claim.paired
     fmnist, mnist = robustness.S_SETTINGS
-
-    def settings(acc, n=3, noise=JITTER):
-        """acc {(setting, method, attack): mean test accuracy %}."""
-        cells = {("settings", s, a, m): seeds(v, noise, n, i) for i, ((s, m, a), v) in enumerate(acc.items())}
-        return table(cells, "test_acc", 0.01, ("part", "split", "attack", "method"))
 
     acc = {(s, m, a): v for s in (fmnist, mnist) for (m, a), v in
            {("fedavg", "none"): 85.0, ("cc", "none"): 84.0, ("cc", "ipm100"): 83.0,
