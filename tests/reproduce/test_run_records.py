@@ -162,6 +162,21 @@ def test_a_record_names_committed_code_or_says_it_does_not(tmp_path):
         assert rep.git_commit(package) == f"{sha} (with uncommitted changes)"
         assert rep.uncommitted({"commit": rep.git_commit(package)})
     assert rep.git_commit(tmp_path.parent) == "" or not rep.git_commit(tmp_path.parent).startswith(sha)
+    # a run finishing later names its invocation's commit while the code is still that commit's: a commit of
+    # records or a report meanwhile changes nothing, one of code (or a change not committed) does
+    git("checkout", "-q", "--", ".")
+    (package / "new_rule.py").unlink(missing_ok=True)
+    assert rep.same_code(package, sha)
+    (tmp_path / "docs" / "README.md").write_text("the records landed\n")
+    git("commit", "-q", "-am", "records")
+    assert rep.git_commit(package) != sha and rep.same_code(package, sha)
+    (package / "new_rule.py").write_text("\n")
+    assert not rep.same_code(package, sha)  # untracked code
+    git("add", ".")
+    assert not rep.same_code(package, sha)  # staged
+    git("commit", "-q", "-m", "a new rule")
+    assert not rep.same_code(package, sha) and rep.same_code(package, rep.git_commit(package))  # committed since
+    assert not rep.same_code(package, f"{sha} (with uncommitted changes)") and not rep.same_code(package, "")
 
 
 def test_a_report_says_plainly_which_records_name_no_committed_code(tmp_path, smoke_report):

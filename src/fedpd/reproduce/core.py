@@ -263,8 +263,11 @@ def reproduce(name: str, budget: str | None = None, out: str | Path | None = Non
 
     def committed_code() -> str:
         """The commit a run finishing now names: the invocation's, marked as uncommitted changes when
-        the code changed while it ran (a worker process imports the code when it starts)."""
-        return commit if rep.git_commit(package) == commit else f"{commit.split(' ')[0]} {rep.UNCOMMITTED}"
+        the code changed while it ran (a worker process imports the code when it starts); a commit
+        of anything else meanwhile (the records landing) changes nothing."""
+        if not commit or rep.same_code(package, commit):
+            return commit
+        return f"{commit.split(' ')[0]} {rep.UNCOMMITTED}"
 
     def record(job, provenance: dict) -> None:
         early = read_jsonl(job.path / EARLY) if (job.path / EARLY).is_file() else None

@@ -23,6 +23,7 @@ import io
 import math
 import re
 import statistics
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -570,6 +571,15 @@ def claims_section(claims, results: Results, own: bool = False) -> str:
 UNCOMMITTED = "(with uncommitted changes)"
 
 
+def _git(package: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10)
+
+
+def _code_paths(package: Path, top: str) -> list[str]:
+    """fedpd's code in the checkout at ``top``: the package folder and the checkout's pyproject.toml."""
+    return [str(package)] + [str(Path(top) / "pyproject.toml")] * (Path(top) / "pyproject.toml").is_file()
+
+
 def git_commit(package: Path) -> str:
     """The commit of the git checkout that holds fedpd's ``package`` folder ("" outside one), followed
     by :data:`UNCOMMITTED` when fedpd's code differs from that commit: a file of the package or the
@@ -577,22 +587,32 @@ def git_commit(package: Path) -> str:
     and does not ignore. Only the code counts — a report folder's records and README written by an
     earlier invocation are not the code that runs — so the mark says exactly that the commit does
     not name what ran."""
-    import subprocess
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(package), *args], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-
     try:
-        sha = git("rev-parse", "--short", "HEAD")
-        top = git("rev-parse", "--show-toplevel")
+        sha = _git(package, "rev-parse", "--short", "HEAD").stdout.strip()
+        top = _git(package, "rev-parse", "--show-toplevel").stdout.strip()
         if not sha or not top:
             return ""
-        code = [str(package)] + [str(Path(top) / "pyproject.toml")] * (Path(top) / "pyproject.toml").is_file()
-        dirty = git("status", "--porcelain", "--untracked-files=all", "--", *code)
+        dirty = _git(package, "status", "--porcelain", "--untracked-files=all", "--", *_code_paths(package, top))
     except (OSError, subprocess.SubprocessError):
         return ""
-    return f"{sha} {UNCOMMITTED}" if dirty else sha
+    return f"{sha} {UNCOMMITTED}" if dirty.stdout.strip() else sha
+
+
+def same_code(package: Path, commit: str) -> bool:
+    """Whether fedpd's code in the checkout is now exactly that of ``commit`` (a clean commit as
+    :func:`git_commit` names it): no file of the package or pyproject.toml differs from it — changed
+    in the working tree, staged or committed since — and none is untracked. A commit of records or
+    a report alone keeps the code the same, so runs that finish after it still name ``commit``."""
+    try:
+        top = _git(package, "rev-parse", "--show-toplevel").stdout.strip()
+        if not top or not commit or UNCOMMITTED in commit:
+            return False
+        paths = _code_paths(package, top)
+        diff = _git(package, "diff", "--quiet", commit, "--", *paths)  # the working tree against the commit
+        untracked = _git(package, "ls-files", "--others", "--exclude-standard", "--", *paths)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return diff.returncode == 0 and untracked.returncode == 0 and not untracked.stdout.strip()
 
 
 def uncommitted(provenance: dict) -> bool:
