@@ -531,7 +531,7 @@ def test_some_defence_within_five_points_of_clean_fedavg():
     assert verdict is False and "≤ 80.0 % under IPM ε = 100, a bound, ≥ 8.0 points below" in text
     assert "not refuted yet" not in text
     # refuting needs each defence refuted at 95 % (an intersection-union test), not at the Bonferroni level:
-    # gaps of 8 ± 1.5 points clear 5 at 95 % (t = 4.3) but not at 97.5 % (t = 6.2)
+    # gaps of mean 8 and SE 0.6: the 95 % interval [5.4, 10.6] (t = 4.3) clears 5, the 97.5 % one [4.3, 11.7] does not
     wide = {("fedavg", "none"): 88.0, ("trimmed+nnm", "none"): 87.0, ("trimmed+nnm", "ipm100"): 80.0,
             ("median", "none"): 86.0, ("median", "ipm100"): 70.0}
     verdict, text = claim.check(hetero(wide, noise=(-0.6, 0.0, 0.6)))  # gaps 6.8, 8.6, 8.6: SE 0.6
