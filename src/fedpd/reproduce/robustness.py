@@ -980,9 +980,16 @@ def _some_defence_within(points: float = 5.0, part: str = "hetero", splits=tuple
             bound = (best, s) in bounds
             attack, accuracy = _worst(results, best, s, part, bound=bound)
             mark = ("≤ ", "≥ ", ", a bound") if bound else ("", "", "")
+            # its interval at the level that decides it: to refute (a bound, or refuted), else to confirm, and beside
+            # that, while undecided, the one that would refute it
+            level = refute if bound or on[best].verdict(refute) is False else confirm
+            why = on[best].text(level)
+            if level != refute and best not in held:
+                lo, hi = on[best].diff.interval(refute)
+                why += f"; at {rep.fmt_level(refute)} %: [{rep.fmt_num(lo, '.1f')}, {rep.fmt_num(hi, '.1f')}]"
             texts.append(f"{_split_label(s)}: best worst case {_method_label(best, s)}, {mark[0]}{accuracy:.1f} % "
                          f"under {ALL_H_ATTACKS[attack][0]}{mark[2]}, {mark[1]}{on[best].diff.mean:.1f} points below "
-                         f"clean FedAvg ({on[best].text(refute if bound else confirm)})")
+                         f"clean FedAvg ({why})")
         if not texts:
             return None, "not run (or not recorded yet) at this budget"
         pairs = len({m for m, _ in compared})
